@@ -1,0 +1,33 @@
+// Elementwise binary ops with NumPy broadcasting and type promotion; where().
+#pragma once
+
+#include "kiln/core/tensor.h"
+
+namespace kiln {
+
+Tensor add(const Tensor& a, const Tensor& b, SourceLoc loc = KILN_HERE);
+Tensor sub(const Tensor& a, const Tensor& b, SourceLoc loc = KILN_HERE);
+Tensor mul(const Tensor& a, const Tensor& b, SourceLoc loc = KILN_HERE);
+// Integer division truncates toward zero (C, ONNX); division by integer zero is a kiln::Error.
+Tensor div(const Tensor& a, const Tensor& b, SourceLoc loc = KILN_HERE);
+Tensor pow(const Tensor& a, const Tensor& b, SourceLoc loc = KILN_HERE);
+// fmod=false: result has the divisor's sign (Python %, torch.remainder, ONNX Mod fmod=0);
+// fmod=true: the dividend's sign (C fmod, ONNX Mod fmod=1).
+Tensor mod(const Tensor& a, const Tensor& b, bool fmod = false, SourceLoc loc = KILN_HERE);
+Tensor maximum(const Tensor& a, const Tensor& b, SourceLoc loc = KILN_HERE);  // NaN propagates
+Tensor minimum(const Tensor& a, const Tensor& b, SourceLoc loc = KILN_HERE);
+// Comparisons return bool.
+Tensor eq(const Tensor& a, const Tensor& b, SourceLoc loc = KILN_HERE);
+Tensor ne(const Tensor& a, const Tensor& b, SourceLoc loc = KILN_HERE);
+Tensor lt(const Tensor& a, const Tensor& b, SourceLoc loc = KILN_HERE);
+Tensor le(const Tensor& a, const Tensor& b, SourceLoc loc = KILN_HERE);
+Tensor gt(const Tensor& a, const Tensor& b, SourceLoc loc = KILN_HERE);
+Tensor ge(const Tensor& a, const Tensor& b, SourceLoc loc = KILN_HERE);
+// Logical ops treat any nonzero as true and return bool.
+Tensor logical_and(const Tensor& a, const Tensor& b, SourceLoc loc = KILN_HERE);
+Tensor logical_or(const Tensor& a, const Tensor& b, SourceLoc loc = KILN_HERE);
+Tensor logical_xor(const Tensor& a, const Tensor& b, SourceLoc loc = KILN_HERE);
+// cond ? a : b, all three broadcast together; cond must be bool.
+Tensor where(const Tensor& cond, const Tensor& a, const Tensor& b, SourceLoc loc = KILN_HERE);
+
+}  // namespace kiln

@@ -1,0 +1,35 @@
+// Convolution and pooling, NCHW.
+#pragma once
+
+#include <vector>
+
+#include "kiln/core/tensor.h"
+
+namespace kiln {
+
+struct Conv2dOptions {
+  std::vector<int64_t> stride{1, 1};
+  std::vector<int64_t> padding{0, 0, 0, 0};  // top, left, bottom, right (ONNX order: begins, ends)
+  std::vector<int64_t> dilation{1, 1};
+  int64_t groups = 1;
+};
+// x: [N, C, H, W], w: [K, C/groups, R, S], bias: [K] or undefined.
+Tensor conv2d(const Tensor& x, const Tensor& w, const Tensor& bias = {}, const Conv2dOptions& opt = {},
+              SourceLoc loc = KILN_HERE);
+
+struct Pool2dOptions {
+  std::vector<int64_t> kernel{2, 2};
+  std::vector<int64_t> stride{};             // empty = kernel
+  std::vector<int64_t> padding{0, 0, 0, 0};  // top, left, bottom, right
+  std::vector<int64_t> dilation{1, 1};       // max pool only
+  bool ceil_mode = false;
+  bool count_include_pad = false;            // avg pool only
+};
+Tensor max_pool2d(const Tensor& x, const Pool2dOptions& opt, SourceLoc loc = KILN_HERE);
+Tensor avg_pool2d(const Tensor& x, const Pool2dOptions& opt, SourceLoc loc = KILN_HERE);
+Tensor global_avg_pool(const Tensor& x, SourceLoc loc = KILN_HERE);  // [N, C, ...] -> [N, C, 1, 1...]
+// ONNX LRN across channels: x / (bias + alpha/size * sum(x^2 over the window))^beta.
+Tensor lrn(const Tensor& x, int64_t size, double alpha = 1e-4, double beta = 0.75, double bias = 1.0,
+           SourceLoc loc = KILN_HERE);
+
+}  // namespace kiln

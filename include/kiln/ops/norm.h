@@ -1,0 +1,18 @@
+// Softmax and normalization layers.
+#pragma once
+
+#include "kiln/core/tensor.h"
+
+namespace kiln {
+
+Tensor softmax(const Tensor& x, int64_t axis = -1, SourceLoc loc = KILN_HERE);
+Tensor log_softmax(const Tensor& x, int64_t axis = -1, SourceLoc loc = KILN_HERE);
+// Normalizes over the dims from `axis` to the end (ONNX LayerNormalization's axis); weight and
+// bias (optional) have the normalized shape.
+Tensor layer_norm(const Tensor& x, int64_t axis, const Tensor& weight = {}, const Tensor& bias = {},
+                  double eps = 1e-5, SourceLoc loc = KILN_HERE);
+// Inference form over channel dim 1: (x - mean) / sqrt(var + eps) * weight + bias.
+Tensor batch_norm(const Tensor& x, const Tensor& mean, const Tensor& var, const Tensor& weight = {},
+                  const Tensor& bias = {}, double eps = 1e-5, SourceLoc loc = KILN_HERE);
+
+}  // namespace kiln

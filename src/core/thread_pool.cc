@@ -1,0 +1,198 @@
+// Note [Thread pool]
+// One pool for all of kiln's CPU work: on a 2-core machine two pools that both spin starve each
+// other. The calling thread is worker 0 and takes the first chunk itself. Workers spin briefly
+// on a generation counter after finishing (a burst of small ops then costs no futex wake-up),
+// then sleep on a condition variable, so an idle kiln takes no CPU. Parallel regions do not nest:
+// a parallel_for inside one runs inline. One job runs at a time; a second caller thread runs its
+// loop inline rather than waiting.
+#include "kiln/core/thread_pool.h"
+
+#include <sched.h>
+
+#include <algorithm>
+#include <atomic>
+#include <condition_variable>
+#include <cstdlib>
+#include <exception>
+#include <mutex>
+#include <thread>
+#include <vector>
+
+#include "kiln/core/error.h"
+
+namespace kiln {
+
+namespace {
+
+thread_local bool t_in_parallel = false;
+
+class ThreadPool {
+ public:
+  explicit ThreadPool(int n) { start(n); }
+  ~ThreadPool() { stop(); }
+
+  int size() const { return size_; }
+
+  void resize(int n) {
+    std::lock_guard<std::mutex> job(job_mu_);
+    stop();
+    start(n);
+  }
+
+  // Runs fn(i, n) for i in [0, n) with i == 0 on the caller.
+  void run(int n, const std::function<void(int, int)>& fn) {
+    std::unique_lock<std::mutex> job(job_mu_, std::try_to_lock);
+    if (!job.owns_lock() || n <= 1 || size_ <= 1) {
+      run_inline(n, fn);
+      return;
+    }
+    n = std::min(n, size_);
+    {
+      std::lock_guard<std::mutex> g(mu_);
+      fn_ = &fn;
+      n_ = n;
+      error_ = nullptr;
+      pending_.store(n - 1, std::memory_order_relaxed);
+      generation_.fetch_add(1, std::memory_order_release);
+    }
+    cv_.notify_all();
+    call(0, n, fn);
+    while (pending_.load(std::memory_order_acquire) != 0) {
+      // Workers finish quickly in the common case; yield instead of sleeping.
+      std::this_thread::yield();
+    }
+    fn_ = nullptr;
+    if (error_) std::rethrow_exception(error_);
+  }
+
+ private:
+  void run_inline(int n, const std::function<void(int, int)>& fn) {
+    bool was = t_in_parallel;
+    t_in_parallel = true;
+    try {
+      for (int i = 0; i < n; ++i) fn(i, n);
+    } catch (...) {
+      t_in_parallel = was;
+      throw;
+    }
+    t_in_parallel = was;
+  }
+
+  void call(int i, int n, const std::function<void(int, int)>& fn) {
+    t_in_parallel = true;
+    try {
+      fn(i, n);
+    } catch (...) {
+      std::lock_guard<std::mutex> g(mu_);
+      if (!error_) error_ = std::current_exception();
+    }
+    t_in_parallel = false;
+  }
+
+  void start(int n) {
+    size_ = std::max(1, n);
+    quit_ = false;
+    for (int i = 1; i < size_; ++i) workers_.emplace_back([this, i] { worker(i); });
+  }
+
+  void stop() {
+    {
+      std::lock_guard<std::mutex> g(mu_);
+      quit_ = true;
+      generation_.fetch_add(1, std::memory_order_release);
+    }
+    cv_.notify_all();
+    for (auto& t : workers_) t.join();
+    workers_.clear();
+  }
+
+  void worker(int index) {
+    uint64_t seen = generation_.load(std::memory_order_acquire);
+    for (;;) {
+      // Spin a little before sleeping (about 20 µs).
+      for (int spin = 0; spin < 2000 && generation_.load(std::memory_order_acquire) == seen; ++spin) {
+#if defined(__x86_64__)
+        __builtin_ia32_pause();
+#endif
+      }
+      {
+        std::unique_lock<std::mutex> g(mu_);
+        cv_.wait(g, [&] { return generation_.load(std::memory_order_acquire) != seen; });
+        seen = generation_.load(std::memory_order_acquire);
+        if (quit_) return;
+      }
+      const auto* fn = fn_;
+      int n = n_;
+      if (fn && index < n) {
+        call(index, n, *fn);
+        pending_.fetch_sub(1, std::memory_order_acq_rel);
+      }
+    }
+  }
+
+  int size_ = 1;
+  std::vector<std::thread> workers_;
+  std::mutex job_mu_;  // one job at a time
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::atomic<uint64_t> generation_{0};
+  std::atomic<int> pending_{0};
+  const std::function<void(int, int)>* fn_ = nullptr;
+  int n_ = 0;
+  bool quit_ = false;
+  std::exception_ptr error_;
+};
+
+int default_threads() {
+  if (const char* env = std::getenv("KILN_NUM_THREADS")) {
+    int n = std::atoi(env);
+    if (n >= 1) return n;
+  }
+  return available_cores();
+}
+
+ThreadPool& pool() {
+  static ThreadPool* p = new ThreadPool(default_threads());  // leaked: outlives static tensors
+  return *p;
+}
+
+}  // namespace
+
+int available_cores() {
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  if (sched_getaffinity(0, sizeof(set), &set) == 0) return std::max(1, CPU_COUNT(&set));
+  return std::max(1u, std::thread::hardware_concurrency());
+}
+
+void set_num_threads(int n) {
+  KILN_CHECK(n >= 1, "set_num_threads: expected n >= 1, got ", n);
+  KILN_CHECK(!t_in_parallel, "set_num_threads: cannot resize the pool from inside a parallel region");
+  if (pool().size() != n) pool().resize(n);
+}
+
+int get_num_threads() { return pool().size(); }
+
+bool in_parallel_region() { return t_in_parallel; }
+
+void parallel_run(int n, const std::function<void(int, int)>& fn) { pool().run(n, fn); }
+
+void parallel_for(int64_t begin, int64_t end, int64_t grain,
+                  const std::function<void(int64_t, int64_t)>& fn) {
+  if (end <= begin) return;
+  int64_t total = end - begin;
+  grain = std::max<int64_t>(grain, 1);
+  int64_t max_chunks = (total + grain - 1) / grain;
+  int threads = t_in_parallel ? 1 : static_cast<int>(std::min<int64_t>(pool().size(), max_chunks));
+  if (threads <= 1) {
+    fn(begin, end);
+    return;
+  }
+  pool().run(threads, [&](int i, int n) {
+    int64_t chunk = (total + n - 1) / n;
+    int64_t b = begin + chunk * i, e = std::min(end, b + chunk);
+    if (b < e) fn(b, e);
+  });
+}
+
+}  // namespace kiln

@@ -1,0 +1,160 @@
+// Elementwise iteration over strided, broadcast operands: the loop every pointwise kernel uses.
+//
+// Operand 0 is the output; inputs are broadcast to its shape (stride 0). Dimensions that are
+// contiguous with each other in every operand are merged, so a contiguous or simply broadcast
+// tensor becomes one long inner loop the compiler vectorizes. Work is split over kiln's thread
+// pool in chunks of at least kGrain elements.
+#pragma once
+
+#include <array>
+#include <cstdint>
+#include <cstring>
+#include <span>
+#include <vector>
+
+#include "kiln/core/tensor.h"
+#include "kiln/core/thread_pool.h"
+
+namespace kiln::kernels::cpu {
+
+inline constexpr int64_t kGrain = 32768;
+
+// Strides of `t` (in bytes) when broadcast to `shape`.
+std::vector<int64_t> broadcast_byte_strides(const Tensor& t, const Shape& shape);
+
+template <int N>
+struct LoopPlan {
+  Shape shape;                                 // merged dims, outermost first
+  std::array<std::vector<int64_t>, N> strides;  // bytes, per operand, per merged dim
+  std::array<char*, N> base;
+};
+
+template <int N>
+LoopPlan<N> plan_loop(std::span<const Tensor> ops) {
+  LoopPlan<N> p;
+  const Shape& shape = ops[0].shape();
+  std::array<std::vector<int64_t>, N> st;
+  for (int k = 0; k < N; ++k) {
+    st[k] = broadcast_byte_strides(ops[k], shape);
+    p.base[k] = static_cast<char*>(ops[k].data_ptr());
+  }
+  // Drop size-1 dims, then merge dims that are contiguous with the next in every operand.
+  Shape dims;
+  std::array<std::vector<int64_t>, N> ds;
+  for (size_t d = 0; d < shape.size(); ++d) {
+    if (shape[d] == 1) continue;
+    if (!dims.empty()) {
+      bool mergeable = true;
+      for (int k = 0; k < N; ++k)
+        if (ds[k].back() != st[k][d] * shape[d]) { mergeable = false; break; }
+      if (mergeable) {
+        dims.back() *= shape[d];
+        for (int k = 0; k < N; ++k) ds[k].back() = st[k][d];
+        continue;
+      }
+    }
+    dims.push_back(shape[d]);
+    for (int k = 0; k < N; ++k) ds[k].push_back(st[k][d]);
+  }
+  if (dims.empty()) {
+    dims.push_back(1);
+    for (int k = 0; k < N; ++k) ds[k].push_back(0);
+  }
+  p.shape = std::move(dims);
+  p.strides = std::move(ds);
+  return p;
+}
+
+// Calls fn(ptrs, inner_strides, n) over runs of the innermost merged dim. ptrs[k] points at the
+// run's first element of operand k; inner_strides[k] is its byte stride within the run.
+template <int N, class Fn>
+void for_each_run(std::span<const Tensor> ops, Fn&& fn, int64_t grain = kGrain) {
+  LoopPlan<N> p = plan_loop<N>(ops);
+  const int64_t total = numel_of(p.shape);
+  if (total == 0) return;
+  const int nd = static_cast<int>(p.shape.size());
+  const int64_t inner = p.shape[nd - 1];
+  std::array<int64_t, N> inner_st;
+  for (int k = 0; k < N; ++k) inner_st[k] = p.strides[k][nd - 1];
+
+  parallel_for(0, total, grain, [&](int64_t begin, int64_t end) {
+    // Multi-index of `begin`.
+    std::vector<int64_t> idx(nd, 0);
+    int64_t rem = begin;
+    for (int d = nd - 1; d >= 0; --d) {
+      idx[d] = rem % p.shape[d];
+      rem /= p.shape[d];
+    }
+    std::array<char*, N> ptr;
+    for (int k = 0; k < N; ++k) {
+      ptr[k] = p.base[k];
+      for (int d = 0; d < nd; ++d) ptr[k] += idx[d] * p.strides[k][d];
+    }
+    int64_t pos = begin;
+    while (pos < end) {
+      int64_t n = std::min(inner - idx[nd - 1], end - pos);
+      fn(ptr.data(), inner_st.data(), n);
+      pos += n;
+      // Advance the multi-index by n (which ends a run or the chunk).
+      idx[nd - 1] += n;
+      for (int k = 0; k < N; ++k) ptr[k] += n * inner_st[k];
+      for (int d = nd - 1; d > 0 && idx[d] == p.shape[d]; --d) {
+        idx[d] = 0;
+        ++idx[d - 1];
+        for (int k = 0; k < N; ++k) ptr[k] += p.strides[k][d - 1] - p.shape[d] * p.strides[k][d];
+      }
+    }
+  });
+}
+
+// out = f(in) elementwise. f maps compute_t<In> to compute_t<Out>. Inputs broadcast to out.
+template <class Out, class In, class F>
+void unary_loop(const Tensor& out, const Tensor& in, F f) {
+  const Tensor ops[2] = {out, in};
+  for_each_run<2>(ops, [&](char** p, const int64_t* s, int64_t n) {
+    auto* o = reinterpret_cast<Out*>(p[0]);
+    auto* a = reinterpret_cast<const In*>(p[1]);
+    if (s[0] == sizeof(Out) && s[1] == sizeof(In)) {
+      for (int64_t i = 0; i < n; ++i) o[i] = convert<Out>(f(static_cast<compute_t<In>>(a[i])));
+    } else {
+      for (int64_t i = 0; i < n; ++i) {
+        auto* oi = reinterpret_cast<Out*>(p[0] + i * s[0]);
+        auto* ai = reinterpret_cast<const In*>(p[1] + i * s[1]);
+        *oi = convert<Out>(f(static_cast<compute_t<In>>(*ai)));
+      }
+    }
+  });
+}
+
+// out = f(a, b) elementwise with broadcasting; a and b have the same element type In.
+template <class Out, class In, class F>
+void binary_loop(const Tensor& out, const Tensor& a, const Tensor& b, F f) {
+  const Tensor ops[3] = {out, a, b};
+  for_each_run<3>(ops, [&](char** p, const int64_t* s, int64_t n) {
+    auto* o = reinterpret_cast<Out*>(p[0]);
+    auto* x = reinterpret_cast<const In*>(p[1]);
+    auto* y = reinterpret_cast<const In*>(p[2]);
+    using C = compute_t<In>;
+    if (s[0] == sizeof(Out) && s[1] == sizeof(In) && s[2] == sizeof(In)) {
+      for (int64_t i = 0; i < n; ++i) o[i] = convert<Out>(f(static_cast<C>(x[i]), static_cast<C>(y[i])));
+    } else if (s[0] == sizeof(Out) && s[1] == sizeof(In) && s[2] == 0) {
+      const C yv = static_cast<C>(*y);
+      for (int64_t i = 0; i < n; ++i) o[i] = convert<Out>(f(static_cast<C>(x[i]), yv));
+    } else if (s[0] == sizeof(Out) && s[1] == 0 && s[2] == sizeof(In)) {
+      const C xv = static_cast<C>(*x);
+      for (int64_t i = 0; i < n; ++i) o[i] = convert<Out>(f(xv, static_cast<C>(y[i])));
+    } else {
+      for (int64_t i = 0; i < n; ++i) {
+        auto* oi = reinterpret_cast<Out*>(p[0] + i * s[0]);
+        auto* xi = reinterpret_cast<const In*>(p[1] + i * s[1]);
+        auto* yi = reinterpret_cast<const In*>(p[2] + i * s[2]);
+        *oi = convert<Out>(f(static_cast<C>(*xi), static_cast<C>(*yi)));
+      }
+    }
+  });
+}
+
+// Copies (and converts) src into dst elementwise; src broadcasts to dst's shape.
+void copy_into(const Tensor& dst, const Tensor& src);
+
+}  // namespace kiln::kernels::cpu

@@ -1,0 +1,32 @@
+// Scalar reference kernels: plain loops in float64 over logical indices, written independently of
+// the fast kernels so tests can check one against the other. Slow on purpose; never used by the
+// dispatcher.
+#pragma once
+
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "kiln/core/tensor.h"
+#include "kiln/ops/attrs.h"
+
+namespace kiln::ref {
+
+// The elements of any tensor (any dtype, strides, offset) in logical row-major order, as double.
+std::vector<double> values(const Tensor& t);
+// An f64 tensor with the given values.
+Tensor from_values(const std::vector<double>& v, const Shape& shape);
+// Calls fn(index) for every multi-index of `shape` in row-major order.
+void for_each_index(const Shape& shape, const std::function<void(const std::vector<int64_t>&)>& fn);
+// Row-major linear position of `idx` in `shape`, broadcasting: dims of size 1 read index 0 and
+// missing leading dims are ignored.
+int64_t broadcast_offset(const Shape& shape, const std::vector<int64_t>& idx);
+
+// ---- references per family (each in its own file under src/kernels/cpu/ref/) -------------------
+// Unary: `op` is the registry name ("exp", "gelu", ...); attrs as the op's schema has them.
+Tensor unary(const std::string& op, const Tensor& x, const Attrs& attrs = {});
+// Binary with broadcasting ("add", "pow", "mod", "eq", "logical_and", ...).
+Tensor binary(const std::string& op, const Tensor& a, const Tensor& b, const Attrs& attrs = {});
+Tensor where(const Tensor& cond, const Tensor& a, const Tensor& b);
+
+}  // namespace kiln::ref

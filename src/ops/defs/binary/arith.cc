@@ -1,0 +1,166 @@
+// Binary arithmetic: add, sub, mul, div, pow, mod, maximum, minimum. Inputs are promoted to their
+// common dtype by the dispatcher (InputCast::common); the kernels see one element type.
+#include <cmath>
+#include <type_traits>
+
+#include "kernels/cpu/loops.h"
+#include "kiln/ops/binary.h"
+#include "ops/defs/common.h"
+#include "ops/defs/register_all.h"
+
+namespace kiln {
+
+namespace {
+
+using kernels::cpu::binary_loop;
+
+// Registers a same-type binary op whose kernel applies F to compute_t<T> values.
+template <class F>
+KernelFn same_type_kernel(F f) {
+  return [f](const KernelCall& k) {
+    visit_dtype(k.in(0).dtype(), [&](auto tag) {
+      using T = typename decltype(tag)::type;
+      binary_loop<T, T>(k.out(0), k.in(0), k.in(1), [&](compute_t<T> a, compute_t<T> b) { return f(a, b); });
+    });
+  };
+}
+
+template <class C>
+C int_pow(C base, C exp) {
+  if constexpr (std::is_same_v<C, bool>) {
+    return base || !exp;
+  } else {
+    if (exp < 0) return base == 1 ? C(1) : base == C(-1) ? ((exp & 1) ? C(-1) : C(1)) : C(0);
+    using U = std::make_unsigned_t<C>;
+    U result = 1, b = static_cast<U>(base);  // wraps like C arithmetic on overflow, no UB
+    for (auto e = exp; e > 0; e >>= 1) {
+      if (e & 1) result = static_cast<U>(result * b);
+      b = static_cast<U>(b * b);
+    }
+    return static_cast<C>(result);
+  }
+}
+
+void check_int_divisor(const Tensor& b, const char* opname) {
+  if (is_floating(b.dtype())) return;
+  visit_dtype(b.dtype(), [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    std::vector<double> dummy;
+    const Tensor& t = b;
+    bool zero = false;
+    const Tensor ops[1] = {t};
+    kernels::cpu::for_each_run<1>(ops, [&](char** p, const int64_t* s, int64_t n) {
+      for (int64_t i = 0; i < n; ++i)
+        if (*reinterpret_cast<const T*>(p[0] + i * s[0]) == T(0)) zero = true;
+    }, INT64_MAX);
+    KILN_CHECK(!zero, opname, ": integer division by zero (divisor of dtype ", dtype_name(b.dtype()), ", shape ",
+               shape_str(b.shape()), " contains 0)");
+  });
+}
+
+template <class C>
+C int_div(C a, C b) {
+  if constexpr (std::is_same_v<C, bool>) {
+    return a;
+  } else {
+    if constexpr (std::is_signed_v<C>)
+      if (b == C(-1)) return static_cast<C>(0 - static_cast<std::make_unsigned_t<C>>(a));  // no overflow UB
+    return static_cast<C>(a / b);
+  }
+}
+
+template <class C>
+C mod_value(C a, C b, bool fmod) {
+  if constexpr (std::is_floating_point_v<C>) {
+    C r = std::fmod(a, b);
+    if (!fmod && r != 0 && ((r < 0) != (b < 0))) r += b;
+    return r;
+  } else if constexpr (std::is_same_v<C, bool>) {
+    return false;
+  } else {
+    if constexpr (std::is_signed_v<C>)
+      if (b == C(-1)) return C(0);
+    C r = static_cast<C>(a % b);
+    if constexpr (std::is_signed_v<C>)
+      if (!fmod && r != 0 && ((r < 0) != (b < 0))) r = static_cast<C>(r + b);
+    return r;
+  }
+}
+
+template <class C>
+C max_value(C a, C b) {
+  if constexpr (std::is_floating_point_v<C>)
+    if (std::isnan(a) || std::isnan(b)) return std::numeric_limits<C>::quiet_NaN();
+  return a > b ? a : b;
+}
+template <class C>
+C min_value(C a, C b) {
+  if constexpr (std::is_floating_point_v<C>)
+    if (std::isnan(a) || std::isnan(b)) return std::numeric_limits<C>::quiet_NaN();
+  return a < b ? a : b;
+}
+
+const DTypeSet kArith = DTypeSet::numeric();
+
+OpDef& binary_def(OpRegistry& r, const char* schema, const char* onnx_type, int since) {
+  return defs::rules_pending(r.add(schema), onnx_type, since)
+      .infer(defs::infer_broadcast_promote)
+      .cast_inputs(InputCast::common);
+}
+
+}  // namespace
+
+void register_binary_arith_ops(OpRegistry& r) {
+  binary_def(r, "add(Tensor a, Tensor b) -> Tensor", "Add", 7)
+      .kernel(DeviceType::cpu, DTypeSet::all(), same_type_kernel([](auto a, auto b) { return static_cast<decltype(a)>(a + b); }))
+      .doc("a + b (bool: logical or)");
+  binary_def(r, "sub(Tensor a, Tensor b) -> Tensor", "Sub", 7)
+      .kernel(DeviceType::cpu, kArith, same_type_kernel([](auto a, auto b) { return static_cast<decltype(a)>(a - b); }))
+      .doc("a - b");
+  binary_def(r, "mul(Tensor a, Tensor b) -> Tensor", "Mul", 7)
+      .kernel(DeviceType::cpu, DTypeSet::all(), same_type_kernel([](auto a, auto b) { return static_cast<decltype(a)>(a * b); }))
+      .doc("a * b (bool: logical and)");
+  binary_def(r, "div(Tensor a, Tensor b) -> Tensor", "Div", 7)
+      .kernel(DeviceType::cpu, kArith, [](const KernelCall& k) {
+        check_int_divisor(k.in(1), "div");
+        same_type_kernel([](auto a, auto b) {
+          using C = decltype(a);
+          if constexpr (std::is_floating_point_v<C>) return a / b;
+          else return int_div(a, b);
+        })(k);
+      })
+      .doc("a / b; integers truncate toward zero (ONNX Div, C), integer division by zero is an error");
+  binary_def(r, "pow(Tensor a, Tensor b) -> Tensor", "Pow", 7)
+      .kernel(DeviceType::cpu, kArith, same_type_kernel([](auto a, auto b) {
+        using C = decltype(a);
+        if constexpr (std::is_floating_point_v<C>) return static_cast<C>(std::pow(a, b));
+        else return int_pow(a, b);
+      }))
+      .doc("a ** b");
+  binary_def(r, "mod(Tensor a, Tensor b, bool fmod=false) -> Tensor", "Mod", 10)
+      .kernel(DeviceType::cpu, kArith, [](const KernelCall& k) {
+        check_int_divisor(k.in(1), "mod");
+        bool fm = k.attrs.get_bool("fmod");
+        same_type_kernel([fm](auto a, auto b) { return mod_value(a, b, fm); })(k);
+      })
+      .doc("remainder: sign of the divisor (fmod=false, Python %) or of the dividend (fmod=true, C fmod)");
+  binary_def(r, "maximum(Tensor a, Tensor b) -> Tensor", "Max", 8)
+      .kernel(DeviceType::cpu, DTypeSet::all(), same_type_kernel([](auto a, auto b) { return max_value(a, b); }))
+      .doc("elementwise max; NaN propagates");
+  binary_def(r, "minimum(Tensor a, Tensor b) -> Tensor", "Min", 8)
+      .kernel(DeviceType::cpu, DTypeSet::all(), same_type_kernel([](auto a, auto b) { return min_value(a, b); }))
+      .doc("elementwise min; NaN propagates");
+}
+
+Tensor add(const Tensor& a, const Tensor& b, SourceLoc loc) { return dispatch1(op("add"), {a, b}, {}, loc); }
+Tensor sub(const Tensor& a, const Tensor& b, SourceLoc loc) { return dispatch1(op("sub"), {a, b}, {}, loc); }
+Tensor mul(const Tensor& a, const Tensor& b, SourceLoc loc) { return dispatch1(op("mul"), {a, b}, {}, loc); }
+Tensor div(const Tensor& a, const Tensor& b, SourceLoc loc) { return dispatch1(op("div"), {a, b}, {}, loc); }
+Tensor pow(const Tensor& a, const Tensor& b, SourceLoc loc) { return dispatch1(op("pow"), {a, b}, {}, loc); }
+Tensor mod(const Tensor& a, const Tensor& b, bool fmod, SourceLoc loc) {
+  return dispatch1(op("mod"), {a, b}, {{"fmod", fmod}}, loc);
+}
+Tensor maximum(const Tensor& a, const Tensor& b, SourceLoc loc) { return dispatch1(op("maximum"), {a, b}, {}, loc); }
+Tensor minimum(const Tensor& a, const Tensor& b, SourceLoc loc) { return dispatch1(op("minimum"), {a, b}, {}, loc); }
+
+}  // namespace kiln

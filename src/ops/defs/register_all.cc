@@ -1,0 +1,19 @@
+#include "ops/defs/register_all.h"
+
+namespace kiln {
+
+void register_builtin_ops(OpRegistry& r) {
+  register_view_ops(r);
+  register_copy_ops(r);
+  register_shape_ops(r);
+  register_unary_ops(r);
+  register_binary_ops(r);
+  register_reduce_ops(r);
+  register_scan_ops(r);
+  register_norm_ops(r);
+  register_linalg_ops(r);
+  register_conv_ops(r);
+  register_index_ops(r);
+}
+
+}  // namespace kiln

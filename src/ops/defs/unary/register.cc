@@ -1,0 +1,9 @@
+// Registration of the unary family (being filled in; see issue #2).
+#include "ops/defs/common.h"
+#include "ops/defs/register_all.h"
+
+namespace kiln {
+
+void register_unary_ops(OpRegistry& r) { (void)r; }
+
+}  // namespace kiln

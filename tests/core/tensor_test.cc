@@ -1,0 +1,215 @@
+// Tensor metadata, views sharing storage, factories, version counters, type promotion.
+#include "support/testing.h"
+
+namespace kiln {
+namespace {
+
+using testing::all_close;
+
+TEST(DType, PromotionFollowsNumPyAndPyTorch) {
+  EXPECT_EQ(promote_types(DType::boolean, DType::u8), DType::u8);
+  EXPECT_EQ(promote_types(DType::u8, DType::i8), DType::i32);
+  EXPECT_EQ(promote_types(DType::i32, DType::i64), DType::i64);
+  EXPECT_EQ(promote_types(DType::i64, DType::f16), DType::f16);
+  EXPECT_EQ(promote_types(DType::f16, DType::bf16), DType::f32);
+  EXPECT_EQ(promote_types(DType::f32, DType::f64), DType::f64);
+  EXPECT_EQ(promote_types(DType::bf16, DType::bf16), DType::bf16);
+  for (int a = 0; a < kNumDTypes; ++a)
+    for (int b = 0; b < kNumDTypes; ++b)
+      EXPECT_EQ(promote_types(static_cast<DType>(a), static_cast<DType>(b)),
+                promote_types(static_cast<DType>(b), static_cast<DType>(a)));
+  EXPECT_EQ(parse_dtype("float32"), DType::f32);
+  EXPECT_KILN_ERROR(parse_dtype("float128"), "unknown dtype 'float128'");
+}
+
+TEST(DType, HalfAndBFloat16RoundTrip) {
+  for (float f : {0.0f, 1.0f, -2.5f, 65504.0f, 6.1035156e-05f, 5.9604645e-08f, 0.1f, 1e-3f}) {
+    EXPECT_NEAR(static_cast<float>(Half(f)), f, std::abs(f) * 1e-3 + 1e-7) << f;
+    EXPECT_NEAR(static_cast<float>(BFloat16(f)), f, std::abs(f) * 8e-3 + 1e-30) << f;
+  }
+  EXPECT_TRUE(std::isinf(static_cast<float>(Half(1e6f))));
+  EXPECT_TRUE(std::isnan(static_cast<float>(Half(NAN))));
+  EXPECT_TRUE(std::isnan(static_cast<float>(BFloat16(NAN))));
+  EXPECT_EQ(Half(1.0f).bits, 0x3c00);
+  EXPECT_EQ(BFloat16(1.0f).bits, 0x3f80);
+  // Round to nearest even: 1 + 2^-11 lies halfway between 1 and 1 + 2^-10.
+  EXPECT_EQ(Half(1.0f + 0x1p-11f).bits, 0x3c00);
+  EXPECT_EQ(Half(1.0f + 3 * 0x1p-11f).bits, 0x3c02);
+}
+
+TEST(Tensor, FactoriesAndMetadata) {
+  Tensor z = zeros({2, 3});
+  EXPECT_EQ(z.shape(), (Shape{2, 3}));
+  EXPECT_EQ(z.strides(), (Strides{3, 1}));
+  EXPECT_EQ(z.numel(), 6);
+  EXPECT_EQ(z.dtype(), DType::f32);
+  EXPECT_TRUE(z.is_contiguous());
+  EXPECT_EQ(reinterpret_cast<uintptr_t>(z.data_ptr()) % kAlignment, 0u);
+  EXPECT_EQ(ones({4}, DType::i64).sum().item<int64_t>(), 4);
+  EXPECT_EQ(full({2}, 7, DType::i32).data<int32_t>()[1], 7);
+  EXPECT_TRUE(all_close(arange(5), from_vector<double>({0, 1, 2, 3, 4})));
+  EXPECT_EQ(arange(5).dtype(), DType::f32);
+  EXPECT_TRUE(all_close(arange(1, 2, 0.25, DType::f64), from_vector<double>({1, 1.25, 1.5, 1.75})));
+  EXPECT_TRUE(all_close(arange(10, 0, -3, DType::i64), from_vector<double>({10, 7, 4, 1})));
+  EXPECT_TRUE(all_close(linspace(0, 1, 5), from_vector<double>({0, 0.25, 0.5, 0.75, 1})));
+  EXPECT_TRUE(all_close(eye(2, 3), from_vector<double>({1, 0, 0, 0, 1, 0}, Shape{2, 3})));
+  EXPECT_EQ(scalar_tensor(3.5).dim(), 0);
+  EXPECT_EQ(scalar_tensor(3.5).item<double>(), 3.5);
+  EXPECT_KILN_ERROR(zeros({2, -1}), "negative dimension");
+  EXPECT_KILN_ERROR(arange(0, 1, 0), "step must be nonzero");
+  EXPECT_KILN_ERROR(zeros({2}).data<double>(), "data<T>()", "f64", "f32");
+  EXPECT_KILN_ERROR(zeros({2}).item<float>(), "item()", "one element");
+}
+
+TEST(Tensor, RandomIsSeededAndHasTheRightMoments) {
+  manual_seed(42);
+  Tensor a = randn({100000});
+  manual_seed(42);
+  Tensor b = randn({100000});
+  EXPECT_TRUE(all_close(a, b, {0, 0}));
+  double mean = a.mean().item<double>();
+  double sd = std_dev(a).item<double>();
+  EXPECT_NEAR(mean, 0.0, 0.02);
+  EXPECT_NEAR(sd, 1.0, 0.02);
+  Generator g(7);
+  Tensor u = rand({100000}, DType::f64, &g);
+  EXPECT_NEAR(u.mean().item<double>(), 0.5, 0.01);
+  EXPECT_GE(u.min().item<double>(), 0.0);
+  EXPECT_LT(u.max().item<double>(), 1.0);
+  Tensor r = randint(-3, 4, {1000}, DType::i64, &g);
+  EXPECT_GE(r.min().item<int64_t>(), -3);
+  EXPECT_LE(r.max().item<int64_t>(), 3);
+}
+
+TEST(Tensor, ViewsShareStorageAndNeverCopy) {
+  Tensor a = arange(24).reshape({2, 3, 4});
+  Tensor t = a.transpose(0, 2);
+  EXPECT_EQ(t.shape(), (Shape{4, 3, 2}));
+  EXPECT_EQ(t.storage(), a.storage());
+  EXPECT_FALSE(t.is_contiguous());
+  Tensor p = a.permute({1, 2, 0});
+  EXPECT_EQ(p.shape(), (Shape{3, 4, 2}));
+  EXPECT_EQ(p.storage(), a.storage());
+  Tensor s = a.slice(2, 1, 4, 2);  // [..., 1::2]
+  EXPECT_EQ(s.shape(), (Shape{2, 3, 2}));
+  EXPECT_EQ(s.storage(), a.storage());
+  EXPECT_TRUE(all_close(s.select(0, 1).select(0, 2), from_vector<double>({21, 23})));
+  Tensor neg = a.slice(2, -1, -5, -1);  // reversed last dim
+  EXPECT_TRUE(all_close(neg.select(0, 0).select(0, 0), from_vector<double>({3, 2, 1, 0})));
+  Tensor e = from_vector<float>({1, 2, 3}).reshape({3, 1}).expand({3, 4});
+  EXPECT_EQ(e.strides(), (Strides{1, 0}));
+  EXPECT_TRUE(all_close(e.sum({1}), from_vector<double>({4, 8, 12})));
+  Tensor u = a.unsqueeze(1);
+  EXPECT_EQ(u.shape(), (Shape{2, 1, 3, 4}));
+  EXPECT_EQ(u.squeeze().shape(), (Shape{2, 3, 4}));
+  EXPECT_EQ(u.squeeze(1).shape(), (Shape{2, 3, 4}));
+  EXPECT_EQ(a.flatten(1).shape(), (Shape{2, 12}));
+  EXPECT_EQ(a.view({6, -1}).shape(), (Shape{6, 4}));
+  EXPECT_EQ(a.view({6, -1}).storage(), a.storage());
+  // Writing through a view changes the base and bumps the shared version.
+  uint64_t v0 = a.version();
+  s.fill_(-1);
+  EXPECT_EQ(a.version(), v0 + 1);
+  EXPECT_EQ(a.data<float>()[1], -1.0f);
+  EXPECT_EQ(a.data<float>()[0], 0.0f);
+}
+
+TEST(Tensor, ReshapeCopiesOnlyWhenStridesForbidAView) {
+  Tensor a = arange(12).reshape({3, 4});
+  Tensor t = a.t();  // [4, 3], not contiguous
+  EXPECT_KILN_ERROR(t.view({12}), "view", "cannot be viewed", "reshape()");
+  Tensor r = t.reshape({12});
+  EXPECT_NE(r.storage(), a.storage());
+  EXPECT_TRUE(all_close(r, from_vector<double>({0, 4, 8, 1, 5, 9, 2, 6, 10, 3, 7, 11})));
+  // Splitting a transposed dim is still a view.
+  Tensor b = arange(24).reshape({4, 6}).t();   // [6, 4] strides [1, 6]
+  Tensor bv = b.view({2, 3, 4});
+  EXPECT_EQ(bv.storage(), b.storage());
+  EXPECT_EQ(bv.strides(), (Strides{3, 1, 6}));
+  EXPECT_KILN_ERROR(a.reshape({5, -1}), "reshape", "[3, 4]", "12 elements");
+  EXPECT_KILN_ERROR(a.reshape({-1, -1}), "only one dimension may be -1");
+}
+
+TEST(Tensor, ViewErrorsNameTheOp) {
+  Tensor a = zeros({2, 3});
+  EXPECT_KILN_ERROR(a.transpose(0, 2), "transpose", "axis 2", "rank 2");
+  EXPECT_KILN_ERROR(a.permute({0, 0}), "permute", "twice");
+  EXPECT_KILN_ERROR(a.squeeze(0), "squeeze", "size 2");
+  EXPECT_KILN_ERROR(a.expand({3, 3}), "expand", "[2, 3]", "[3, 3]");
+  EXPECT_KILN_ERROR(a.slice(0, 0, 1, 0), "slice", "step cannot be 0");
+  EXPECT_KILN_ERROR(a.select(1, 3), "select", "index 3");
+  EXPECT_KILN_ERROR(a.broadcast_to({3}), "broadcast");
+}
+
+TEST(Tensor, ContiguousCloneAndCast) {
+  Tensor a = arange(6).reshape({2, 3});
+  Tensor t = a.t();
+  Tensor c = t.contiguous();
+  EXPECT_TRUE(c.is_contiguous());
+  EXPECT_TRUE(all_close(c, t));
+  EXPECT_TRUE(a.contiguous().is_same(a));
+  Tensor cl = a.clone();
+  EXPECT_NE(cl.storage(), a.storage());
+  Tensor f = from_vector<float>({-1.7f, 2.9f, 0.0f, 300.0f});
+  EXPECT_TRUE(all_close(f.to(DType::i32), from_vector<double>({-1, 2, 0, 300})));
+  EXPECT_TRUE(all_close(f.to(DType::boolean), from_vector<double>({1, 1, 0, 1})));
+  EXPECT_TRUE(all_close(f.to(DType::f16).to(DType::f32), f, {1e-3, 0}));
+  for (DType from : testing::kAllDTypes)
+    for (DType to : testing::kAllDTypes) {
+      Tensor x = testing::random_tensor({33}, from, 3, 1, 9);
+      EXPECT_TRUE(all_close(x.to(to).to(DType::f64), x.to(DType::f64), testing::tol_for(to)))
+          << dtype_name(from) << " -> " << dtype_name(to);
+    }
+}
+
+TEST(Tensor, CopyBroadcastsAndConverts) {
+  Tensor dst = zeros({2, 3}, DType::f64);
+  dst.copy_(from_vector<int32_t>({1, 2, 3}));
+  EXPECT_TRUE(all_close(dst, from_vector<double>({1, 2, 3, 1, 2, 3}, Shape{2, 3})));
+  EXPECT_KILN_ERROR(dst.copy_(ones({4})), "copy_", "[4]", "[2, 3]");
+}
+
+TEST(Tensor, PrintsLikeNumPy) {
+  EXPECT_EQ(from_vector<float>({1, 2, 3}).str(), "tensor([1., 2., 3.])");
+  EXPECT_EQ(from_vector<float>({0.25f, -1.5f}).str(), "tensor([ 0.25, -1.5 ])");
+  EXPECT_EQ(arange(6, DType::i64).reshape({2, 3}).str(), "tensor([[0, 1, 2],\n        [3, 4, 5]])");
+  EXPECT_EQ(from_vector<int32_t>({1, 2}).str(), "tensor([1, 2], dtype=i32)");
+  EXPECT_EQ(from_vector<bool>({true, false}).str(), "tensor([ True, False], dtype=bool)");
+  EXPECT_EQ(scalar_tensor(2.5).str(), "tensor(2.5)");
+  EXPECT_EQ(from_vector<float>({1e-5f, 1.0f}).str(), "tensor([1.e-05, 1.e+00])");
+  std::string big = arange(2000).str();
+  EXPECT_NE(big.find("..."), std::string::npos);
+  EXPECT_NE(big.find("1999."), std::string::npos);
+  EXPECT_EQ(zeros({0}).str(), "tensor([])");
+}
+
+TEST(Allocator, ReusesFreedBlocks) {
+  Allocator& a = allocator_for(Device::cpu());
+  { Tensor t = empty({1 << 20}); }
+  AllocatorStats before = a.stats();
+  { Tensor t = empty({1 << 20}); }
+  AllocatorStats after = a.stats();
+  EXPECT_EQ(after.allocations, before.allocations + 1);
+#if !defined(__SANITIZE_ADDRESS__)
+  EXPECT_EQ(after.cache_hits, before.cache_hits + 1);
+#endif
+  EXPECT_KILN_ERROR(allocator_for(Device::cuda()), "cuda");
+}
+
+TEST(ThreadPool, ParallelForCoversTheRangeOnce) {
+  for (int threads : {1, 2, 3}) {
+    set_num_threads(threads);
+    EXPECT_EQ(get_num_threads(), threads);
+    std::vector<int> hits(10007, 0);
+    parallel_for(0, 10007, 100, [&](int64_t b, int64_t e) {
+      for (int64_t i = b; i < e; ++i) ++hits[static_cast<size_t>(i)];
+    });
+    for (int h : hits) ASSERT_EQ(h, 1);
+  }
+  EXPECT_THROW(parallel_for(0, 1000, 1, [](int64_t, int64_t) { throw Error("boom"); }), Error);
+  set_num_threads(available_cores());
+  EXPECT_KILN_ERROR(set_num_threads(0), "n >= 1");
+}
+
+}  // namespace
+}  // namespace kiln
