@@ -61,8 +61,13 @@ class ThreadPool {
       // Workers finish quickly in the common case; yield instead of sleeping.
       std::this_thread::yield();
     }
-    fn_ = nullptr;
-    if (error_) std::rethrow_exception(error_);
+    std::exception_ptr error;
+    {
+      std::lock_guard<std::mutex> g(mu_);
+      fn_ = nullptr;
+      error = error_;
+    }
+    if (error) std::rethrow_exception(error);
   }
 
  private:
@@ -115,14 +120,16 @@ class ThreadPool {
         __builtin_ia32_pause();
 #endif
       }
+      const std::function<void(int, int)>* fn;
+      int n;
       {
         std::unique_lock<std::mutex> g(mu_);
         cv_.wait(g, [&] { return generation_.load(std::memory_order_acquire) != seen; });
         seen = generation_.load(std::memory_order_acquire);
         if (quit_) return;
+        fn = fn_;
+        n = n_;
       }
-      const auto* fn = fn_;
-      int n = n_;
       if (fn && index < n) {
         call(index, n, *fn);
         pending_.fetch_sub(1, std::memory_order_acq_rel);
