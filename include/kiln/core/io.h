@@ -11,9 +11,11 @@ namespace kiln {
 
 Tensor load_npy(const std::string& path);
 void save_npy(const std::string& path, const Tensor& t);
-// Entries in file order by name (without the ".npy" suffix NumPy adds inside the archive).
+// Entries by name (without the ".npy" suffix NumPy adds inside the archive).
 std::map<std::string, Tensor> load_npz(const std::string& path);
-void save_npz(const std::string& path, const std::map<std::string, Tensor>& tensors);
+void save_npz(const std::string& path, const std::map<std::string, Tensor>& tensors);  // stored, like np.savez
+// Deflate-compressed entries, like np.savez_compressed.
+void save_npz_compressed(const std::string& path, const std::map<std::string, Tensor>& tensors);
 
 // In-memory forms, for tests and the runtime.
 Tensor parse_npy(const std::string& bytes, const std::string& what = "<memory>");

@@ -1,0 +1,58 @@
+#!/usr/bin/env bash
+# Installs everything kiln needs to build and test on a fresh Debian 12 machine (run as root):
+# the compiler toolchain and libraries from Debian's packages, and NumPy (for the .npy/.npz
+# round-trip tests) from PyPI. Idempotent and quiet; when everything is present it only checks.
+# The CUDA toolkit is not installed here: it is detected at /usr/local/cuda (or on PATH) by CMake.
+set -euo pipefail
+
+APT_PACKAGES=(
+  build-essential cmake ccache pkg-config zlib1g-dev
+  libgtest-dev libgmock-dev libbenchmark-dev libcli11-dev
+  graphviz python3 python3-pip
+)
+NUMPY_VERSION=2.2.6
+
+log() { echo "[install-deps] $*"; }
+
+missing=()
+for p in "${APT_PACKAGES[@]}"; do
+  if ! dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed"; then
+    missing+=("$p")
+  fi
+done
+if ((${#missing[@]})); then
+  SUDO=""
+  if [[ $(id -u) -ne 0 ]]; then SUDO="sudo"; fi
+  log "apt-get install ${missing[*]}"
+  export DEBIAN_FRONTEND=noninteractive
+  $SUDO apt-get update -qq
+  apt_log=$(mktemp)
+  if ! $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}" >"$apt_log" 2>&1; then
+    cat "$apt_log"; rm -f "$apt_log"; exit 1
+  fi
+  rm -f "$apt_log"
+else
+  log "Debian packages: all present"
+fi
+
+# NumPy for whichever python3 the build will find first on PATH.
+if python3 -c "import numpy, sys; sys.exit(0 if numpy.__version__ == '${NUMPY_VERSION}' else 1)" 2>/dev/null; then
+  log "numpy ${NUMPY_VERSION}: present"
+else
+  log "pip install numpy==${NUMPY_VERSION}"
+  pip_flags=(--quiet --disable-pip-version-check --no-input --root-user-action=ignore)
+  # Debian's own python3 refuses pip installs into the system site without this flag.
+  if python3 -m pip install --help 2>/dev/null | grep -q -- --break-system-packages; then
+    if [[ -f "$(python3 -c 'import sysconfig; print(sysconfig.get_path("stdlib"))')/EXTERNALLY-MANAGED" ]]; then
+      pip_flags+=(--break-system-packages)
+    fi
+  fi
+  python3 -m pip install "${pip_flags[@]}" "numpy==${NUMPY_VERSION}"
+  python3 -c "import numpy" || { log "numpy did not install"; exit 1; }
+fi
+
+if command -v nvcc >/dev/null 2>&1 || [[ -x /usr/local/cuda/bin/nvcc ]]; then
+  log "CUDA toolkit: found"
+else
+  log "CUDA toolkit: not found (kiln builds without CUDA)"
+fi
