@@ -5,6 +5,7 @@
 
 #include <functional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "kiln/core/tensor.h"
@@ -28,5 +29,20 @@ Tensor unary(const std::string& op, const Tensor& x, const Attrs& attrs = {});
 // Binary with broadcasting ("add", "pow", "mod", "eq", "logical_and", ...).
 Tensor binary(const std::string& op, const Tensor& a, const Tensor& b, const Attrs& attrs = {});
 Tensor where(const Tensor& cond, const Tensor& a, const Tensor& b);
+
+// ---- shape and index families (shape.cc, index.cc) ---------------------------------------------
+// Axes may be negative. Indices must be in range (negative wrap); results are f64.
+Tensor concat(const std::vector<Tensor>& xs, int64_t axis);
+Tensor stack(const std::vector<Tensor>& xs, int64_t axis);
+std::vector<Tensor> split(const Tensor& x, const std::vector<int64_t>& sizes, int64_t axis);
+Tensor tile(const Tensor& x, const std::vector<int64_t>& repeats);
+Tensor pad(const Tensor& x, const std::vector<int64_t>& pads, const std::string& mode, double value);
+Tensor trilu(const Tensor& x, int64_t k, bool upper);
+Tensor gather(const Tensor& x, const Tensor& indices, int64_t axis);
+Tensor gather_elements(const Tensor& x, const Tensor& index, int64_t axis);
+Tensor scatter(const Tensor& x, int64_t axis, const Tensor& index, const Tensor& src);
+Tensor one_hot(const Tensor& indices, int64_t depth, int64_t axis);
+// Values and indices (as f64), sorted best first; ties keep the lower index; NaN ranks highest.
+std::pair<Tensor, Tensor> topk(const Tensor& x, int64_t k, int64_t axis, bool largest);
 
 }  // namespace kiln::ref

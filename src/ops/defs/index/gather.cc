@@ -1,0 +1,145 @@
+// Gathering by index: gather (ONNX Gather: whole slices picked along an axis), gather_elements
+// (ONNX GatherElements / torch.gather: one element per index position) and index_select (gather
+// with a 1-D index). Kernels move elements by size, not by dtype (movement.h).
+#include <algorithm>
+#include <cstring>
+
+#include "kiln/ops/index.h"
+#include "ops/defs/common.h"
+#include "ops/defs/index/indices.h"
+#include "ops/defs/shape/movement.h"
+
+namespace kiln {
+
+void register_gather_ops(OpRegistry& r);
+
+namespace {
+
+using defs::contiguous_data;
+using defs::read_indices;
+
+std::string axis_what(int64_t axis, const Shape& x) {
+  return "axis " + std::to_string(axis) + " of x (shape " + shape_str(x) + ")";
+}
+
+// ---- gather -----------------------------------------------------------------------------------------------
+
+std::vector<TensorMeta> infer_gather(const InferCtx& c) {
+  const TensorMeta& x = c.in(0);
+  const TensorMeta& idx = c.in(1);
+  KILN_CHECK(!x.shape.empty(), "gather: x must have rank >= 1, got ", meta_str(x));
+  defs::check_index_dtype("gather", "indices", idx);
+  const size_t axis = static_cast<size_t>(normalize_axis(c.attrs.get_int("axis"), static_cast<int64_t>(x.shape.size()), "gather"));
+  Shape s(x.shape.begin(), x.shape.begin() + static_cast<int64_t>(axis));
+  s.insert(s.end(), idx.shape.begin(), idx.shape.end());
+  s.insert(s.end(), x.shape.begin() + static_cast<int64_t>(axis) + 1, x.shape.end());
+  return {{x.dtype, s}};
+}
+
+// out viewed as [outer, m, inner] = x viewed as [outer, n, inner] at rows index[j].
+void gather_kernel(const KernelCall& k) {
+  const Tensor& out = k.out(0);
+  KILN_ASSERT(out.numel() == 0 || out.is_contiguous(), "gather: output must be contiguous");
+  const Tensor x = contiguous_data(k.in(0));
+  const size_t axis = static_cast<size_t>(normalize_axis(k.attrs.get_int("axis"), x.dim(), "gather"));
+  const int64_t n = x.shape()[axis];
+  const std::vector<int64_t> idx = read_indices("gather", "indices", k.in(1), n, axis_what(static_cast<int64_t>(axis), x.shape()));
+  if (out.numel() == 0) return;
+  int64_t outer = 1, inner = 1;
+  for (size_t d = 0; d < axis; ++d) outer *= x.shape()[d];
+  for (size_t d = axis + 1; d < x.shape().size(); ++d) inner *= x.shape()[d];
+  const int64_t m = static_cast<int64_t>(idx.size());
+  defs::visit_elem_size(x.dtype(), [&](auto tag) {
+    using U = typename decltype(tag)::type;
+    const char* src = static_cast<const char*>(x.data_ptr());
+    char* dst = static_cast<char*>(out.data_ptr());
+    const int64_t grain = std::max<int64_t>(1, kernels::cpu::kGrain / inner);
+    parallel_for(0, outer * m, grain, [&](int64_t begin, int64_t end) {
+      for (int64_t t = begin; t < end; ++t) {
+        const int64_t p = t / m, j = t % m;
+        const char* s = src + (p * n + idx[static_cast<size_t>(j)]) * inner * static_cast<int64_t>(sizeof(U));
+        char* o = dst + t * inner * static_cast<int64_t>(sizeof(U));
+        for (int64_t q = 0; q < inner; ++q) std::memcpy(o + q * sizeof(U), s + q * sizeof(U), sizeof(U));
+      }
+    });
+  });
+}
+
+// ---- gather_elements ----------------------------------------------------------------------------------
+
+std::vector<TensorMeta> infer_gather_elements(const InferCtx& c) {
+  const TensorMeta& x = c.in(0);
+  const TensorMeta& idx = c.in(1);
+  KILN_CHECK(!x.shape.empty(), "gather_elements: x must have rank >= 1, got ", meta_str(x));
+  defs::check_index_dtype("gather_elements", "index", idx);
+  const int64_t rank = static_cast<int64_t>(x.shape.size());
+  const int64_t axis = normalize_axis(c.attrs.get_int("axis"), rank, "gather_elements");
+  KILN_CHECK(idx.shape.size() == x.shape.size(), "gather_elements: index (", meta_str(idx), ") must have the rank of x (",
+             meta_str(x), ")");
+  for (int64_t d = 0; d < rank; ++d)
+    KILN_CHECK(d == axis || idx.shape[static_cast<size_t>(d)] <= x.shape[static_cast<size_t>(d)],
+               "gather_elements: index has shape ", shape_str(idx.shape), " but x has shape ", shape_str(x.shape),
+               "; off the gather axis ", axis, " index dims must not exceed x's (dim ", d, ")");
+  return {{x.dtype, idx.shape}};
+}
+
+void gather_elements_kernel(const KernelCall& k) {
+  const Tensor& out = k.out(0);
+  KILN_ASSERT(out.numel() == 0 || out.is_contiguous(), "gather_elements: output must be contiguous");
+  const Tensor& x = k.in(0);
+  const size_t axis = static_cast<size_t>(normalize_axis(k.attrs.get_int("axis"), x.dim(), "gather_elements"));
+  const std::vector<int64_t> idx = read_indices("gather_elements", "index", k.in(1), x.shape()[axis],
+                                                axis_what(static_cast<int64_t>(axis), x.shape()));
+  const Shape& shape = out.shape();
+  const size_t rank = shape.size();
+  const Strides& xst = x.strides();
+  defs::visit_elem_size(x.dtype(), [&](auto tag) {
+    using U = typename decltype(tag)::type;
+    const char* src = static_cast<const char*>(x.data_ptr());
+    char* dst = static_cast<char*>(out.data_ptr());
+    parallel_for(0, out.numel(), kernels::cpu::kGrain, [&](int64_t begin, int64_t end) {
+      std::vector<int64_t> pos = defs::unravel(begin, shape);
+      for (int64_t t = begin; t < end; ++t) {
+        int64_t off = 0;
+        for (size_t d = 0; d < rank; ++d) off += (d == axis ? idx[static_cast<size_t>(t)] : pos[d]) * xst[d];
+        std::memcpy(dst + t * static_cast<int64_t>(sizeof(U)), src + off * static_cast<int64_t>(sizeof(U)), sizeof(U));
+        for (size_t d = rank; d-- > 0;) {
+          if (++pos[d] < shape[d]) break;
+          pos[d] = 0;
+        }
+      }
+    });
+  });
+}
+
+}  // namespace
+
+void register_gather_ops(OpRegistry& r) {
+  defs::rules_pending(r.add("gather(Tensor x, Tensor indices, int axis=0) -> Tensor"), "Gather", 13)
+      .infer(infer_gather)
+      .kernel(DeviceType::cpu, DTypeSet::all(), gather_kernel)
+      .doc("x's slices at `indices` along axis: out.shape = x.shape[:axis] + indices.shape + x.shape[axis+1:].");
+  defs::rules_pending(r.add("gather_elements(Tensor x, Tensor index, int axis) -> Tensor"), "GatherElements", 13)
+      .infer(infer_gather_elements)
+      .kernel(DeviceType::cpu, DTypeSet::all(), gather_elements_kernel)
+      .doc("out[i][j] = x[index[i][j]][j] (axis 0); out has index's shape.");
+}
+
+// ---- public functions -------------------------------------------------------------------------------------
+
+Tensor gather(const Tensor& x, const Tensor& indices, int64_t axis, SourceLoc loc) {
+  return dispatch1(op("gather"), {x, indices}, {{"axis", axis}}, loc);
+}
+
+Tensor gather_elements(const Tensor& x, const Tensor& index, int64_t axis, SourceLoc loc) {
+  return dispatch1(op("gather_elements"), {x, index}, {{"axis", axis}}, loc);
+}
+
+// A gather whose index must be 1-D; recorded as gather.
+Tensor index_select(const Tensor& x, int64_t axis, const Tensor& index, SourceLoc loc) {
+  KILN_CHECK(index.dim() == 1, "index_select: index must be 1-D, got ", dtype_name(index.dtype()),
+             shape_str(index.shape()));
+  return gather(x, index, axis, loc);
+}
+
+}  // namespace kiln

@@ -1,0 +1,146 @@
+// Writing by index: scatter (ONNX ScatterElements, reduction none / torch.scatter) and one_hot.
+#include <algorithm>
+#include <cstring>
+
+#include "kiln/ops/index.h"
+#include "ops/defs/common.h"
+#include "ops/defs/index/indices.h"
+#include "ops/defs/shape/movement.h"
+
+namespace kiln {
+
+void register_scatter_ops(OpRegistry& r);
+
+namespace {
+
+using defs::contiguous_data;
+using defs::read_indices;
+
+// ---- scatter ------------------------------------------------------------------------------------------------
+
+std::vector<TensorMeta> infer_scatter(const InferCtx& c) {
+  const TensorMeta& x = c.in(0);
+  const TensorMeta& idx = c.in(1);
+  const TensorMeta& src = c.in(2);
+  KILN_CHECK(!x.shape.empty(), "scatter: x must have rank >= 1, got ", meta_str(x));
+  defs::check_index_dtype("scatter", "index", idx);
+  const int64_t rank = static_cast<int64_t>(x.shape.size());
+  const int64_t axis = normalize_axis(c.attrs.get_int("axis"), rank, "scatter");
+  KILN_CHECK(src.dtype == x.dtype, "scatter: src (", meta_str(src), ") must have the dtype of x (", meta_str(x), ")");
+  KILN_CHECK(idx.shape.size() == x.shape.size() && src.shape.size() == x.shape.size(), "scatter: x (", meta_str(x),
+             "), index (", meta_str(idx), ") and src (", meta_str(src), ") must have the same rank");
+  for (int64_t d = 0; d < rank; ++d) {
+    const size_t u = static_cast<size_t>(d);
+    KILN_CHECK(idx.shape[u] <= src.shape[u], "scatter: index has shape ", shape_str(idx.shape), " but src has shape ",
+               shape_str(src.shape), "; index dims must not exceed src's (dim ", d, ")");
+    KILN_CHECK(d == axis || idx.shape[u] <= x.shape[u], "scatter: index has shape ", shape_str(idx.shape),
+               " but x has shape ", shape_str(x.shape), "; off the scatter axis ", axis,
+               " index dims must not exceed x's (dim ", d, ")");
+  }
+  return {x};
+}
+
+// Note [Scatter order]
+// Positions of `index` that differ before the axis write disjoint rows of the output, so the
+// outer dims run in parallel; within one outer position the writes go in index order, so when
+// two indices collide the later one wins (deterministic, like the sequential reference).
+void scatter_kernel(const KernelCall& k) {
+  const Tensor& out = k.out(0);
+  KILN_ASSERT(out.numel() == 0 || out.is_contiguous(), "scatter: output must be contiguous");
+  kernels::cpu::copy_into(out, k.in(0));
+  const size_t axis = static_cast<size_t>(normalize_axis(k.attrs.get_int("axis"), out.dim(), "scatter"));
+  const Tensor& index = k.in(1);
+  const Tensor& src = k.in(2);
+  const std::vector<int64_t> idx = read_indices("scatter", "index", index, out.shape()[axis],
+                                                "axis " + std::to_string(axis) + " of x (shape " + shape_str(out.shape()) + ")");
+  if (idx.empty()) return;
+  const Shape& shape = index.shape();
+  const size_t rank = shape.size();
+  int64_t outer = 1;
+  for (size_t d = 0; d < axis; ++d) outer *= shape[d];
+  const int64_t block = static_cast<int64_t>(idx.size()) / outer;
+  const Strides& ost = out.strides();
+  const Strides& sst = src.strides();
+  defs::visit_elem_size(out.dtype(), [&](auto tag) {
+    using U = typename decltype(tag)::type;
+    const char* sp = static_cast<const char*>(src.data_ptr());
+    char* dp = static_cast<char*>(out.data_ptr());
+    parallel_for(0, outer, std::max<int64_t>(1, kernels::cpu::kGrain / block), [&](int64_t begin, int64_t end) {
+      std::vector<int64_t> pos = defs::unravel(begin * block, shape);
+      for (int64_t t = begin * block; t < end * block; ++t) {
+        int64_t o = 0, s = 0;
+        for (size_t d = 0; d < rank; ++d) {
+          o += (d == axis ? idx[static_cast<size_t>(t)] : pos[d]) * ost[d];
+          s += pos[d] * sst[d];
+        }
+        std::memcpy(dp + o * static_cast<int64_t>(sizeof(U)), sp + s * static_cast<int64_t>(sizeof(U)), sizeof(U));
+        for (size_t d = rank; d-- > 0;) {
+          if (++pos[d] < shape[d]) break;
+          pos[d] = 0;
+        }
+      }
+    });
+  });
+}
+
+// ---- one_hot ------------------------------------------------------------------------------------------------
+
+std::vector<TensorMeta> infer_one_hot(const InferCtx& c) {
+  const TensorMeta& ind = c.in(0);
+  defs::check_index_dtype("one_hot", "indices", ind, /*any_integer=*/true);
+  const int64_t depth = c.attrs.get_int("depth");
+  KILN_CHECK(depth >= 1, "one_hot: depth must be >= 1, got ", depth, " (indices ", meta_str(ind), ")");
+  const int64_t axis = normalize_axis(c.attrs.get_int("axis"), static_cast<int64_t>(ind.shape.size()) + 1, "one_hot");
+  Shape s = ind.shape;
+  s.insert(s.begin() + axis, depth);
+  return {{c.attrs.get_dtype("dtype"), s}};
+}
+
+// out viewed as [outer, depth, inner]: zero everywhere, one at [p, index[p, q], q].
+void one_hot_kernel(const KernelCall& k) {
+  const Tensor& out = k.out(0);
+  KILN_ASSERT(out.numel() == 0 || out.is_contiguous(), "one_hot: output must be contiguous");
+  const Tensor& ind = k.in(0);
+  const int64_t depth = k.attrs.get_int("depth");
+  const size_t axis = static_cast<size_t>(normalize_axis(k.attrs.get_int("axis"), ind.dim() + 1, "one_hot"));
+  const std::vector<int64_t> idx = read_indices("one_hot", "indices", ind, depth, "depth " + std::to_string(depth));
+  std::memset(out.data_ptr(), 0, out.nbytes());
+  int64_t inner = 1;
+  for (size_t d = axis; d < ind.shape().size(); ++d) inner *= ind.shape()[d];
+  const size_t es = out.element_size();
+  char one[8];
+  visit_dtype(out.dtype(), [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    const T v = convert<T>(1);
+    std::memcpy(one, &v, sizeof(T));
+  });
+  char* base = static_cast<char*>(out.data_ptr());
+  for (size_t t = 0; t < idx.size(); ++t) {
+    const int64_t p = static_cast<int64_t>(t) / inner, q = static_cast<int64_t>(t) % inner;
+    std::memcpy(base + ((p * depth + idx[t]) * inner + q) * static_cast<int64_t>(es), one, es);
+  }
+}
+
+}  // namespace
+
+void register_scatter_ops(OpRegistry& r) {
+  defs::rules_pending(r.add("scatter(Tensor x, Tensor index, Tensor src, int axis) -> Tensor"), "ScatterElements", 18)
+      .infer(infer_scatter)
+      .kernel(DeviceType::cpu, DTypeSet::all(), scatter_kernel)
+      .doc("A copy of x with out[index[i][j]][j] = src[i][j] (axis 0); on repeated indices the last write wins.");
+  defs::rules_pending(r.add("one_hot(Tensor indices, int depth, int axis=-1, dtype dtype=f32) -> Tensor"), "OneHot", 11)
+      .infer(infer_one_hot)
+      .kernel(DeviceType::cpu, DTypeSet::all(), one_hot_kernel)
+      .dtype_key(-1)
+      .doc("1 at position indices[...] (negative wraps) of a new axis of size depth, 0 elsewhere; dtype `dtype`.");
+}
+
+Tensor scatter(const Tensor& x, int64_t axis, const Tensor& index, const Tensor& src, SourceLoc loc) {
+  return dispatch1(op("scatter"), {x, index, src}, {{"axis", axis}}, loc);
+}
+
+Tensor one_hot(const Tensor& indices, int64_t depth, int64_t axis, DType dtype, SourceLoc loc) {
+  return dispatch1(op("one_hot"), {indices}, {{"depth", depth}, {"axis", axis}, {"dtype", dtype}}, loc);
+}
+
+}  // namespace kiln
