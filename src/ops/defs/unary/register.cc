@@ -1,9 +1,14 @@
-// Registration of the unary family (being filled in; see issue #2).
-#include "ops/defs/common.h"
+// Registration of the unary family: math (math.cc) and activations (activation.cc).
 #include "ops/defs/register_all.h"
 
 namespace kiln {
 
-void register_unary_ops(OpRegistry& r) { (void)r; }
+void register_unary_math_ops(OpRegistry& r);
+void register_unary_activation_ops(OpRegistry& r);
+
+void register_unary_ops(OpRegistry& r) {
+  register_unary_math_ops(r);
+  register_unary_activation_ops(r);
+}
 
 }  // namespace kiln

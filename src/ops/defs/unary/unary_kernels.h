@@ -1,0 +1,51 @@
+// Shared pieces of the unary op family: kernel builders over kernels::cpu::unary_loop and the
+// inference rules the family's ops have in common.
+#pragma once
+
+#include <type_traits>
+
+#include "kernels/cpu/loops.h"
+#include "ops/defs/common.h"
+
+namespace kiln::defs::unary {
+
+// Runs f elementwise on a floating input (the dispatcher has cast integer/bool inputs with
+// InputCast::to_floating). f sees compute_t<T>: float for f32/f16/bf16, double for f64.
+template <class F>
+void apply_floating(const KernelCall& k, F f) {
+  visit_floating(k.in(0).dtype(), k.op.name(), [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    kernels::cpu::unary_loop<T, T>(k.out(0), k.in(0), f);
+  });
+}
+
+// Runs f elementwise with the output dtype equal to the input's, for every numeric dtype. bool is
+// rejected by the op's inference rule (infer_numeric) before a kernel runs.
+template <class F>
+void apply_numeric(const KernelCall& k, F f) {
+  visit_dtype(k.in(0).dtype(), [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    if constexpr (std::is_same_v<T, bool>) {
+      KILN_ASSERT(false, k.op.name(), ": bool reached a numeric-only kernel");
+    } else {
+      kernels::cpu::unary_loop<T, T>(k.out(0), k.in(0), f);
+    }
+  });
+}
+
+template <class F>
+KernelFn floating_kernel(F f) {
+  return [f](const KernelCall& k) { apply_floating(k, f); };
+}
+
+template <class F>
+KernelFn numeric_kernel(F f) {
+  return [f](const KernelCall& k) { apply_numeric(k, f); };
+}
+
+// Output dtype to_floating(x): exp of an i32 tensor is f32.
+std::vector<TensorMeta> infer_floating(const InferCtx& c);
+// Output = input; bool input is an error naming the op, the argument and its shape.
+std::vector<TensorMeta> infer_numeric(const InferCtx& c);
+
+}  // namespace kiln::defs::unary
