@@ -242,5 +242,14 @@ TEST(Dispatch, BadCallsAreErrorsNamingTheOpArgumentAndShape) {
   EXPECT_KILN_ERROR(op("addd"), "unknown op 'addd'");
 }
 
+#if !KILN_HAS_CUDA
+TEST(Dispatch, CudaTensorsAreAClearErrorWithoutCuda) {
+  EXPECT_FALSE(cuda_available());
+  EXPECT_KILN_ERROR(empty({2}, TensorOptions(DType::f32, Device::cuda())), "cuda:0", "built without CUDA",
+                    "-DKILN_CUDA=ON");
+  EXPECT_KILN_ERROR(ones({2}).to(Device::cuda()), "cuda:0", "built without CUDA");
+}
+#endif
+
 }  // namespace
 }  // namespace kiln

@@ -7,6 +7,9 @@
 #include "kiln/ops/binary.h"
 #include "ops/defs/common.h"
 #include "ops/defs/register_all.h"
+#if KILN_HAS_CUDA
+#include "kernels/cuda/cuda_kernels.h"
+#endif
 
 namespace kiln {
 
@@ -113,6 +116,10 @@ OpDef& binary_def(OpRegistry& r, const char* schema, const char* onnx_type, int 
 void register_binary_arith_ops(OpRegistry& r) {
   binary_def(r, "add(Tensor a, Tensor b) -> Tensor", "Add", 7)
       .kernel(DeviceType::cpu, DTypeSet::all(), same_type_kernel([](auto a, auto b) { return static_cast<decltype(a)>(a + b); }))
+#if KILN_HAS_CUDA
+      .kernel(DeviceType::cuda, {DType::f32},
+              [](const KernelCall& k) { kernels::cuda::add_f32(k.out(0), k.in(0), k.in(1)); })
+#endif
       .doc("a + b (bool: logical or)");
   binary_def(r, "sub(Tensor a, Tensor b) -> Tensor", "Sub", 7)
       .kernel(DeviceType::cpu, kArith, same_type_kernel([](auto a, auto b) { return static_cast<decltype(a)>(a - b); }))
