@@ -1,25 +1,34 @@
-// The kiln command-line tool.
+// The kiln command-line tool. Subcommands grow with the layers; for now `kiln demo`.
 #include <CLI/CLI.hpp>
 
 #include <iostream>
 
+#include "demo.h"
 #include "kiln/kiln.h"
-
-int run_demo();
 
 int main(int argc, char** argv) {
   CLI::App app{"kiln: arrays, autograd and a model compiler"};
   app.set_version_flag("--version", std::string("kiln ") + kiln::kVersion);
   app.require_subcommand(1);
-  auto* demo = app.add_subcommand("demo", "A short tour of the array layer");
-  demo->callback([] { std::exit(run_demo()); });
+
+  DemoOptions demo_opt;
+  auto* demo = app.add_subcommand("demo", "A short tour of the array layer: creation, broadcasting, views, "
+                                          "reductions and a timed matmul");
+  demo->add_option("--size", demo_opt.matmul_size, "n of the timed [n, n] x [n, n] f32 matmul")
+      ->check(CLI::Range(int64_t{1}, int64_t{8192}));
+  demo->add_option("--seed", demo_opt.seed, "seed of the random tensors");
+  demo->add_option("--threads", demo_opt.threads, "CPU threads (0: the cores this process may use)")
+      ->check(CLI::Range(0, 1024));
+
+  int rc = 0;
   try {
     app.parse(argc, argv);
+    if (demo->parsed()) rc = run_demo(demo_opt);
   } catch (const CLI::ParseError& e) {
     return app.exit(e);
   } catch (const kiln::Error& e) {
-    std::cerr << "error: " << e.what() << "\n";
+    std::cerr << "kiln: error: " << e.what() << "\n";
     return 1;
   }
-  return 0;
+  return rc;
 }
