@@ -140,11 +140,13 @@ TEST(Unary, NonContiguousTransposedAndBroadcastViews) {
 // Enough elements to split over the thread pool (kernels::cpu::kGrain is 32768).
 TEST(Unary, LargeInputsSplitOverThreads) {
   for (const auto& c : kCases) {
-    for (DType t : {DType::f32, DType::bf16, DType::i32}) {
+    for (DType t : {DType::f32, DType::i32}) {
       if (!c.dtypes.contains(t)) continue;
-      Tensor x = input_for(c, {300, 337}, t, 11);
-      EXPECT_TRUE(matches_reference(c, x)) << describe(c) << " " << dtype_name(t);
-      EXPECT_TRUE(matches_reference(c, x.t())) << describe(c) << " " << dtype_name(t) << " transposed";
+      Tensor x = input_for(c, {129, 513}, t, 11);  // 66177 elements: three uneven chunks
+      Tensor want = ref::unary(c.op, x, c.attrs);  // computed once (the reference is slow)
+      EXPECT_TRUE(all_close(call(c, x), want, tol_of(c, out_dtype(c, t)))) << describe(c) << " " << dtype_name(t);
+      EXPECT_TRUE(all_close(call(c, x.t()), want.t(), tol_of(c, out_dtype(c, t))))
+          << describe(c) << " " << dtype_name(t) << " transposed";
     }
   }
 }
