@@ -263,5 +263,20 @@ TEST(TopK, Errors) {
   EXPECT_KILN_ERROR(topk(scalar_tensor(1.0), 1), "topk", "rank >= 1");
 }
 
+// Inputs large enough that every kernel splits its work over the pool's threads (when it has
+// more than one; the pool's size is left as the machine sets it).
+TEST(IndexOps, LargeInputsMatchReferenceWithThreads) {
+  Tensor x = rnd({300, 257}, DType::f32, 30);
+  Tensor idx = random_indices({500}, 300, DType::i64, 31);
+  EXPECT_TRUE(all_close(gather(x, idx, 0), ref::gather(x, idx, 0)));
+  Tensor ie = random_indices({300, 257}, 257, DType::i32, 32);
+  EXPECT_TRUE(all_close(gather_elements(x, ie, 1), ref::gather_elements(x, ie, 1)));
+  Tensor src = rnd({300, 257}, DType::f32, 33);
+  EXPECT_TRUE(all_close(scatter(x, 1, ie, src), ref::scatter(x, 1, ie, src)));
+  Tensor rows = rnd({4096, 33}, DType::f64, 34);
+  check_topk(rows, 5, 1, true, "large");
+  check_topk(rows, 7, 0, false, "large axis 0");
+}
+
 }  // namespace
 }  // namespace kiln

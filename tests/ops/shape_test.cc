@@ -282,5 +282,20 @@ TEST(Copy, CloneCastAndCopyOnEveryDType) {
   EXPECT_KILN_ERROR(dst.copy_(zeros({3})), "copy_", "[3]", "[3, 4]");
 }
 
+// Inputs large enough that the copy loops and trilu split their work over the pool's threads.
+TEST(ShapeOps, LargeInputsMatchReferenceWithThreads) {
+  Tensor a = rnd({200, 300}, DType::f32, 80), b = rnd({200, 7}, DType::f32, 81);
+  EXPECT_TRUE(all_close(concat({noncontiguous(a), b}, 1), ref::concat({a, b}, 1)));
+  auto parts = split(noncontiguous(a), {100, 200}, 1);
+  auto want = ref::split(a, {100, 200}, 1);
+  EXPECT_TRUE(all_close(parts[0], want[0]));
+  EXPECT_TRUE(all_close(parts[1], want[1]));
+  EXPECT_TRUE(all_close(tile(a, {2, 1}), ref::tile(a, {2, 1})));
+  EXPECT_TRUE(all_close(pad(a, {3, 4, 5, 6}, "reflect"), ref::pad(a, {3, 4, 5, 6}, "reflect", 0)));
+  Tensor m = rnd({3, 300, 200}, DType::bf16, 82);
+  EXPECT_TRUE(all_close(trilu(m, -3, true), ref::trilu(m, -3, true)));
+  EXPECT_TRUE(all_close(trilu(m, 7, false), ref::trilu(m, 7, false)));
+}
+
 }  // namespace
 }  // namespace kiln
