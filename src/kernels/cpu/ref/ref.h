@@ -30,6 +30,20 @@ Tensor unary(const std::string& op, const Tensor& x, const Attrs& attrs = {});
 Tensor binary(const std::string& op, const Tensor& a, const Tensor& b, const Attrs& attrs = {});
 Tensor where(const Tensor& cond, const Tensor& a, const Tensor& b);
 
+// ---- reduce, scan, norm (reduce.cc, scan.cc, norm.cc) --------------------------------------------
+// Reductions "sum", "prod", "mean", "max", "min", "var", "std_dev", "logsumexp", "norm" with
+// attrs as their schemas have them (axes, keepdim, correction; absent = default).
+Tensor reduce(const std::string& op, const Tensor& x, const Attrs& attrs = {});
+// "argmax" / "argmin": indices (as f64) along axis.
+Tensor arg_reduce(const std::string& op, const Tensor& x, int64_t axis, bool keepdim = false,
+                  bool select_last_index = false);
+Tensor cumsum(const Tensor& x, int64_t axis, bool exclusive = false, bool reverse = false);
+Tensor softmax(const Tensor& x, int64_t axis, bool log = false);
+// weight/bias may be undefined.
+Tensor layer_norm(const Tensor& x, int64_t axis, const Tensor& weight, const Tensor& bias, double eps);
+Tensor batch_norm(const Tensor& x, const Tensor& mean, const Tensor& var, const Tensor& weight,
+                  const Tensor& bias, double eps);
+
 // ---- shape and index families (shape.cc, index.cc) ---------------------------------------------
 // Axes may be negative. Indices must be in range (negative wrap); results are f64.
 Tensor concat(const std::vector<Tensor>& xs, int64_t axis);

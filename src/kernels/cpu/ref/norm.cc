@@ -1,0 +1,73 @@
+// Reference softmax, layer_norm and batch_norm on row-major values in long double.
+#include <algorithm>
+#include <cmath>
+
+#include "kernels/cpu/ref/ref.h"
+
+namespace kiln::ref {
+
+Tensor softmax(const Tensor& x, int64_t axis, bool log) {
+  const Shape& s = x.shape();
+  std::vector<double> v = values(x), out(v.size());
+  const int64_t rank = static_cast<int64_t>(s.size());
+  const int64_t a = rank == 0 ? 0 : (axis < 0 ? axis + rank : axis);
+  int64_t outer = 1, inner = 1, len = rank == 0 ? 1 : s[static_cast<size_t>(a)];
+  for (int64_t d = 0; d < a && rank > 0; ++d) outer *= s[static_cast<size_t>(d)];
+  for (int64_t d = a + 1; d < rank; ++d) inner *= s[static_cast<size_t>(d)];
+  for (int64_t o = 0; o < outer; ++o) {
+    for (int64_t in = 0; in < inner; ++in) {
+      auto at = [&](int64_t i) { return static_cast<size_t>((o * len + i) * inner + in); };
+      long double m = -INFINITY;
+      for (int64_t i = 0; i < len; ++i) m = std::max<long double>(m, v[at(i)]);
+      long double sum = 0;
+      for (int64_t i = 0; i < len; ++i) sum += std::exp(v[at(i)] - m);
+      for (int64_t i = 0; i < len; ++i) {
+        long double e = v[at(i)] - m;
+        out[at(i)] = static_cast<double>(log ? e - std::log(sum) : std::exp(e) / sum);
+      }
+    }
+  }
+  return from_values(out, s);
+}
+
+Tensor layer_norm(const Tensor& x, int64_t axis, const Tensor& weight, const Tensor& bias, double eps) {
+  const Shape& s = x.shape();
+  const int64_t rank = static_cast<int64_t>(s.size());
+  const int64_t a = axis < 0 ? axis + rank : axis;
+  int64_t rows = 1, len = 1;
+  for (int64_t d = 0; d < rank; ++d) (d < a ? rows : len) *= s[static_cast<size_t>(d)];
+  std::vector<double> v = values(x), out(v.size());
+  std::vector<double> w = weight.defined() ? values(weight) : std::vector<double>(static_cast<size_t>(len), 1.0);
+  std::vector<double> b = bias.defined() ? values(bias) : std::vector<double>(static_cast<size_t>(len), 0.0);
+  for (int64_t r = 0; r < rows; ++r) {
+    const size_t base = static_cast<size_t>(r * len);
+    long double m = 0, var = 0;
+    for (int64_t i = 0; i < len; ++i) m += v[base + static_cast<size_t>(i)];
+    m /= len;
+    for (int64_t i = 0; i < len; ++i) var += (v[base + static_cast<size_t>(i)] - m) * (v[base + static_cast<size_t>(i)] - m);
+    var /= len;
+    for (int64_t i = 0; i < len; ++i) {
+      size_t p = base + static_cast<size_t>(i);
+      out[p] = static_cast<double>((v[p] - m) / std::sqrt(var + eps) * w[static_cast<size_t>(i)] + b[static_cast<size_t>(i)]);
+    }
+  }
+  return from_values(out, s);
+}
+
+Tensor batch_norm(const Tensor& x, const Tensor& mean, const Tensor& var, const Tensor& weight, const Tensor& bias,
+                  double eps) {
+  const Shape& s = x.shape();
+  const int64_t channels = s[1];
+  int64_t inner = 1;
+  for (size_t d = 2; d < s.size(); ++d) inner *= s[d];
+  std::vector<double> v = values(x), out(v.size()), m = values(mean), vr = values(var);
+  std::vector<double> w = weight.defined() ? values(weight) : std::vector<double>(static_cast<size_t>(channels), 1.0);
+  std::vector<double> b = bias.defined() ? values(bias) : std::vector<double>(static_cast<size_t>(channels), 0.0);
+  for (size_t p = 0; p < v.size(); ++p) {
+    size_t c = static_cast<size_t>((static_cast<int64_t>(p) / inner) % channels);
+    out[p] = static_cast<double>((v[p] - static_cast<long double>(m[c])) / std::sqrt(static_cast<long double>(vr[c]) + eps) * w[c] + b[c]);
+  }
+  return from_values(out, s);
+}
+
+}  // namespace kiln::ref

@@ -1,0 +1,157 @@
+// Normalization layers: layer_norm (over the trailing dims from `axis`, ONNX
+// LayerNormalization's convention) and batch_norm in inference form (per channel, dim 1, with
+// given running statistics). Statistics and the affine transform are computed in double.
+#include <cmath>
+#include <numeric>
+
+#include "kiln/ops/norm.h"
+#include "ops/defs/common.h"
+#include "ops/defs/norm/norm_common.h"
+#include "ops/defs/reduce/row_loop.h"
+
+namespace kiln {
+
+namespace {
+
+using defs::RowPlan;
+
+// Checks an optional parameter input against the shape it must have.
+void check_param(const InferCtx& c, size_t i, const Shape& want, const std::string& what) {
+  if (!c.has(i)) return;
+  defs::check_floating_input(c, i);
+  const Shape& got = c.in(i).shape;
+  if (got != want)
+    c.fail("'" + c.arg_name(i) + "' has shape " + shape_str(got) + " but must have shape " + shape_str(want) + " (" +
+           what + ")");
+}
+
+// ---- layer_norm -----------------------------------------------------------------------------------
+
+int64_t layer_norm_axis(const char* op, const Shape& shape, int64_t axis) {
+  return normalize_axis(axis, static_cast<int64_t>(shape.size()), op);
+}
+
+std::vector<TensorMeta> infer_layer_norm(const InferCtx& c) {
+  defs::check_floating_input(c, 0);
+  const TensorMeta& x = c.in(0);
+  int64_t axis = layer_norm_axis("layer_norm", x.shape, c.attrs.get_int("axis"));
+  if (c.attrs.get_float("eps") < 0) c.fail("eps must be >= 0, got " + std::to_string(c.attrs.get_float("eps")));
+  Shape normalized(x.shape.begin() + std::min<int64_t>(axis, static_cast<int64_t>(x.shape.size())), x.shape.end());
+  std::string what = "the normalized dims " + std::to_string(axis) + ".. of input 'x' " + shape_str(x.shape);
+  check_param(c, 1, normalized, what);
+  check_param(c, 2, normalized, what);
+  return {x};
+}
+
+void layer_norm_kernel(const KernelCall& k) {
+  const Tensor& x = k.in(0);
+  const Tensor& out = k.out(0);
+  const int64_t axis = layer_norm_axis("layer_norm", x.shape(), k.attrs.get_int("axis"));
+  const double eps = k.attrs.get_float("eps");
+  std::vector<int64_t> axes;
+  for (int64_t d = axis; d < x.dim(); ++d) axes.push_back(d);
+  std::array<std::vector<int64_t>, 2> st{defs::byte_strides(x), defs::byte_strides(out)};
+  std::array<char*, 2> base{static_cast<char*>(x.data_ptr()), static_cast<char*>(out.data_ptr())};
+  RowPlan<2> plan = defs::make_row_plan<2>(x.shape(), st, base, axes);
+  const std::vector<double> w = k.in(1).defined() ? defs::values_f64(k.in(1)) : std::vector<double>{};
+  const std::vector<double> b = k.in(2).defined() ? defs::values_f64(k.in(2)) : std::vector<double>{};
+  visit_floating(x.dtype(), "layer_norm", [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    defs::for_each_row(plan, [&](int64_t, char** row) {
+      double sum = 0;
+      defs::for_each_inner_run(plan, row, [&](char** q, const int64_t* s, int64_t n) {
+        for (int64_t i = 0; i < n; ++i) sum += defs::load_f64<T>(q[0], s[0], i);
+      });
+      const double mean = sum / static_cast<double>(plan.inner);
+      double ss = 0;
+      defs::for_each_inner_run(plan, row, [&](char** q, const int64_t* s, int64_t n) {
+        for (int64_t i = 0; i < n; ++i) {
+          double d = defs::load_f64<T>(q[0], s[0], i) - mean;
+          ss += d * d;
+        }
+      });
+      const double rstd = 1.0 / std::sqrt(ss / static_cast<double>(plan.inner) + eps);
+      size_t j = 0;  // row-major position within the normalized dims
+      defs::for_each_inner_run(plan, row, [&](char** q, const int64_t* s, int64_t n) {
+        for (int64_t i = 0; i < n; ++i, ++j) {
+          double v = (defs::load_f64<T>(q[0], s[0], i) - mean) * rstd;
+          if (!w.empty()) v *= w[j];
+          if (!b.empty()) v += b[j];
+          *reinterpret_cast<T*>(q[1] + i * s[1]) = convert<T>(v);
+        }
+      });
+    });
+  });
+}
+
+// ---- batch_norm ------------------------------------------------------------------------------------
+
+std::vector<TensorMeta> infer_batch_norm(const InferCtx& c) {
+  defs::check_floating_input(c, 0);
+  const TensorMeta& x = c.in(0);
+  if (x.shape.size() < 2)
+    c.fail("input 'x' must have shape [N, C, ...] (at least 2 dims), got " + meta_str(x));
+  if (c.attrs.get_float("eps") < 0) c.fail("eps must be >= 0, got " + std::to_string(c.attrs.get_float("eps")));
+  const Shape want{x.shape[1]};
+  std::string what = "[C] with C = dim 1 of input 'x' " + shape_str(x.shape);
+  for (size_t i = 1; i < 5; ++i) check_param(c, i, want, what);
+  return {x};
+}
+
+void batch_norm_kernel(const KernelCall& k) {
+  const Tensor& x = k.in(0);
+  const Tensor& out = k.out(0);
+  const double eps = k.attrs.get_float("eps");
+  const int64_t channels = x.shape()[1];
+  // Per channel: out = (x - mean) * scale + bias, scale = weight / sqrt(var + eps).
+  const std::vector<double> mean = defs::values_f64(k.in(1)), var = defs::values_f64(k.in(2));
+  std::vector<double> scale(static_cast<size_t>(channels)), bias(static_cast<size_t>(channels), 0.0);
+  const std::vector<double> w = k.in(3).defined() ? defs::values_f64(k.in(3)) : std::vector<double>{};
+  if (k.in(4).defined()) bias = defs::values_f64(k.in(4));
+  for (size_t c = 0; c < scale.size(); ++c) scale[c] = (w.empty() ? 1.0 : w[c]) / std::sqrt(var[c] + eps);
+  std::vector<int64_t> axes;
+  for (int64_t d = 2; d < x.dim(); ++d) axes.push_back(d);
+  std::array<std::vector<int64_t>, 2> st{defs::byte_strides(x), defs::byte_strides(out)};
+  std::array<char*, 2> base{static_cast<char*>(x.data_ptr()), static_cast<char*>(out.data_ptr())};
+  RowPlan<2> plan = defs::make_row_plan<2>(x.shape(), st, base, axes);
+  visit_floating(x.dtype(), "batch_norm", [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    defs::for_each_row(plan, [&](int64_t r, char** row) {
+      const size_t c = static_cast<size_t>(r % channels);  // rows are (n, c) in row-major order
+      const double m = mean[c], sc = scale[c], bi = bias[c];
+      defs::for_each_inner_run(plan, row, [&](char** q, const int64_t* s, int64_t n) {
+        for (int64_t i = 0; i < n; ++i)
+          *reinterpret_cast<T*>(q[1] + i * s[1]) = convert<T>((defs::load_f64<T>(q[0], s[0], i) - m) * sc + bi);
+      });
+    });
+  });
+}
+
+}  // namespace
+
+namespace defs {
+
+void register_norm_layer_ops(OpRegistry& r) {
+  rules_pending(r.add("layer_norm(Tensor x, Tensor? weight, Tensor? bias, int axis=-1, float eps=1e-5) -> Tensor"),
+                "LayerNormalization", 17)
+      .infer(infer_layer_norm)
+      .kernel(DeviceType::cpu, DTypeSet::floating(), layer_norm_kernel)
+      .doc("(x - mean) / sqrt(var + eps) * weight + bias, statistics over dims axis..end (population variance)");
+  rules_pending(r.add("batch_norm(Tensor x, Tensor mean, Tensor var, Tensor? weight, Tensor? bias, float eps=1e-5) -> Tensor"),
+                "BatchNormalization", 15)
+      .infer(infer_batch_norm)
+      .kernel(DeviceType::cpu, DTypeSet::floating(), batch_norm_kernel)
+      .doc("inference batch norm over channel dim 1: (x - mean) / sqrt(var + eps) * weight + bias");
+}
+
+}  // namespace defs
+
+Tensor layer_norm(const Tensor& x, int64_t axis, const Tensor& weight, const Tensor& bias, double eps, SourceLoc loc) {
+  return dispatch1(op("layer_norm"), {x, weight, bias}, {{"axis", axis}, {"eps", eps}}, loc);
+}
+Tensor batch_norm(const Tensor& x, const Tensor& mean, const Tensor& var, const Tensor& weight, const Tensor& bias,
+                  double eps, SourceLoc loc) {
+  return dispatch1(op("batch_norm"), {x, mean, var, weight, bias}, {{"eps", eps}}, loc);
+}
+
+}  // namespace kiln

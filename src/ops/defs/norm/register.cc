@@ -1,9 +1,0 @@
-// Registration of the norm family (being filled in; see issue #2).
-#include "ops/defs/common.h"
-#include "ops/defs/register_all.h"
-
-namespace kiln {
-
-void register_norm_ops(OpRegistry& r) { (void)r; }
-
-}  // namespace kiln

@@ -1,0 +1,95 @@
+// softmax and log_softmax over one axis, computed stably: each row subtracts its max before exp,
+// so inputs of any magnitude (1000, -1e30) neither overflow nor underflow to 0/0. Rows accumulate
+// in double; f16/bf16/f32 round once at the end.
+#include <cmath>
+#include <limits>
+
+#include "kiln/ops/norm.h"
+#include "ops/defs/common.h"
+#include "ops/defs/norm/norm_common.h"
+#include "ops/defs/reduce/row_loop.h"
+#include "ops/defs/register_all.h"
+
+namespace kiln {
+
+namespace defs {
+
+void check_floating_input(const InferCtx& c, size_t i) {
+  const TensorMeta& m = c.in(i);
+  if (!is_floating(m.dtype))
+    c.fail("input '" + c.arg_name(i) + "' must be floating (f32, f64, f16, bf16), got " + meta_str(m) +
+           "; convert it first, e.g. x.to(DType::f32)");
+}
+
+}  // namespace defs
+
+namespace {
+
+using defs::RowPlan;
+
+std::vector<int64_t> softmax_axes(const char* op, const Shape& shape, int64_t axis) {
+  int64_t a = normalize_axis(axis, static_cast<int64_t>(shape.size()), op);
+  if (shape.empty()) return {};
+  return {a};
+}
+
+std::vector<TensorMeta> infer_softmax(const InferCtx& c) {
+  defs::check_floating_input(c, 0);
+  softmax_axes(c.op.name().c_str(), c.in(0).shape, c.attrs.get_int("axis"));
+  return {c.in(0)};
+}
+
+template <bool kLog>
+void softmax_kernel(const KernelCall& k) {
+  const Tensor& x = k.in(0);
+  const Tensor& out = k.out(0);
+  std::vector<int64_t> axes = softmax_axes(k.op.name().c_str(), x.shape(), k.attrs.get_int("axis"));
+  std::array<std::vector<int64_t>, 2> st{defs::byte_strides(x), defs::byte_strides(out)};
+  std::array<char*, 2> base{static_cast<char*>(x.data_ptr()), static_cast<char*>(out.data_ptr())};
+  RowPlan<2> plan = defs::make_row_plan<2>(x.shape(), st, base, axes);
+  visit_floating(x.dtype(), k.op.name(), [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    defs::for_each_row(plan, [&](int64_t, char** row) {
+      // One inner axis: a single run.
+      defs::for_each_inner_run(plan, row, [&](char** q, const int64_t* s, int64_t n) {
+        double m = -std::numeric_limits<double>::infinity();
+        for (int64_t i = 0; i < n; ++i) {
+          double v = defs::load_f64<T>(q[0], s[0], i);
+          m = (v > m || v != v) ? v : m;
+        }
+        double sum = 0;
+        for (int64_t i = 0; i < n; ++i) sum += std::exp(defs::load_f64<T>(q[0], s[0], i) - m);
+        if constexpr (kLog) {
+          const double shift = m + std::log(sum);
+          for (int64_t i = 0; i < n; ++i)
+            *reinterpret_cast<T*>(q[1] + i * s[1]) = convert<T>(defs::load_f64<T>(q[0], s[0], i) - shift);
+        } else {
+          const double inv = 1.0 / sum;
+          for (int64_t i = 0; i < n; ++i)
+            *reinterpret_cast<T*>(q[1] + i * s[1]) = convert<T>(std::exp(defs::load_f64<T>(q[0], s[0], i) - m) * inv);
+        }
+      });
+    });
+  });
+}
+
+}  // namespace
+
+void register_norm_ops(OpRegistry& r) {
+  defs::rules_pending(r.add("softmax(Tensor x, int axis=-1) -> Tensor"), "Softmax", 13)
+      .infer(infer_softmax)
+      .kernel(DeviceType::cpu, DTypeSet::floating(), softmax_kernel<false>)
+      .doc("exp(x - max) / sum(exp(x - max)) along axis");
+  defs::rules_pending(r.add("log_softmax(Tensor x, int axis=-1) -> Tensor"), "LogSoftmax", 13)
+      .infer(infer_softmax)
+      .kernel(DeviceType::cpu, DTypeSet::floating(), softmax_kernel<true>)
+      .doc("x - max - log(sum(exp(x - max))) along axis");
+  defs::register_norm_layer_ops(r);
+}
+
+Tensor softmax(const Tensor& x, int64_t axis, SourceLoc loc) { return dispatch1(op("softmax"), {x}, {{"axis", axis}}, loc); }
+Tensor log_softmax(const Tensor& x, int64_t axis, SourceLoc loc) {
+  return dispatch1(op("log_softmax"), {x}, {{"axis", axis}}, loc);
+}
+
+}  // namespace kiln

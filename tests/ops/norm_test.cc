@@ -1,0 +1,137 @@
+// softmax, log_softmax, layer_norm and batch_norm against the float64 reference (ref/norm.cc):
+// floating dtypes, odd sizes, several axes, non-contiguous inputs, optional weight/bias, stability
+// on large inputs, and error messages that name the op, the argument and both shapes.
+// Tolerance: tol_for(result dtype) (each result is computed in f64 and rounded once).
+#include <cmath>
+
+#include "support/testing.h"
+
+namespace kiln {
+namespace {
+
+using testing::all_close;
+using testing::noncontiguous;
+using testing::random_tensor;
+
+TEST(Norm, SoftmaxMatchesReference) {
+  for (DType t : testing::kFloatDTypes) {
+    for (int64_t n : testing::kOddSizes) {
+      for (const Shape& shape : std::vector<Shape>{{n}, {3, n}, {n, 5}, {2, n, 3}}) {
+        Tensor x = random_tensor(shape, t, 7 + static_cast<uint64_t>(n), -4, 4);
+        for (int64_t axis = -1; axis < static_cast<int64_t>(shape.size()); ++axis) {
+          EXPECT_TRUE(all_close(softmax(x, axis), ref::softmax(x, axis)))
+              << dtype_name(t) << " " << shape_str(shape) << " axis " << axis;
+          EXPECT_TRUE(all_close(log_softmax(x, axis), ref::softmax(x, axis, true)))
+              << dtype_name(t) << " log " << shape_str(shape) << " axis " << axis;
+        }
+      }
+    }
+  }
+}
+
+TEST(Norm, SoftmaxRowsSumToOneAndLargeInputsDoNotOverflow) {
+  Tensor x = random_tensor({7, 1000}, DType::f32, 3, -10, 10);
+  EXPECT_TRUE(all_close(sum(softmax(x, 1), {1}), ones({7}, DType::f64), {1e-5, 1e-6}));
+  EXPECT_TRUE(all_close(sum(softmax(x, 0), {0}), ones({1000}, DType::f64), {1e-5, 1e-6}));
+  Tensor big = from_vector<float>({1000, 1000, 999, -1000});
+  Tensor s = softmax(big, 0);
+  double e1 = std::exp(-1.0), z = 2 + e1;
+  EXPECT_TRUE(all_close(s, from_vector<double>({1 / z, 1 / z, e1 / z, 0}))) << s;
+  EXPECT_TRUE(all_close(log_softmax(big, 0),
+                        from_vector<double>({-std::log(z), -std::log(z), -1 - std::log(z), -2000 - std::log(z)})));
+  Tensor h = from_vector<float>({60000, 60000}).to(DType::f16);  // exp(60000) overflows any float
+  EXPECT_TRUE(all_close(softmax(h, 0), from_vector<double>({0.5, 0.5})));
+}
+
+TEST(Norm, SoftmaxNonContiguous) {
+  for (DType t : {DType::f32, DType::f64, DType::bf16}) {
+    Tensor x = random_tensor({5, 33, 7}, t, 13, -4, 4);
+    for (int64_t axis : {0, 1, 2}) {
+      EXPECT_TRUE(all_close(softmax(noncontiguous(x), axis), ref::softmax(x, axis))) << dtype_name(t) << axis;
+      Tensor p = x.permute({2, 0, 1});
+      EXPECT_TRUE(all_close(log_softmax(p, axis), ref::softmax(p, axis, true))) << dtype_name(t) << axis;
+    }
+  }
+  Tensor s = scalar_tensor(3.0);
+  EXPECT_EQ(softmax(s, 0).item<double>(), 1.0);
+}
+
+TEST(Norm, LayerNormMatchesReference) {
+  for (DType t : testing::kFloatDTypes) {
+    for (int64_t n : testing::kOddSizes) {
+      const Shape shape{3, n, 5};
+      Tensor x = random_tensor(shape, t, 19 + static_cast<uint64_t>(n));
+      for (int64_t axis : {-1, 1, 0, 2, -2}) {
+        int64_t a = axis < 0 ? axis + 3 : axis;
+        Shape ns(shape.begin() + a, shape.end());
+        Tensor w = random_tensor(ns, t, 23), b = random_tensor(ns, t, 29);
+        EXPECT_TRUE(all_close(layer_norm(x, axis), ref::layer_norm(x, axis, {}, {}, 1e-5)))
+            << dtype_name(t) << " n=" << n << " axis " << axis;
+        EXPECT_TRUE(all_close(layer_norm(x, axis, w, b), ref::layer_norm(x, axis, w, b, 1e-5)))
+            << dtype_name(t) << " n=" << n << " axis " << axis << " affine";
+        EXPECT_TRUE(all_close(layer_norm(x, axis, w, {}, 0.1), ref::layer_norm(x, axis, w, {}, 0.1)))
+            << dtype_name(t) << " n=" << n << " axis " << axis << " weight only";
+        EXPECT_TRUE(all_close(layer_norm(x, axis, {}, b), ref::layer_norm(x, axis, {}, b, 1e-5)))
+            << dtype_name(t) << " n=" << n << " axis " << axis << " bias only";
+      }
+    }
+  }
+}
+
+TEST(Norm, LayerNormStridedInputsAndParams) {
+  Tensor x = random_tensor({4, 7, 33}, DType::f32, 31);
+  Tensor w = random_tensor({7, 33}, DType::f32, 37), b = random_tensor({7, 33}, DType::f64, 41);
+  Tensor want = ref::layer_norm(x, 1, w, b, 1e-5);
+  EXPECT_TRUE(all_close(layer_norm(noncontiguous(x), 1, noncontiguous(w), noncontiguous(b)), want));
+  Tensor xt = random_tensor({33, 7}, DType::f32, 43).t();
+  EXPECT_TRUE(all_close(layer_norm(xt, -1), ref::layer_norm(xt, -1, {}, {}, 1e-5)));
+  // A constant row normalizes to 0 (then the bias).
+  Tensor c = full({2, 5}, 3.0);
+  EXPECT_TRUE(all_close(layer_norm(c, 1), zeros({2, 5}, DType::f64)));
+}
+
+TEST(Norm, BatchNormMatchesReference) {
+  for (DType t : testing::kFloatDTypes) {
+    for (int64_t n : testing::kOddSizes) {
+      for (const Shape& shape : std::vector<Shape>{{2, n}, {n, 3}, {2, 3, n}, {2, 3, 5, n > 33 ? 3 : n}}) {
+        const int64_t c = shape[1];
+        Tensor x = random_tensor(shape, t, 51 + static_cast<uint64_t>(n));
+        Tensor m = random_tensor({c}, t, 53), v = testing::random_positive({c}, t, 59);
+        Tensor w = random_tensor({c}, t, 61), b = random_tensor({c}, t, 67);
+        EXPECT_TRUE(all_close(batch_norm(x, m, v, w, b), ref::batch_norm(x, m, v, w, b, 1e-5)))
+            << dtype_name(t) << " " << shape_str(shape);
+        EXPECT_TRUE(all_close(batch_norm(x, m, v), ref::batch_norm(x, m, v, {}, {}, 1e-5)))
+            << dtype_name(t) << " " << shape_str(shape) << " no affine";
+        EXPECT_TRUE(all_close(batch_norm(noncontiguous(x), m, v, w, {}, 1e-3), ref::batch_norm(x, m, v, w, {}, 1e-3)))
+            << dtype_name(t) << " " << shape_str(shape) << " noncontiguous";
+      }
+    }
+  }
+  // Parameters in another floating dtype than x, and a transposed input.
+  Tensor x = random_tensor({4, 3, 6}, DType::f16, 71);
+  Tensor m = random_tensor({3}, DType::f32, 73), v = testing::random_positive({3}, DType::f64, 79);
+  EXPECT_TRUE(all_close(batch_norm(x, m, v), ref::batch_norm(x, m, v, {}, {}, 1e-5)));
+  Tensor xt = random_tensor({6, 3, 4}, DType::f32, 83).transpose(0, 2);
+  EXPECT_TRUE(all_close(batch_norm(xt, m, v), ref::batch_norm(xt, m, v, {}, {}, 1e-5)));
+}
+
+TEST(Norm, Errors) {
+  Tensor x = ones({2, 4, 5});
+  EXPECT_KILN_ERROR(layer_norm(x, 1, ones({4})), "layer_norm", "'weight'", "[4]", "[4, 5]");
+  EXPECT_KILN_ERROR(layer_norm(x, -1, {}, ones({4})), "layer_norm", "'bias'", "[4]", "[5]");
+  EXPECT_KILN_ERROR(layer_norm(x, 3), "layer_norm", "axis 3", "rank 3");
+  EXPECT_KILN_ERROR(layer_norm(ones({2, 3}, DType::i32), 1), "layer_norm", "'x'", "floating", "i32[2, 3]");
+  Tensor c4 = ones({4});
+  EXPECT_KILN_ERROR(batch_norm(x, ones({5}), c4), "batch_norm", "'mean'", "[5]", "[4]", "[2, 4, 5]");
+  EXPECT_KILN_ERROR(batch_norm(x, c4, ones({2, 2})), "batch_norm", "'var'", "[2, 2]", "[4]");
+  EXPECT_KILN_ERROR(batch_norm(x, c4, c4, ones({3})), "batch_norm", "'weight'", "[3]", "[4]");
+  EXPECT_KILN_ERROR(batch_norm(x, c4, c4, c4, ones({1})), "batch_norm", "'bias'", "[1]", "[4]");
+  EXPECT_KILN_ERROR(batch_norm(ones({4}), c4, c4), "batch_norm", "'x'", "[4]", "[N, C, ...]");
+  EXPECT_KILN_ERROR(batch_norm(x, Tensor(), c4), "batch_norm", "'mean'");
+  EXPECT_KILN_ERROR(batch_norm(x, ones({4}, DType::i64), c4), "batch_norm", "'mean'", "floating");
+  EXPECT_KILN_ERROR(softmax(x, 3), "softmax", "axis 3", "rank 3");
+  EXPECT_KILN_ERROR(log_softmax(ones({3}, DType::i64), 0), "log_softmax", "'x'", "floating", "i64[3]");
+}
+
+}  // namespace
+}  // namespace kiln
