@@ -97,7 +97,10 @@ class ThreadPool {
   void start(int n) {
     size_ = std::max(1, n);
     quit_ = false;
-    for (int i = 1; i < size_; ++i) workers_.emplace_back([this, i] { worker(i); });
+    // Each worker starts from the generation current now, not when its thread first runs: a
+    // stop() that bumps the generation before then must still wake it.
+    uint64_t gen = generation_.load(std::memory_order_acquire);
+    for (int i = 1; i < size_; ++i) workers_.emplace_back([this, i, gen] { worker(i, gen); });
   }
 
   void stop() {
@@ -111,8 +114,7 @@ class ThreadPool {
     workers_.clear();
   }
 
-  void worker(int index) {
-    uint64_t seen = generation_.load(std::memory_order_acquire);
+  void worker(int index, uint64_t seen) {
     for (;;) {
       // Spin a little before sleeping (about 20 µs).
       for (int spin = 0; spin < 2000 && generation_.load(std::memory_order_acquire) == seen; ++spin) {
