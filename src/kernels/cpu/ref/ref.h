@@ -44,6 +44,23 @@ Tensor layer_norm(const Tensor& x, int64_t axis, const Tensor& weight, const Ten
 Tensor batch_norm(const Tensor& x, const Tensor& mean, const Tensor& var, const Tensor& weight,
                   const Tensor& bias, double eps);
 
+// ---- linalg, conv (linalg.cc, conv.cc) -------------------------------------------------------------
+// NumPy matmul (1-D promotion, batch broadcasting) summed in f64.
+Tensor matmul(const Tensor& a, const Tensor& b);
+// alpha * op(a) @ op(b) + beta * c; c may be undefined or broadcast to [M, N].
+Tensor gemm(const Tensor& a, const Tensor& b, const Tensor& c, double alpha, double beta, bool trans_a,
+            bool trans_b);
+// NCHW convolution; padding [top, left, bottom, right]; bias may be undefined.
+Tensor conv2d(const Tensor& x, const Tensor& w, const Tensor& bias, const std::vector<int64_t>& stride,
+              const std::vector<int64_t>& padding, const std::vector<int64_t>& dilation, int64_t groups);
+// Max (max = true) or average pooling; stride empty = kernel; PyTorch's ceil_mode and
+// count_include_pad rules.
+Tensor pool2d(bool max, const Tensor& x, const std::vector<int64_t>& kernel, const std::vector<int64_t>& stride,
+              const std::vector<int64_t>& padding, const std::vector<int64_t>& dilation, bool ceil_mode,
+              bool count_include_pad);
+Tensor global_avg_pool(const Tensor& x);
+Tensor lrn(const Tensor& x, int64_t size, double alpha, double beta, double bias);
+
 // ---- shape and index families (shape.cc, index.cc) ---------------------------------------------
 // Axes may be negative. Indices must be in range (negative wrap); results are f64.
 Tensor concat(const std::vector<Tensor>& xs, int64_t axis);

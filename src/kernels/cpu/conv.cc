@@ -1,0 +1,97 @@
+// im2col convolution behind kernels/cpu/conv.h.
+#include "kernels/cpu/conv.h"
+
+#include <algorithm>
+#include <vector>
+
+#include "kernels/cpu/gemm.h"
+#include "kiln/core/thread_pool.h"
+
+namespace kiln::kernels::cpu {
+
+namespace {
+
+// col[(c * R + r) * S + s][oh * Wo + ow] = x[c][oh * sh - pt + r * dh][ow * sw - pl + s * dw] (0 outside).
+template <class T>
+void im2col(const Conv2dParams& p, int64_t channels, const T* x, T* col) {
+  const int64_t howo = p.ho * p.wo;
+  for (int64_t c = 0; c < channels; ++c) {
+    const T* xc = x + c * p.h * p.w;
+    for (int64_t r = 0; r < p.r; ++r) {
+      for (int64_t s = 0; s < p.s; ++s) {
+        T* row = col + ((c * p.r + r) * p.s + s) * howo;
+        const int64_t w_off = s * p.dil_w - p.pad_left;
+        // Output columns whose input column lies inside [0, W).
+        int64_t ow_lo = w_off >= 0 ? 0 : (-w_off + p.stride_w - 1) / p.stride_w;
+        int64_t ow_hi = p.w - w_off <= 0 ? 0 : std::min(p.wo, (p.w - w_off - 1) / p.stride_w + 1);
+        ow_lo = std::min(ow_lo, p.wo);
+        ow_hi = std::max(ow_hi, ow_lo);
+        for (int64_t oh = 0; oh < p.ho; ++oh) {
+          T* out = row + oh * p.wo;
+          const int64_t ih = oh * p.stride_h - p.pad_top + r * p.dil_h;
+          if (ih < 0 || ih >= p.h) {
+            std::fill(out, out + p.wo, T(0));
+            continue;
+          }
+          const T* xr = xc + ih * p.w + w_off;
+          std::fill(out, out + ow_lo, T(0));
+          if (p.stride_w == 1) std::copy(xr + ow_lo, xr + ow_hi, out + ow_lo);
+          else
+            for (int64_t ow = ow_lo; ow < ow_hi; ++ow) out[ow] = xr[ow * p.stride_w];
+          std::fill(out + ow_hi, out + p.wo, T(0));
+        }
+      }
+    }
+  }
+}
+
+template <class T>
+void conv2d_nchw(const Conv2dParams& p, const T* x, const T* w, const T* bias, T* y) {
+  const int64_t cg = p.c / p.groups, kg = p.k / p.groups;
+  const int64_t howo = p.ho * p.wo, crs = cg * p.r * p.s;
+  // A 1x1 kernel with unit stride and no padding reads x as it is: no im2col.
+  const bool direct = p.r == 1 && p.s == 1 && p.stride_h == 1 && p.stride_w == 1 && p.pad_top == 0 &&
+                      p.pad_left == 0 && p.ho == p.h && p.wo == p.w;
+  auto one = [&](int64_t task, std::vector<T>& col) {
+    const int64_t img = task / p.groups, g = task % p.groups;
+    const T* xg = x + (img * p.c + g * cg) * p.h * p.w;
+    T* yg = y + (img * p.k + g * kg) * howo;
+    const T* b = xg;
+    if (!direct) {
+      col.resize(static_cast<size_t>(crs * howo));
+      im2col<T>(p, cg, xg, col.data());
+      b = col.data();
+    }
+    T beta = T(0);
+    if (bias) {
+      for (int64_t o = 0; o < kg; ++o) std::fill(yg + o * howo, yg + (o + 1) * howo, bias[g * kg + o]);
+      beta = T(1);
+    }
+    gemm(kg, howo, crs, T(1), w + g * kg * crs, crs, 1, b, howo, 1, beta, yg, howo);
+  };
+  const int64_t tasks = p.n * p.groups;
+  // Note [Conv parallelism]: many small (image, group) products (depthwise, small images) run in
+  // parallel, each with its own im2col buffer and an inline GEMM; one big product per task runs
+  // the tasks in order and lets the GEMM use the threads.
+  const int64_t per_task = kg * howo * crs;
+  if (tasks > 1 && per_task < (int64_t{1} << 22)) {
+    parallel_for(0, tasks, 1, [&](int64_t t0, int64_t t1) {
+      std::vector<T> col;
+      for (int64_t t = t0; t < t1; ++t) one(t, col);
+    });
+  } else {
+    std::vector<T> col;
+    for (int64_t t = 0; t < tasks; ++t) one(t, col);
+  }
+}
+
+}  // namespace
+
+void conv2d_nchw_f32(const Conv2dParams& p, const float* x, const float* w, const float* bias, float* y) {
+  conv2d_nchw<float>(p, x, w, bias, y);
+}
+void conv2d_nchw_f64(const Conv2dParams& p, const double* x, const double* w, const double* bias, double* y) {
+  conv2d_nchw<double>(p, x, w, bias, y);
+}
+
+}  // namespace kiln::kernels::cpu

@@ -1,0 +1,23 @@
+// CPU 2-D convolution, NCHW, by im2col + the blocked GEMM (kernels/cpu/gemm.h).
+#pragma once
+
+#include <cstdint>
+
+namespace kiln::kernels::cpu {
+
+struct Conv2dParams {
+  int64_t n = 1, c = 1, h = 1, w = 1;  // input [N, C, H, W]
+  int64_t k = 1, r = 1, s = 1;         // weight [K, C / groups, R, S]
+  int64_t ho = 1, wo = 1;              // output [N, K, Ho, Wo]
+  int64_t stride_h = 1, stride_w = 1;
+  int64_t pad_top = 0, pad_left = 0;   // bottom/right padding only shape Ho/Wo
+  int64_t dil_h = 1, dil_w = 1;
+  int64_t groups = 1;
+};
+
+// x, w, y contiguous; bias [K] or nullptr. Workspace is one im2col matrix per worker
+// ((C / groups) * R * S * Ho * Wo elements), never the whole batch.
+void conv2d_nchw_f32(const Conv2dParams& p, const float* x, const float* w, const float* bias, float* y);
+void conv2d_nchw_f64(const Conv2dParams& p, const double* x, const double* w, const double* bias, double* y);
+
+}  // namespace kiln::kernels::cpu

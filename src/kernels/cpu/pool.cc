@@ -1,0 +1,163 @@
+// Pooling and LRN kernels behind kernels/cpu/pool.h: direct loops, parallel over planes.
+#include "kernels/cpu/pool.h"
+
+#include <cmath>
+#include <limits>
+#include <vector>
+
+#include "kiln/core/thread_pool.h"
+
+namespace kiln::kernels::cpu {
+
+namespace {
+
+// Grain for plane-parallel loops: enough output elements per chunk to pay for a thread.
+int64_t plane_grain(int64_t per_plane) { return std::max<int64_t>(1, 16384 / std::max<int64_t>(per_plane, 1)); }
+
+template <class T>
+void max_pool_planes(const Pool2dParams& p, const T* x, T* y, int64_t p0, int64_t p1) {
+  using C = compute_t<T>;
+  for (int64_t pl = p0; pl < p1; ++pl) {
+    const T* xp = x + pl * p.h * p.w;
+    T* yp = y + pl * p.ho * p.wo;
+    for (int64_t oh = 0; oh < p.ho; ++oh) {
+      const int64_t h0 = oh * p.stride_h - p.pad_top;
+      for (int64_t ow = 0; ow < p.wo; ++ow) {
+        const int64_t w0 = ow * p.stride_w - p.pad_left;
+        C m = -std::numeric_limits<C>::infinity();
+        for (int64_t r = 0; r < p.kh; ++r) {
+          const int64_t ih = h0 + r * p.dil_h;
+          if (ih < 0 || ih >= p.h) continue;
+          for (int64_t s = 0; s < p.kw; ++s) {
+            const int64_t iw = w0 + s * p.dil_w;
+            if (iw < 0 || iw >= p.w) continue;
+            const C v = static_cast<C>(xp[ih * p.w + iw]);
+            if (v > m || std::isnan(v)) m = v;
+            if (std::isnan(m)) break;
+          }
+        }
+        yp[oh * p.wo + ow] = static_cast<T>(m);
+      }
+    }
+  }
+}
+
+// Taps of a window starting at `start` (stride `dil`, `k` taps) inside [lo, hi).
+int64_t taps_inside(int64_t start, int64_t k, int64_t dil, int64_t lo, int64_t hi) {
+  int64_t n = 0;
+  for (int64_t t = 0; t < k; ++t) n += start + t * dil >= lo && start + t * dil < hi;
+  return n;
+}
+
+template <class T>
+void avg_pool_planes(const Pool2dParams& p, const T* x, T* y, int64_t p0, int64_t p1) {
+  using C = compute_t<T>;
+  for (int64_t pl = p0; pl < p1; ++pl) {
+    const T* xp = x + pl * p.h * p.w;
+    T* yp = y + pl * p.ho * p.wo;
+    for (int64_t oh = 0; oh < p.ho; ++oh) {
+      const int64_t h0 = oh * p.stride_h - p.pad_top;
+      const int64_t rows = p.count_include_pad ? taps_inside(h0, p.kh, p.dil_h, -p.pad_top, p.h + p.pad_bottom)
+                                               : taps_inside(h0, p.kh, p.dil_h, 0, p.h);
+      for (int64_t ow = 0; ow < p.wo; ++ow) {
+        const int64_t w0 = ow * p.stride_w - p.pad_left;
+        const int64_t cols = p.count_include_pad
+                                 ? taps_inside(w0, p.kw, p.dil_w, -p.pad_left, p.w + p.pad_right)
+                                 : taps_inside(w0, p.kw, p.dil_w, 0, p.w);
+        C sum = 0;
+        for (int64_t r = 0; r < p.kh; ++r) {
+          const int64_t ih = h0 + r * p.dil_h;
+          if (ih < 0 || ih >= p.h) continue;
+          for (int64_t s = 0; s < p.kw; ++s) {
+            const int64_t iw = w0 + s * p.dil_w;
+            if (iw >= 0 && iw < p.w) sum += static_cast<C>(xp[ih * p.w + iw]);
+          }
+        }
+        yp[oh * p.wo + ow] = static_cast<T>(sum / static_cast<C>(rows * cols));
+      }
+    }
+  }
+}
+
+template <class F>
+void visit_float(DType t, F&& f) {
+  switch (t) {
+    case DType::f32: f(TypeTag<float>{}); return;
+    case DType::f64: f(TypeTag<double>{}); return;
+    case DType::f16: f(TypeTag<Half>{}); return;
+    case DType::bf16: f(TypeTag<BFloat16>{}); return;
+    default: KILN_ASSERT(false, "pooling kernel called with dtype ", dtype_name(t));
+  }
+}
+
+}  // namespace
+
+void max_pool2d(const Pool2dParams& p, const Tensor& x, const Tensor& y) {
+  visit_float(x.dtype(), [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    const T* xp = static_cast<const T*>(x.data_ptr());
+    T* yp = static_cast<T*>(y.data_ptr());
+    parallel_for(0, p.planes, plane_grain(p.ho * p.wo * p.kh * p.kw),
+                 [&](int64_t a, int64_t b) { max_pool_planes<T>(p, xp, yp, a, b); });
+  });
+}
+
+void avg_pool2d(const Pool2dParams& p, const Tensor& x, const Tensor& y) {
+  visit_float(x.dtype(), [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    const T* xp = static_cast<const T*>(x.data_ptr());
+    T* yp = static_cast<T*>(y.data_ptr());
+    parallel_for(0, p.planes, plane_grain(p.ho * p.wo * p.kh * p.kw),
+                 [&](int64_t a, int64_t b) { avg_pool_planes<T>(p, xp, yp, a, b); });
+  });
+}
+
+void row_mean(const Tensor& x, const Tensor& y, int64_t rows, int64_t len) {
+  visit_float(x.dtype(), [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    const T* xp = static_cast<const T*>(x.data_ptr());
+    T* yp = static_cast<T*>(y.data_ptr());
+    parallel_for(0, rows, plane_grain(len), [&](int64_t a, int64_t b) {
+      for (int64_t i = a; i < b; ++i) {
+        const T* row = xp + i * len;
+        double sum = 0;
+        for (int64_t j = 0; j < len; ++j) sum += static_cast<double>(static_cast<compute_t<T>>(row[j]));
+        yp[i] = static_cast<T>(static_cast<compute_t<T>>(sum / static_cast<double>(len)));
+      }
+    });
+  });
+}
+
+void lrn(const Tensor& x, const Tensor& y, int64_t n, int64_t c, int64_t len, int64_t size, double alpha,
+         double beta, double bias) {
+  const int64_t before = (size - 1) / 2, after = size - 1 - before;
+  visit_float(x.dtype(), [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    using C = compute_t<T>;
+    const T* xp = static_cast<const T*>(x.data_ptr());
+    T* yp = static_cast<T*>(y.data_ptr());
+    const C scale = static_cast<C>(alpha / static_cast<double>(size));
+    const C cb = static_cast<C>(bias), cbeta = static_cast<C>(beta);
+    parallel_for(0, n * c, plane_grain(len * size), [&](int64_t a, int64_t b) {
+      std::vector<C> sq(static_cast<size_t>(len));
+      for (int64_t t = a; t < b; ++t) {
+        const int64_t img = t / c, ch = t % c;
+        std::fill(sq.begin(), sq.end(), C(0));
+        const int64_t c0 = std::max<int64_t>(0, ch - before), c1 = std::min(c - 1, ch + after);
+        for (int64_t j = c0; j <= c1; ++j) {
+          const T* xj = xp + (img * c + j) * len;
+          for (int64_t i = 0; i < len; ++i) {
+            const C v = static_cast<C>(xj[i]);
+            sq[static_cast<size_t>(i)] += v * v;
+          }
+        }
+        const T* xc = xp + t * len;
+        T* yc = yp + t * len;
+        for (int64_t i = 0; i < len; ++i)
+          yc[i] = static_cast<T>(static_cast<C>(xc[i]) / std::pow(cb + scale * sq[static_cast<size_t>(i)], cbeta));
+      }
+    });
+  });
+}
+
+}  // namespace kiln::kernels::cpu

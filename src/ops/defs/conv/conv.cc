@@ -1,0 +1,144 @@
+// conv2d (NCHW, ONNX Conv 11) through im2col + GEMM, and the conv family's registration and
+// shared attribute rules. Pooling and LRN are in pool.cc.
+#include "kernels/cpu/conv.h"
+
+#include "kernels/cpu/loops.h"
+#include "kiln/ops/conv.h"
+#include "ops/defs/common.h"
+#include "ops/defs/conv/conv_common.h"
+#include "ops/defs/register_all.h"
+
+namespace kiln {
+
+void register_pool_ops(OpRegistry& r);  // pool.cc
+
+namespace defs {
+
+std::vector<int64_t> pair_attr(const InferCtx& c, const std::string& name, int64_t min) {
+  const auto& v = c.attrs.get_ints(name);
+  if (v.size() != 2) c.fail(name + " must have 2 values [h, w], got " + attr_value_str(v));
+  for (int64_t x : v)
+    if (x < min) c.fail(name + " values must be >= " + std::to_string(min) + ", got " + attr_value_str(v));
+  return v;
+}
+
+std::vector<int64_t> padding_attr(const std::string& op, const Attrs& attrs) {
+  const auto& v = attrs.get_ints("padding");
+  KILN_CHECK(v.size() == 4 || v.size() == 2, op, ": padding must be [top, left, bottom, right] or [h, w], got ",
+             attr_value_str(v));
+  for (int64_t x : v) KILN_CHECK(x >= 0, op, ": padding values must be >= 0, got ", attr_value_str(v));
+  if (v.size() == 2) return {v[0], v[1], v[0], v[1]};
+  return v;
+}
+
+void check_padding(const InferCtx& c) { padding_attr(c.op.name(), c.attrs); }
+
+// Note [Pool output size]
+// out = floor((in + pads - dil * (k - 1) - 1) / stride) + 1, or with ceil_mode the ceiling; in
+// ceil mode a last window that would start inside the end padding is dropped (PyTorch's rule, which
+// ONNX's reference follows), so every window starts inside the input or the begin padding.
+int64_t window_out_size(const InferCtx& c, const char* dim, int64_t in, int64_t k, int64_t stride, int64_t pad_begin,
+                        int64_t pad_end, int64_t dil, bool ceil_mode) {
+  const int64_t span = dil * (k - 1) + 1, padded = in + pad_begin + pad_end;
+  if (span > padded)
+    c.fail("the kernel (" + std::string(dim) + " extent " + std::to_string(span) + " with dilation " +
+           std::to_string(dil) + ") is larger than the padded input (" + std::string(dim) + " = " +
+           std::to_string(in) + " + padding " + std::to_string(pad_begin + pad_end) + " = " + std::to_string(padded) +
+           "); x has shape " + shape_str(c.in(0).shape));
+  int64_t out = (padded - span + (ceil_mode ? stride - 1 : 0)) / stride + 1;
+  if (ceil_mode && (out - 1) * stride >= in + pad_begin) --out;
+  return out;
+}
+
+Tensor contiguous_as(const Tensor& t, DType to) {
+  if (t.dtype() == to && t.is_contiguous()) return t;
+  Tensor out = empty(t.shape(), TensorOptions(to, t.device()));
+  kernels::cpu::copy_into(out, t);
+  return out;
+}
+
+}  // namespace defs
+
+namespace {
+
+std::vector<TensorMeta> infer_conv2d(const InferCtx& c) {
+  const TensorMeta& x = c.in(0);
+  const TensorMeta& w = c.in(1);
+  if (x.shape.size() != 4) c.fail("x must be 4-D [N, C, H, W], got shape " + shape_str(x.shape));
+  if (w.shape.size() != 4) c.fail("w must be 4-D [K, C / groups, R, S], got shape " + shape_str(w.shape));
+  auto stride = defs::pair_attr(c, "stride", 1);
+  auto dil = defs::pair_attr(c, "dilation", 1);
+  auto pad = defs::padding_attr("conv2d", c.attrs);
+  const int64_t groups = c.attrs.get_int("groups");
+  if (groups < 1) c.fail("groups must be >= 1, got " + std::to_string(groups));
+  const int64_t ch = x.shape[1], k = w.shape[0];
+  if (ch % groups != 0)
+    c.fail("groups = " + std::to_string(groups) + " does not divide the " + std::to_string(ch) +
+           " input channels of x (shape " + shape_str(x.shape) + ")");
+  if (k % groups != 0)
+    c.fail("groups = " + std::to_string(groups) + " does not divide the " + std::to_string(k) +
+           " output channels of w (shape " + shape_str(w.shape) + ")");
+  if (w.shape[1] * groups != ch)
+    c.fail("channel mismatch: x has shape " + shape_str(x.shape) + " (C = " + std::to_string(ch) +
+           ") but w has shape " + shape_str(w.shape) + ", which expects C = " + std::to_string(w.shape[1]) +
+           " * groups (" + std::to_string(groups) + ") = " + std::to_string(w.shape[1] * groups));
+  DType dt = promote_types(x.dtype, w.dtype);
+  if (c.has(2)) {
+    const TensorMeta& b = c.in(2);
+    if (b.shape != Shape{k})
+      c.fail("bias must have shape [" + std::to_string(k) + "] (one per output channel of w, shape " +
+             shape_str(w.shape) + "), got " + shape_str(b.shape));
+    dt = promote_types(dt, b.dtype);
+  }
+  const int64_t ho = defs::window_out_size(c, "height", x.shape[2], w.shape[2], stride[0], pad[0], pad[2], dil[0], false);
+  const int64_t wo = defs::window_out_size(c, "width", x.shape[3], w.shape[3], stride[1], pad[1], pad[3], dil[1], false);
+  return {{dt, {x.shape[0], k, ho, wo}}};
+}
+
+void conv2d_kernel(const KernelCall& k) {
+  const Tensor& out = k.out(0);
+  const DType ct = out.dtype() == DType::f64 ? DType::f64 : DType::f32;
+  Tensor x = defs::contiguous_as(k.in(0), ct), w = defs::contiguous_as(k.in(1), ct);
+  Tensor bias = k.inputs.size() > 2 && k.in(2).defined() ? defs::contiguous_as(k.in(2), ct) : Tensor();
+  Tensor y = out.dtype() == ct && out.is_contiguous() ? out : empty(out.shape(), TensorOptions(ct, out.device()));
+  auto pad = defs::padding_attr("conv2d", k.attrs);
+  const auto& stride = k.attrs.get_ints("stride");
+  const auto& dil = k.attrs.get_ints("dilation");
+  kernels::cpu::Conv2dParams p;
+  p.n = x.shape()[0], p.c = x.shape()[1], p.h = x.shape()[2], p.w = x.shape()[3];
+  p.k = w.shape()[0], p.r = w.shape()[2], p.s = w.shape()[3];
+  p.ho = out.shape()[2], p.wo = out.shape()[3];
+  p.stride_h = stride[0], p.stride_w = stride[1], p.pad_top = pad[0], p.pad_left = pad[1];
+  p.dil_h = dil[0], p.dil_w = dil[1], p.groups = k.attrs.get_int("groups");
+  if (y.numel() > 0) {
+    if (ct == DType::f64)
+      kernels::cpu::conv2d_nchw_f64(p, x.data<double>(), w.data<double>(), bias.defined() ? bias.data<double>() : nullptr,
+                                    y.data<double>());
+    else
+      kernels::cpu::conv2d_nchw_f32(p, x.data<float>(), w.data<float>(), bias.defined() ? bias.data<float>() : nullptr,
+                                    y.data<float>());
+  }
+  if (!y.is_same(out)) kernels::cpu::copy_into(out, y);
+}
+
+}  // namespace
+
+void register_conv_ops(OpRegistry& r) {
+  defs::rules_pending(r.add("conv2d(Tensor x, Tensor w, Tensor? bias, int[] stride=[1,1], int[] padding=[0,0,0,0], "
+                            "int[] dilation=[1,1], int groups=1) -> Tensor"),
+                      "Conv", 11)
+      .infer(infer_conv2d)
+      .cast_inputs(InputCast::common)
+      .kernel(DeviceType::cpu, DTypeSet::floating(), conv2d_kernel, "im2col")
+      .doc("2-D convolution, NCHW; padding [top, left, bottom, right]; groups (depthwise when groups = C). "
+           "16-bit floats compute in f32.");
+  register_pool_ops(r);
+}
+
+Tensor conv2d(const Tensor& x, const Tensor& w, const Tensor& bias, const Conv2dOptions& opt, SourceLoc loc) {
+  return dispatch1(op("conv2d"), {x, w, bias},
+                   {{"stride", opt.stride}, {"padding", opt.padding}, {"dilation", opt.dilation}, {"groups", opt.groups}},
+                   loc);
+}
+
+}  // namespace kiln

@@ -1,0 +1,26 @@
+// Attribute checks and output-size rules shared by the conv family's op definitions.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "kiln/core/tensor.h"
+#include "kiln/ops/op_def.h"
+
+namespace kiln::defs {
+
+// A 2-element int[] attribute with every value >= `min`; errors name the attribute.
+std::vector<int64_t> pair_attr(const InferCtx& c, const std::string& name, int64_t min);
+// The padding attribute as [top, left, bottom, right] (a 2-element [h, w] pads both sides).
+std::vector<int64_t> padding_attr(const std::string& op, const Attrs& attrs);
+void check_padding(const InferCtx& c);
+
+// Output length of a window sweep (conv, and pooling with ceil_mode; Note [Pool output size]).
+// Fails naming op, x's shape and the kernel when the dilated kernel does not fit the padded input.
+int64_t window_out_size(const InferCtx& c, const char* dim, int64_t in, int64_t k, int64_t stride,
+                        int64_t pad_begin, int64_t pad_end, int64_t dil, bool ceil_mode);
+
+// `t` contiguous and in dtype `to` (t itself when it already is). For kernels: no dispatcher.
+Tensor contiguous_as(const Tensor& t, DType to);
+
+}  // namespace kiln::defs

@@ -1,9 +1,0 @@
-// Registration of the conv family (being filled in; see issue #2).
-#include "ops/defs/common.h"
-#include "ops/defs/register_all.h"
-
-namespace kiln {
-
-void register_conv_ops(OpRegistry& r) { (void)r; }
-
-}  // namespace kiln

@@ -1,0 +1,273 @@
+// Matrix products: matmul (NumPy semantics, ONNX MatMul) and gemm (ONNX Gemm). Both run the
+// blocked GEMM of kernels/cpu/gemm.h; 16-bit floats compute in f32, i32 in i64 (wrapping).
+#include <algorithm>
+#include <cmath>
+
+#include "kernels/cpu/gemm.h"
+#include "kernels/cpu/loops.h"
+#include "kiln/ops/linalg.h"
+#include "ops/defs/common.h"
+#include "ops/defs/register_all.h"
+
+namespace kiln {
+
+namespace {
+
+const DTypeSet kMatmulDTypes = DTypeSet::floating() | DTypeSet{DType::i32, DType::i64};
+
+// The dtype the GEMM runs in for a tensor dtype.
+DType gemm_compute_dtype(DType t) {
+  if (t == DType::f16 || t == DType::bf16) return DType::f32;
+  if (t == DType::i32) return DType::i64;
+  return t;
+}
+
+// `t` in dtype `to`: t itself when it already is, else a contiguous converted copy. Kernels do not
+// call ops (that would re-enter the dispatcher), so this goes through copy_into directly.
+Tensor as_dtype(const Tensor& t, DType to) {
+  if (t.dtype() == to) return t;
+  Tensor out = empty(t.shape(), TensorOptions(to, t.device()));
+  kernels::cpu::copy_into(out, t);
+  return out;
+}
+
+// ---- matmul shapes ---------------------------------------------------------------------------------
+
+struct MatmulPlan {
+  Shape batch;          // broadcast batch dims
+  int64_t m = 1, k = 1, n = 1;
+  Shape out;            // NumPy result shape (vector dims removed)
+};
+
+MatmulPlan plan_matmul(const Shape& a, const Shape& b, const char* op) {
+  KILN_CHECK(!a.empty() && !b.empty(), op, ": operands must be at least 1-D, got a of shape ", shape_str(a),
+             " and b of shape ", shape_str(b), " (use mul for scalars)");
+  MatmulPlan p;
+  Shape a_batch(a.begin(), a.end() - std::min<size_t>(a.size(), 2));
+  Shape b_batch(b.begin(), b.end() - std::min<size_t>(b.size(), 2));
+  p.m = a.size() == 1 ? 1 : a[a.size() - 2];
+  p.k = a.back();
+  int64_t kb = b.size() == 1 ? b[0] : b[b.size() - 2];
+  p.n = b.size() == 1 ? 1 : b.back();
+  KILN_CHECK(p.k == kb, op, ": inner dimensions differ: a has shape ", shape_str(a), " (K = ", p.k,
+             ") but b has shape ", shape_str(b), " (K = ", kb, ")");
+  // Batch dims broadcast like NumPy; the message names the full operand shapes.
+  size_t nb = std::max(a_batch.size(), b_batch.size());
+  p.batch.assign(nb, 1);
+  for (size_t i = 0; i < nb; ++i) {
+    int64_t da = i < nb - a_batch.size() ? 1 : a_batch[i - (nb - a_batch.size())];
+    int64_t db = i < nb - b_batch.size() ? 1 : b_batch[i - (nb - b_batch.size())];
+    KILN_CHECK(da == db || da == 1 || db == 1, op, ": batch dimensions do not broadcast: a has shape ", shape_str(a),
+               " and b has shape ", shape_str(b));
+    p.batch[i] = da == 1 ? db : da;
+  }
+  p.out = p.batch;
+  if (a.size() > 1) p.out.push_back(p.m);
+  if (b.size() > 1) p.out.push_back(p.n);
+  return p;
+}
+
+std::vector<TensorMeta> infer_matmul(const InferCtx& c) {
+  const TensorMeta& a = c.in(0);
+  const TensorMeta& b = c.in(1);
+  MatmulPlan p = plan_matmul(a.shape, b.shape, "matmul");
+  return {{promote_types(a.dtype, b.dtype), p.out}};
+}
+
+// Element strides of operand `t` seen as batch + [rows, cols] (`vec_as_row`: a 1-D t is a row
+// [1, K]; otherwise a column [K, 1]); broadcast batch dims get stride 0.
+struct OperandLayout {
+  std::vector<int64_t> batch_strides;
+  int64_t rs = 0, cs = 0;
+};
+OperandLayout layout_of(const Tensor& t, size_t batch_rank, bool vec_as_row) {
+  OperandLayout l;
+  const Shape& s = t.shape();
+  const Strides& st = t.strides();
+  size_t r = s.size();
+  if (r == 1) {
+    if (vec_as_row) { l.rs = 0; l.cs = st[0]; }
+    else { l.rs = st[0]; l.cs = 0; }
+  } else {
+    l.rs = st[r - 2];
+    l.cs = st[r - 1];
+  }
+  size_t own = r >= 2 ? r - 2 : 0;
+  l.batch_strides.assign(batch_rank, 0);
+  for (size_t i = 0; i < own; ++i)
+    l.batch_strides[batch_rank - own + i] = s[i] == 1 ? 0 : st[i];
+  return l;
+}
+
+// out[i] = a[i] @ b[i] over every batch index; all three in the GEMM dtype T; out contiguous.
+template <class T>
+void batched_matmul(const MatmulPlan& p, const Tensor& out, const Tensor& a, const Tensor& b) {
+  const size_t nb = p.batch.size();
+  OperandLayout la = layout_of(a, nb, true), lb = layout_of(b, nb, false);
+  const T* ap = static_cast<const T*>(a.data_ptr());
+  const T* bp = static_cast<const T*>(b.data_ptr());
+  T* op = static_cast<T*>(out.data_ptr());
+  const int64_t batches = numel_of(p.batch);
+  const int64_t mn = p.m * p.n;
+
+  // Note [Folding batch into rows]: when b is the same matrix for every batch (all its batch
+  // strides 0) and a's batch and row dims collapse into one strided dim, the whole product is one
+  // (batch * M) x K GEMM, which is how [batch, seq, d] @ [d, e] runs.
+  bool b_shared = std::all_of(lb.batch_strides.begin(), lb.batch_strides.end(), [](int64_t s) { return s == 0; });
+  if (batches > 1 && b_shared) {
+    std::vector<std::pair<int64_t, int64_t>> dims;  // (size, stride) of batch dims then M, size-1 dims dropped
+    for (size_t i = 0; i < nb; ++i)
+      if (p.batch[i] != 1) dims.push_back({p.batch[i], la.batch_strides[i]});
+    if (p.m != 1) dims.push_back({p.m, la.rs});
+    bool merges = true;
+    for (size_t i = 0; i + 1 < dims.size(); ++i)
+      if (dims[i].second != dims[i + 1].second * dims[i + 1].first) merges = false;
+    if (merges) {
+      int64_t row_stride = dims.empty() ? 0 : dims.back().second;
+      kernels::cpu::gemm(batches * p.m, p.n, p.k, T(1), ap, row_stride, la.cs, bp, lb.rs, lb.cs, T(0), op, p.n);
+      return;
+    }
+  }
+
+  auto run = [&](int64_t i0, int64_t i1) {
+    std::vector<int64_t> idx(nb, 0);
+    int64_t rem = i0;
+    for (size_t d = nb; d-- > 0;) {
+      idx[d] = rem % p.batch[d];
+      rem /= p.batch[d];
+    }
+    for (int64_t i = i0; i < i1; ++i) {
+      int64_t oa = 0, ob = 0;
+      for (size_t d = 0; d < nb; ++d) {
+        oa += idx[d] * la.batch_strides[d];
+        ob += idx[d] * lb.batch_strides[d];
+      }
+      kernels::cpu::gemm(p.m, p.n, p.k, T(1), ap + oa, la.rs, la.cs, bp + ob, lb.rs, lb.cs, T(0), op + i * mn, p.n);
+      for (size_t d = nb; d-- > 0;) {
+        if (++idx[d] < p.batch[d]) break;
+        idx[d] = 0;
+      }
+    }
+  };
+  // Small products in many batches: parallel over batches (the GEMMs then run inline).
+  const int64_t work = mn * std::max<int64_t>(p.k, 1);
+  if (batches > 1 && work < (int64_t{1} << 18))
+    parallel_for(0, batches, std::max<int64_t>(1, (int64_t{1} << 18) / std::max<int64_t>(work, 1)), run);
+  else
+    run(0, batches);
+}
+
+// Runs `fn` with the GEMM element type of dtype t (float, double or int64_t).
+template <class F>
+void visit_gemm_dtype(DType t, F&& fn) {
+  switch (t) {
+    case DType::f32: fn(TypeTag<float>{}); return;
+    case DType::f64: fn(TypeTag<double>{}); return;
+    case DType::i64: fn(TypeTag<int64_t>{}); return;
+    default: KILN_ASSERT(false, "no GEMM for dtype ", dtype_name(t));
+  }
+}
+
+void matmul_kernel(const KernelCall& k) {
+  const Tensor& out = k.out(0);
+  MatmulPlan p = plan_matmul(k.in(0).shape(), k.in(1).shape(), "matmul");
+  const DType ct = gemm_compute_dtype(out.dtype());
+  Tensor a = as_dtype(k.in(0), ct), b = as_dtype(k.in(1), ct);
+  Tensor res = ct == out.dtype() && out.is_contiguous() ? out : empty(out.shape(), TensorOptions(ct, out.device()));
+  if (res.numel() > 0) {
+    visit_gemm_dtype(ct, [&](auto tag) {
+      using T = typename decltype(tag)::type;
+      batched_matmul<T>(p, res, a, b);
+    });
+  }
+  if (!res.is_same(out)) kernels::cpu::copy_into(out, res);
+}
+
+// ---- gemm ------------------------------------------------------------------------------------------
+
+std::vector<TensorMeta> infer_gemm(const InferCtx& c) {
+  const TensorMeta& a = c.in(0);
+  const TensorMeta& b = c.in(1);
+  bool ta = c.attrs.get_bool("trans_a"), tb = c.attrs.get_bool("trans_b");
+  if (a.shape.size() != 2 || b.shape.size() != 2)
+    c.fail("a and b must be 2-D, got a of shape " + shape_str(a.shape) + " and b of shape " + shape_str(b.shape));
+  int64_t m = ta ? a.shape[1] : a.shape[0], ka = ta ? a.shape[0] : a.shape[1];
+  int64_t kb = tb ? b.shape[1] : b.shape[0], n = tb ? b.shape[0] : b.shape[1];
+  if (ka != kb)
+    c.fail("inner dimensions differ: op(a) is " + std::to_string(m) + " x " + std::to_string(ka) + " (a of shape " +
+           shape_str(a.shape) + (ta ? ", transposed" : "") + ") but op(b) is " + std::to_string(kb) + " x " +
+           std::to_string(n) + " (b of shape " + shape_str(b.shape) + (tb ? ", transposed" : "") + ")");
+  DType dt = promote_types(a.dtype, b.dtype);
+  if (c.has(2)) {
+    const TensorMeta& cm = c.in(2);
+    Shape mn{m, n};
+    bool ok = cm.shape.size() <= 2;
+    for (size_t i = 0; ok && i < cm.shape.size(); ++i) {
+      int64_t d = cm.shape[i], want = mn[2 - cm.shape.size() + i];
+      ok = d == 1 || d == want;
+    }
+    if (!ok)
+      c.fail("c of shape " + shape_str(cm.shape) + " does not broadcast to the " + std::to_string(m) + " x " +
+             std::to_string(n) + " result [" + std::to_string(m) + ", " + std::to_string(n) + "]");
+    dt = promote_types(dt, cm.dtype);
+  }
+  if (!is_floating(dt)) {
+    double alpha = c.attrs.get_float("alpha"), beta = c.attrs.get_float("beta");
+    if (alpha != std::trunc(alpha) || beta != std::trunc(beta))
+      c.fail("integer operands (" + std::string(dtype_name(dt)) + ") need whole-number alpha and beta, got alpha=" +
+             std::to_string(alpha) + ", beta=" + std::to_string(beta));
+  }
+  return {{dt, {m, n}}};
+}
+
+void gemm_kernel(const KernelCall& k) {
+  const Tensor& out = k.out(0);
+  const DType ct = gemm_compute_dtype(out.dtype());
+  Tensor a = as_dtype(k.in(0), ct), b = as_dtype(k.in(1), ct);
+  const Tensor& c = k.inputs.size() > 2 ? k.in(2) : Tensor();
+  double alpha = k.attrs.get_float("alpha"), beta = k.attrs.get_float("beta");
+  bool ta = k.attrs.get_bool("trans_a"), tb = k.attrs.get_bool("trans_b");
+  Tensor res = ct == out.dtype() && out.is_contiguous() ? out : empty(out.shape(), TensorOptions(ct, out.device()));
+  const bool use_c = c.defined() && beta != 0.0;
+  if (use_c) kernels::cpu::copy_into(res, c);  // broadcasts C to M x N and converts
+  const int64_t m = out.shape()[0], n = out.shape()[1], kk = ta ? a.shape()[0] : a.shape()[1];
+  const int64_t a_rs = ta ? a.strides()[1] : a.strides()[0], a_cs = ta ? a.strides()[0] : a.strides()[1];
+  const int64_t b_rs = tb ? b.strides()[1] : b.strides()[0], b_cs = tb ? b.strides()[0] : b.strides()[1];
+  if (res.numel() > 0) {
+    visit_gemm_dtype(ct, [&](auto tag) {
+      using T = typename decltype(tag)::type;
+      kernels::cpu::gemm(m, n, kk, static_cast<T>(alpha), static_cast<const T*>(a.data_ptr()), a_rs, a_cs,
+                         static_cast<const T*>(b.data_ptr()), b_rs, b_cs, use_c ? static_cast<T>(beta) : T(0),
+                         static_cast<T*>(res.data_ptr()), n);
+    });
+  }
+  if (!res.is_same(out)) kernels::cpu::copy_into(out, res);
+}
+
+}  // namespace
+
+void register_linalg_ops(OpRegistry& r) {
+  defs::rules_pending(r.add("matmul(Tensor a, Tensor b) -> Tensor"), "MatMul", 13)
+      .infer(infer_matmul)
+      .cast_inputs(InputCast::common)
+      .kernel(DeviceType::cpu, kMatmulDTypes, matmul_kernel)
+      .doc("NumPy matmul: 1-D operands are promoted to matrices and the added dim removed; batch dims "
+           "broadcast. 16-bit floats accumulate in f32; integers wrap.");
+  defs::rules_pending(r.add("gemm(Tensor a, Tensor b, Tensor? c, float alpha=1.0, float beta=1.0, bool trans_a=false, "
+                            "bool trans_b=false) -> Tensor"),
+                      "Gemm", 13)
+      .infer(infer_gemm)
+      .cast_inputs(InputCast::common)
+      .kernel(DeviceType::cpu, kMatmulDTypes, gemm_kernel)
+      .doc("alpha * op(a) @ op(b) + beta * c with op = transpose when trans_*; a, b 2-D; c broadcasts to M x N.");
+}
+
+Tensor matmul(const Tensor& a, const Tensor& b, SourceLoc loc) { return dispatch1(op("matmul"), {a, b}, {}, loc); }
+
+Tensor gemm(const Tensor& a, const Tensor& b, const Tensor& c, double alpha, double beta, bool trans_a, bool trans_b,
+            SourceLoc loc) {
+  return dispatch1(op("gemm"), {a, b, c},
+                   {{"alpha", alpha}, {"beta", beta}, {"trans_a", trans_a}, {"trans_b", trans_b}}, loc);
+}
+
+}  // namespace kiln

@@ -1,9 +1,0 @@
-// Registration of the linalg family (being filled in; see issue #2).
-#include "ops/defs/common.h"
-#include "ops/defs/register_all.h"
-
-namespace kiln {
-
-void register_linalg_ops(OpRegistry& r) { (void)r; }
-
-}  // namespace kiln
