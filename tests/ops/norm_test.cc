@@ -115,6 +115,18 @@ TEST(Norm, BatchNormMatchesReference) {
   EXPECT_TRUE(all_close(batch_norm(xt, m, v), ref::batch_norm(xt, m, v, {}, {}, 1e-5)));
 }
 
+// Many short rows: split over the thread pool.
+TEST(Norm, ManyRowsTakeTheParallelPath) {
+  Tensor x = random_tensor({6001, 17}, DType::f32, 81);
+  EXPECT_TRUE(all_close(softmax(x, 1), ref::softmax(x, 1)));
+  EXPECT_TRUE(all_close(log_softmax(noncontiguous(x), 1), ref::softmax(x, 1, true)));
+  Tensor w = random_tensor({17}, DType::f32, 83), b = random_tensor({17}, DType::f32, 87);
+  EXPECT_TRUE(all_close(layer_norm(x, 1, w, b), ref::layer_norm(x, 1, w, b, 1e-5)));
+  Tensor y = random_tensor({3001, 7, 3}, DType::f32, 89);
+  Tensor m = random_tensor({7}, DType::f32, 91), v = testing::random_positive({7}, DType::f32, 93);
+  EXPECT_TRUE(all_close(batch_norm(y, m, v, {}, b.slice(0, 0, 7)), ref::batch_norm(y, m, v, {}, b.slice(0, 0, 7), 1e-5)));
+}
+
 TEST(Norm, Errors) {
   Tensor x = ones({2, 4, 5});
   EXPECT_KILN_ERROR(layer_norm(x, 1, ones({4})), "layer_norm", "'weight'", "[4]", "[4, 5]");

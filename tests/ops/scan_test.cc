@@ -82,6 +82,15 @@ TEST(Scan, LongFloatCumsumIsAccurate) {
   EXPECT_TRUE(all_close(cumsum(x, 0, false, true), ref::cumsum(x, 0, false, true), {1e-6, 1e-6}));
 }
 
+// Many short rows: split over the thread pool.
+TEST(Scan, ManyRowsTakeTheParallelPath) {
+  Tensor x = random_tensor({6001, 17}, DType::f32, 71);
+  EXPECT_TRUE(all_close(cumsum(x, 1, true), ref::cumsum(x, 1, true)));
+  EXPECT_TRUE(all_close(cumsum(noncontiguous(x), 1, false, true), ref::cumsum(x, 1, false, true)));
+  Tensor i = random_tensor({17, 6001}, DType::i32, 73);
+  EXPECT_TRUE(all_close(cumsum(i, 0), ref::cumsum(i, 0)));
+}
+
 TEST(Scan, Errors) {
   Tensor x = ones({2, 3});
   EXPECT_KILN_ERROR(cumsum(x, 2), "cumsum", "axis 2", "rank 2");
