@@ -20,6 +20,35 @@ constexpr int64_t kEdgeItems = 3;
 struct Formatter {
   bool floating = false, boolean = false, scientific = false;
   int precision = 4;
+  // Column alignment like NumPy's: fixed-notation floats line up on the decimal point (the
+  // integer part padded on the left, the fraction on the right); everything else right-aligns.
+  size_t int_width = 0, frac_width = 0, width = 0;
+
+  void measure(const std::vector<double>& vals) {
+    for (double v : vals) {
+      std::string s = fmt(v);
+      width = std::max(width, s.size());
+      size_t dot = s.find('.');
+      if (aligns_on_point() && dot != std::string::npos) {
+        int_width = std::max(int_width, dot);
+        frac_width = std::max(frac_width, s.size() - dot - 1);
+      } else {
+        int_width = std::max(int_width, s.size());
+      }
+    }
+  }
+  bool aligns_on_point() const { return floating && !scientific; }
+  std::string padded(double v) const {
+    std::string s = fmt(v);
+    size_t dot = s.find('.');
+    if (!aligns_on_point()) return std::string(width - std::min(width, s.size()), ' ') + s;
+    if (dot == std::string::npos) {  // nan, inf
+      size_t w = int_width + (frac_width ? frac_width + 1 : 0);
+      return std::string(w - std::min(w, s.size()), ' ') + s;
+    }
+    return std::string(int_width - std::min(int_width, dot), ' ') + s +
+           std::string(frac_width - std::min(frac_width, s.size() - dot - 1), ' ');
+  }
 
   std::string fmt(double v) const {
     if (boolean) return v != 0 ? "True" : "False";
@@ -52,13 +81,11 @@ struct Printer {
   const Shape& shape;
   bool summarize;
   const Formatter& f;
-  size_t width;
   size_t pos = 0;
 
   void print(std::ostream& os, size_t dim, size_t indent) {
     if (dim == shape.size()) {
-      std::string s = f.fmt(vals[pos++]);
-      os << std::string(width - std::min(width, s.size()), ' ') << s;
+      os << f.padded(vals[pos++]);
       return;
     }
     os << '[';
@@ -66,8 +93,7 @@ struct Printer {
     bool cut = summarize && n > 2 * kEdgeItems;
     for (int64_t i = 0; i < n; ++i) {
       if (cut && i == kEdgeItems) {
-        if (dim + 1 == shape.size()) os << "...";
-        else os << "...";
+        os << "...";
         i = n - kEdgeItems;
         sep(os, dim, indent);
       }
@@ -130,8 +156,7 @@ std::string Tensor::str() const {
     f.scientific = maxabs >= 1e8 || (minabs < 1e-4 && !all_int) || (maxabs > 0 && maxabs / minabs > 1e3 && minabs < 1e-3);
     f.precision = 4;
   }
-  size_t width = 0;
-  for (double v : vals) width = std::max(width, f.fmt(v).size());
+  f.measure(vals);
   os << "tensor(";
   if (numel() == 0) {
     os << "[]";
@@ -139,7 +164,7 @@ std::string Tensor::str() const {
   } else if (dim() == 0) {
     os << f.fmt(vals[0]);
   } else {
-    Printer p{vals, im.shape, summarize, f, width};
+    Printer p{vals, im.shape, summarize, f};
     p.print(os, 0, 7);  // 7 = strlen("tensor(")
   }
   os << suffix << ")";

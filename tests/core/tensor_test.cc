@@ -157,7 +157,10 @@ TEST(Tensor, ContiguousCloneAndCast) {
   for (DType from : testing::kAllDTypes)
     for (DType to : testing::kAllDTypes) {
       Tensor x = testing::random_tensor({33}, from, 3, 1, 9);
-      EXPECT_TRUE(all_close(x.to(to).to(DType::f64), x.to(DType::f64), testing::tol_for(to)))
+      // Expected per NumPy's astype: floats truncate toward zero into integers, bool is != 0.
+      std::vector<double> want = ref::values(x);
+      for (double& v : want) v = to == DType::boolean ? (v != 0) : is_integral(to) ? std::trunc(v) : v;
+      EXPECT_TRUE(all_close(x.to(to), from_vector<double>(want), testing::tol_for(to)))
           << dtype_name(from) << " -> " << dtype_name(to);
     }
 }
@@ -193,7 +196,9 @@ TEST(Allocator, ReusesFreedBlocks) {
 #if !defined(__SANITIZE_ADDRESS__)
   EXPECT_EQ(after.cache_hits, before.cache_hits + 1);
 #endif
-  EXPECT_KILN_ERROR(allocator_for(Device::cuda()), "cuda");
+#if !KILN_HAS_CUDA
+  EXPECT_KILN_ERROR(allocator_for(Device::cuda()), "cuda");  // with CUDA: tests/cuda/cuda_test.cc
+#endif
 }
 
 TEST(ThreadPool, ParallelForCoversTheRangeOnce) {
