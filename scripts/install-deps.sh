@@ -6,7 +6,7 @@
 set -euo pipefail
 
 APT_PACKAGES=(
-  build-essential cmake ccache pkg-config zlib1g-dev
+  build-essential cmake ninja-build ccache pkg-config zlib1g-dev
   libgtest-dev libgmock-dev libbenchmark-dev libcli11-dev
   graphviz python3 python3-pip
 )
