@@ -1,4 +1,4 @@
-// The blocked CPU GEMM behind kernels/cpu/gemm.h.
+// The simple blocked GEMM behind gemm_f64 and gemm_i64 (f32 runs the packed GEMM of gemm_packed.cc).
 #include "kernels/cpu/gemm.h"
 
 #include <algorithm>
@@ -15,7 +15,7 @@ namespace kiln::kernels::cpu {
 // panel (kDepth x col_tile) stays in L2 while every row of the tile passes over it. A is read one
 // scalar per (row, k), so any A layout (transposed included) works without packing; B must have
 // contiguous rows and is copied once when it does not. This is the "correct and not slow" GEMM;
-// register-tiled micro-kernels with packed panels are a later issue.
+// f32 has the packed micro-kernel GEMM (Note [Packed GEMM]).
 
 namespace {
 
@@ -98,11 +98,6 @@ void gemm_blocked(int64_t m, int64_t n, int64_t k, T alpha, const T* a, int64_t 
 }
 
 }  // namespace
-
-void gemm_f32(int64_t m, int64_t n, int64_t k, float alpha, const float* a, int64_t a_rs, int64_t a_cs,
-              const float* b, int64_t b_rs, int64_t b_cs, float beta, float* c, int64_t ldc) {
-  gemm_blocked<float>(m, n, k, alpha, a, a_rs, a_cs, b, b_rs, b_cs, beta, c, ldc);
-}
 
 void gemm_f64(int64_t m, int64_t n, int64_t k, double alpha, const double* a, int64_t a_rs, int64_t a_cs,
               const double* b, int64_t b_rs, int64_t b_cs, double beta, double* c, int64_t ldc) {

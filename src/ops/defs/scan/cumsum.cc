@@ -4,6 +4,7 @@
 // stays within one f32 rounding of the exact prefix sums); bool and integers give i64.
 #include <type_traits>
 
+#include "kernels/cpu/scan.h"
 #include "kiln/ops/scan.h"
 #include "ops/defs/common.h"
 #include "ops/defs/reduce/row_loop.h"
@@ -38,6 +39,13 @@ void scan_row(const char* x, int64_t sx, char* out, int64_t so, int64_t n, bool 
     if constexpr (std::is_floating_point_v<Acc>) *reinterpret_cast<Out*>(out + i * so) = convert<Out>(acc);
     else *reinterpret_cast<Out*>(out + i * so) = static_cast<Out>(acc);
   };
+  if constexpr (std::is_same_v<T, float>) {
+    // A contiguous forward f32 scan runs the parallel vectorized kernel (Note [Blocked scan]).
+    if (!exclusive && !reverse && sx == sizeof(float) && so == sizeof(float)) {
+      kernels::cpu::cumsum_f32(reinterpret_cast<const float*>(x), reinterpret_cast<float*>(out), n);
+      return;
+    }
+  }
   Acc acc = 0;
   const int64_t step = reverse ? -1 : 1;
   for (int64_t c = 0, i = reverse ? n - 1 : 0; c < n; ++c, i += step) {

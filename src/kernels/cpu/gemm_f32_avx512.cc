@@ -1,0 +1,83 @@
+// f32 GEMM micro-kernel for AVX-512: a 6 x 32 tile in 12 zmm accumulators (FMA), masked stores at
+// the right edge. Compiled for AVX-512 by the target pragma below and only called when
+// active_isa() says the machine has it (see Note [ISA code in one binary]).
+// GCC 12 warns that the undefined upper half in its own _mm512 cast/convert intrinsics is
+// uninitialized (GCC bug 105593); the warning is about the header, not this code.
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wuninitialized"
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#include <immintrin.h>
+
+#include "kernels/cpu/gemm_ukernel.h"
+
+// Note [ISA code in one binary]
+// Each *_avx512.cc / *_avx2.cc file switches the target with `#pragma GCC target` *after* its
+// includes, so only the functions defined in the file get the wider instructions. Inline
+// functions from headers (std::, kiln) stay baseline: were they compiled with -mavx512f, the linker
+// could keep that copy for the whole program and crash machines without AVX-512. The library
+// itself is built for baseline x86-64; nothing uses -march=native.
+#pragma GCC push_options
+#pragma GCC target("avx512f,avx512vl,avx512bw,avx512dq,avx2,fma")
+
+namespace kiln::kernels::cpu {
+
+namespace {
+
+constexpr int kMr = 6, kNr = 32;
+
+template <int M>
+void f32_gemm_ukernel_6x32__avx512(int64_t k, const float* a, const float* b, int64_t ldb, float* c, int64_t ldc,
+                                   int n, float alpha, float beta) {
+  __m512 acc0[M], acc1[M];
+#pragma GCC unroll 6
+  for (int i = 0; i < M; ++i) acc0[i] = acc1[i] = _mm512_setzero_ps();
+  for (int64_t p = 0; p < k; ++p) {
+    const __m512 b0 = _mm512_loadu_ps(b), b1 = _mm512_loadu_ps(b + 16);
+#pragma GCC unroll 6
+    for (int i = 0; i < M; ++i) {
+      const __m512 ai = _mm512_set1_ps(a[i]);
+      acc0[i] = _mm512_fmadd_ps(ai, b0, acc0[i]);
+      acc1[i] = _mm512_fmadd_ps(ai, b1, acc1[i]);
+    }
+    a += kMr;
+    b += ldb;
+  }
+  const __mmask16 m0 = n >= 16 ? __mmask16(0xffff) : __mmask16((1u << n) - 1);
+  const __mmask16 m1 = n >= 32 ? __mmask16(0xffff) : n > 16 ? __mmask16((1u << (n - 16)) - 1) : __mmask16(0);
+  const __m512 va = _mm512_set1_ps(alpha), vb = _mm512_set1_ps(beta);
+#pragma GCC unroll 6
+  for (int i = 0; i < M; ++i) {
+    float* cr = c + i * ldc;
+    __m512 r0 = _mm512_mul_ps(va, acc0[i]), r1 = _mm512_mul_ps(va, acc1[i]);
+    if (beta != 0.0f) {
+      r0 = _mm512_fmadd_ps(vb, _mm512_maskz_loadu_ps(m0, cr), r0);
+      r1 = _mm512_fmadd_ps(vb, _mm512_maskz_loadu_ps(m1, cr + 16), r1);
+    }
+    _mm512_mask_storeu_ps(cr, m0, r0);
+    _mm512_mask_storeu_ps(cr + 16, m1, r1);
+  }
+}
+
+void f32_gemm_ukernel__avx512(int64_t k, const float* a, const float* b, int64_t ldb, float* c, int64_t ldc, int m,
+                              int n, float alpha, float beta) {
+  switch (m) {
+    case 1: return f32_gemm_ukernel_6x32__avx512<1>(k, a, b, ldb, c, ldc, n, alpha, beta);
+    case 2: return f32_gemm_ukernel_6x32__avx512<2>(k, a, b, ldb, c, ldc, n, alpha, beta);
+    case 3: return f32_gemm_ukernel_6x32__avx512<3>(k, a, b, ldb, c, ldc, n, alpha, beta);
+    case 4: return f32_gemm_ukernel_6x32__avx512<4>(k, a, b, ldb, c, ldc, n, alpha, beta);
+    case 5: return f32_gemm_ukernel_6x32__avx512<5>(k, a, b, ldb, c, ldc, n, alpha, beta);
+    default: return f32_gemm_ukernel_6x32__avx512<6>(k, a, b, ldb, c, ldc, n, alpha, beta);
+  }
+}
+
+}  // namespace
+
+const GemmKernelF32& gemm_kernel_f32_avx512() {
+  static const GemmKernelF32 k{Isa::avx512, kMr, kNr, 480, 256, 4096, f32_gemm_ukernel__avx512};
+  return k;
+}
+
+}  // namespace kiln::kernels::cpu
+
+#pragma GCC pop_options
+#pragma GCC diagnostic pop

@@ -1,0 +1,330 @@
+// The packed f32 GEMM driver behind gemm_f32: cache blocking, packing, threading, epilogues and
+// the pre-packed-B entry point. The register-tiled micro-kernels live in gemm_f32_<isa>.cc.
+#include <algorithm>
+#include <cmath>
+#include <cstdlib>
+#include <cstring>
+
+#include "kernels/cpu/gemm.h"
+#include "kernels/cpu/gemm_ukernel.h"
+#include "kiln/core/error.h"
+#include "kiln/core/thread_pool.h"
+
+namespace kiln::kernels::cpu {
+
+// Note [Packed GEMM]
+// The Goto/BLIS scheme. For each nc-wide block of C's columns and each kc-deep slice of K, B's
+// kc x nc block is packed into nr-wide panels (each kc x nr panel is contiguous and stays in L1
+// while it is used); for each mc-tall block of rows, A's mc x kc block is packed into mr-tall
+// micro-panels (the block stays in L2). The micro-kernel then multiplies one A micro-panel by one
+// B panel into an mr x nr tile of C held in registers, adding to C (beta on the first k-slice
+// only). Packing is what makes any layout fast: transposes and strides cost one strided read
+// during packing, and the hot loop always sees unit-stride panels. Edge tiles: packed A is
+// zero-padded to mr rows, packed B to nr columns, and the micro-kernel stores only the valid m x n.
+//
+// Skinny products (m <= kDirectRows) do not pack B: packing a 4096 x 4096 B to multiply it by a
+// handful of rows would cost as much as the product. The micro-kernel then reads full nr-wide
+// column panels of B in place (ldb = B's row stride); only the ragged right edge is packed. That
+// makes M = 1 a streaming pass over B (GEMV) at memory bandwidth.
+//
+// Threads: C is cut into as many column chunks (multiples of nr) or row chunks (multiples of mr)
+// as there are threads, along the longer side; each thread runs the whole blocked loop on its
+// chunk with its own pack buffers, so nothing is shared and no barriers are needed. The cost is
+// that every thread packs the operand it shares (A for a column split): m*k floats per thread
+// per nc block, small against the 2*m*k*nc flops it feeds.
+//
+// The epilogue runs on each tile right after its last k-slice, while the tile is in L1.
+
+namespace {
+
+constexpr int64_t kDirectRows = 16;
+constexpr int64_t kSerialFlops = int64_t{1} << 21;  // m*n*k below this: one thread
+
+int64_t round_up(int64_t x, int64_t m) { return (x + m - 1) / m * m; }
+
+// A grow-only 64-byte-aligned scratch buffer, one per thread and purpose.
+struct Scratch {
+  float* p = nullptr;
+  size_t cap = 0;
+  float* get(size_t n) {
+    if (n > cap) {
+      std::free(p);
+      size_t bytes = static_cast<size_t>(round_up(static_cast<int64_t>(n * sizeof(float)), 64));
+      p = static_cast<float*>(std::aligned_alloc(64, bytes));
+      KILN_CHECK(p != nullptr, "GEMM: out of memory allocating a ", bytes, "-byte pack buffer");
+      cap = n;
+    }
+    return p;
+  }
+  ~Scratch() { std::free(p); }
+};
+thread_local Scratch t_pack_a, t_pack_b, t_pack_edge;
+
+// A[0:mc, 0:kc] (strides a_rs, a_cs) -> mr-row micro-panels, each kc steps of mr floats.
+void pack_a(int mr, int64_t mc, int64_t kc, const float* a, int64_t a_rs, int64_t a_cs, float* out) {
+  for (int64_t ir = 0; ir < mc; ir += mr) {
+    const int64_t mv = std::min<int64_t>(mr, mc - ir);
+    float* dst = out + ir * kc;
+    const float* src = a + ir * a_rs;
+    if (a_cs == 1) {
+      for (int64_t i = 0; i < mv; ++i)
+        for (int64_t p = 0; p < kc; ++p) dst[p * mr + i] = src[i * a_rs + p];
+    } else {
+      for (int64_t p = 0; p < kc; ++p)
+        for (int64_t i = 0; i < mv; ++i) dst[p * mr + i] = src[i * a_rs + p * a_cs];
+    }
+    for (int64_t i = mv; i < mr; ++i)
+      for (int64_t p = 0; p < kc; ++p) dst[p * mr + i] = 0.0f;
+  }
+}
+
+// B[0:kc, 0:nc] -> nr-column panels, each kc rows of nr floats; panel q starts at out + q*nr*kc.
+void pack_b(int nr, int64_t kc, int64_t nc, const float* b, int64_t b_rs, int64_t b_cs, float* out) {
+  for (int64_t jr = 0; jr < nc; jr += nr) {
+    const int64_t nv = std::min<int64_t>(nr, nc - jr);
+    float* dst = out + jr * kc;
+    if (b_cs == 1) {
+      for (int64_t p = 0; p < kc; ++p) {
+        std::memcpy(dst + p * nr, b + p * b_rs + jr, static_cast<size_t>(nv) * sizeof(float));
+        for (int64_t j = nv; j < nr; ++j) dst[p * nr + j] = 0.0f;
+      }
+    } else {
+      for (int64_t j = 0; j < nv; ++j)
+        for (int64_t p = 0; p < kc; ++p) dst[p * nr + j] = b[p * b_rs + (jr + j) * b_cs];
+      for (int64_t p = 0; p < kc; ++p)
+        for (int64_t j = nv; j < nr; ++j) dst[p * nr + j] = 0.0f;
+    }
+  }
+}
+
+float gelu_erf(float x) { return 0.5f * x * (1.0f + std::erf(x * 0.70710678118654752f)); }
+float gelu_tanh(float x) { return 0.5f * x * (1.0f + std::tanh(0.79788456080286536f * (x + 0.044715f * x * x * x))); }
+float sigmoid(float x) { return 1.0f / (1.0f + std::exp(-x)); }
+
+template <GemmActivation A>
+float activate(float y) {
+  if constexpr (A == GemmActivation::relu) return y > 0.0f ? y : (y == y ? 0.0f : y);  // NaN stays NaN
+  else if constexpr (A == GemmActivation::gelu) return gelu_erf(y);
+  else if constexpr (A == GemmActivation::gelu_tanh) return gelu_tanh(y);
+  else if constexpr (A == GemmActivation::sigmoid) return sigmoid(y);
+  else if constexpr (A == GemmActivation::tanh) return std::tanh(y);
+  else if constexpr (A == GemmActivation::silu) return y * sigmoid(y);
+  else return y;
+}
+
+// The epilogue on tile C[i0:i0+mv, j0:j0+nv] (global indices; c points at its corner).
+template <GemmActivation A>
+void epilogue_tile(const GemmEpilogue& ep, float* c, int64_t ldc, int64_t i0, int64_t j0, int64_t mv, int64_t nv) {
+  const float* col_bias = ep.bias_kind == GemmBias::per_col ? ep.bias + j0 : nullptr;
+  for (int64_t i = 0; i < mv; ++i) {
+    float* cr = c + i * ldc;
+    const float rb = ep.bias_kind == GemmBias::per_row ? ep.bias[i0 + i] : 0.0f;
+    const float* res = ep.residual != nullptr ? ep.residual + (i0 + i) * ep.ldr + j0 : nullptr;
+    for (int64_t j = 0; j < nv; ++j) {
+      float y = cr[j] + rb;
+      if (col_bias != nullptr) y += col_bias[j];
+      if (res != nullptr && ep.residual_before_activation) y += res[j];
+      y = activate<A>(y);
+      if (res != nullptr && !ep.residual_before_activation) y += res[j];
+      cr[j] = y;
+    }
+  }
+}
+
+void apply_epilogue(const GemmEpilogue& ep, float* c, int64_t ldc, int64_t i0, int64_t j0, int64_t mv, int64_t nv) {
+  switch (ep.activation) {
+    case GemmActivation::none: return epilogue_tile<GemmActivation::none>(ep, c, ldc, i0, j0, mv, nv);
+    case GemmActivation::relu: return epilogue_tile<GemmActivation::relu>(ep, c, ldc, i0, j0, mv, nv);
+    case GemmActivation::gelu: return epilogue_tile<GemmActivation::gelu>(ep, c, ldc, i0, j0, mv, nv);
+    case GemmActivation::gelu_tanh: return epilogue_tile<GemmActivation::gelu_tanh>(ep, c, ldc, i0, j0, mv, nv);
+    case GemmActivation::sigmoid: return epilogue_tile<GemmActivation::sigmoid>(ep, c, ldc, i0, j0, mv, nv);
+    case GemmActivation::tanh: return epilogue_tile<GemmActivation::tanh>(ep, c, ldc, i0, j0, mv, nv);
+    case GemmActivation::silu: return epilogue_tile<GemmActivation::silu>(ep, c, ldc, i0, j0, mv, nv);
+  }
+}
+
+// Where B comes from: strided memory (packed per block, or read in place when `direct`), or a
+// PackedGemmB (`packed`, with its padded width `npad`).
+struct BSource {
+  const float* b = nullptr;
+  int64_t b_rs = 0, b_cs = 0;
+  bool direct = false;
+  const float* packed = nullptr;
+  int64_t npad = 0;
+};
+
+struct Problem {
+  const GemmKernelF32* kk;
+  int64_t m, n, k;
+  float alpha, beta;
+  const float* a;
+  int64_t a_rs, a_cs;
+  BSource b;
+  float* c;
+  int64_t ldc;
+  const GemmEpilogue* ep;
+};
+
+// Rows [i0, i1) x columns [j0, j1) of C, all of K, on the calling thread. j0 is a multiple of nr.
+void gemm_block(const Problem& pr, int64_t i0, int64_t i1, int64_t j0, int64_t j1) {
+  const GemmKernelF32& kk = *pr.kk;
+  const int mr = kk.mr, nr = kk.nr;
+  const bool epilogue = !pr.ep->empty();
+  for (int64_t jc = j0; jc < j1; jc += kk.nc) {
+    const int64_t ncur = std::min(kk.nc, j1 - jc);
+    for (int64_t pc = 0; pc < pr.k; pc += kk.kc) {
+      const int64_t kcur = std::min(kk.kc, pr.k - pc);
+      const bool last = pc + kcur == pr.k;
+      const float beta = pc == 0 ? pr.beta : 1.0f;
+      const float* bblock = nullptr;
+      if (pr.b.packed != nullptr) {
+        bblock = pr.b.packed + pc * pr.b.npad + jc * kcur;
+      } else if (!pr.b.direct) {
+        float* buf = t_pack_b.get(static_cast<size_t>(kcur * round_up(ncur, nr)));
+        pack_b(nr, kcur, ncur, pr.b.b + pc * pr.b.b_rs + jc * pr.b.b_cs, pr.b.b_rs, pr.b.b_cs, buf);
+        bblock = buf;
+      }
+      for (int64_t ic = i0; ic < i1; ic += kk.mc) {
+        const int64_t mcur = std::min(kk.mc, i1 - ic);
+        float* abuf = t_pack_a.get(static_cast<size_t>(round_up(mcur, mr) * kcur));
+        pack_a(mr, mcur, kcur, pr.a + ic * pr.a_rs + pc * pr.a_cs, pr.a_rs, pr.a_cs, abuf);
+        for (int64_t jr = 0; jr < ncur; jr += nr) {
+          const int nv = static_cast<int>(std::min<int64_t>(nr, ncur - jr));
+          const float* bp;
+          int64_t ldb = nr;
+          if (bblock != nullptr) {
+            bp = bblock + jr * kcur;
+          } else if (nv == nr) {
+            bp = pr.b.b + pc * pr.b.b_rs + (jc + jr);
+            ldb = pr.b.b_rs;
+          } else {
+            float* edge = t_pack_edge.get(static_cast<size_t>(kcur * nr));
+            pack_b(nr, kcur, nv, pr.b.b + pc * pr.b.b_rs + (jc + jr), pr.b.b_rs, 1, edge);
+            bp = edge;
+          }
+          for (int64_t ir = 0; ir < mcur; ir += mr) {
+            const int mv = static_cast<int>(std::min<int64_t>(mr, mcur - ir));
+            float* cp = pr.c + (ic + ir) * pr.ldc + jc + jr;
+            kk.ukernel(kcur, abuf + ir * kcur, bp, ldb, cp, pr.ldc, mv, nv, pr.alpha, beta);
+            if (last && epilogue) apply_epilogue(*pr.ep, cp, pr.ldc, ic + ir, jc + jr, mv, nv);
+          }
+        }
+      }
+    }
+  }
+}
+
+void gemm_run(const Problem& pr) {
+  const int64_t m = pr.m, n = pr.n;
+  if (m <= 0 || n <= 0) return;
+  if (pr.k <= 0) {  // C = beta * C, then the epilogue
+    for (int64_t i = 0; i < m; ++i) {
+      float* cr = pr.c + i * pr.ldc;
+      for (int64_t j = 0; j < n; ++j) cr[j] = pr.beta == 0.0f ? 0.0f : pr.beta * cr[j];
+      if (!pr.ep->empty()) apply_epilogue(*pr.ep, cr, pr.ldc, i, 0, 1, n);
+    }
+    return;
+  }
+  const GemmKernelF32& kk = *pr.kk;
+  int threads = in_parallel_region() ? 1 : get_num_threads();
+  if (m * n * pr.k < kSerialFlops) threads = 1;
+  const int64_t col_blocks = (n + kk.nr - 1) / kk.nr, row_blocks = (m + kk.mr - 1) / kk.mr;
+  const bool split_cols = col_blocks >= threads && (n >= m || row_blocks < threads);
+  const int64_t blocks = split_cols ? col_blocks : row_blocks;
+  threads = static_cast<int>(std::min<int64_t>(threads, blocks));
+  if (threads <= 1) {
+    gemm_block(pr, 0, m, 0, n);
+    return;
+  }
+  parallel_run(threads, [&](int t, int nt) {
+    const int64_t b0 = blocks * t / nt, b1 = blocks * (t + 1) / nt;
+    if (split_cols) gemm_block(pr, 0, m, b0 * kk.nr, std::min(n, b1 * kk.nr));
+    else gemm_block(pr, b0 * kk.mr, std::min(m, b1 * kk.mr), 0, n);
+  });
+}
+
+const GemmEpilogue kNoEpilogue{};
+
+void check_epilogue(const GemmEpilogue& ep, int64_t n) {
+  KILN_CHECK(ep.bias_kind == GemmBias::none || ep.bias != nullptr, "GEMM epilogue: a bias kind is set but bias is null");
+  KILN_CHECK(ep.residual == nullptr || ep.ldr >= n, "GEMM epilogue: residual leading dimension ", ep.ldr,
+             " is smaller than n = ", n);
+}
+
+}  // namespace
+
+void gemm_f32(int64_t m, int64_t n, int64_t k, float alpha, const float* a, int64_t a_rs, int64_t a_cs,
+              const float* b, int64_t b_rs, int64_t b_cs, float beta, float* c, int64_t ldc,
+              const GemmEpilogue& epilogue) {
+  check_epilogue(epilogue, n);
+  Problem pr{&gemm_kernel_f32(active_isa()), m, n, k, alpha, beta, a, a_rs, a_cs, {}, c, ldc, &epilogue};
+  pr.b.b = b;
+  pr.b.b_rs = b_rs;
+  pr.b.b_cs = n == 1 ? 1 : b_cs;  // one column: its stride is never walked
+  pr.b.direct = pr.b.b_cs == 1 && m <= kDirectRows;
+  gemm_run(pr);
+}
+
+void gemm_f32(int64_t m, int64_t n, int64_t k, float alpha, const float* a, int64_t a_rs, int64_t a_cs,
+              const float* b, int64_t b_rs, int64_t b_cs, float beta, float* c, int64_t ldc) {
+  gemm_f32(m, n, k, alpha, a, a_rs, a_cs, b, b_rs, b_cs, beta, c, ldc, kNoEpilogue);
+}
+
+void PackedGemmB::Free::operator()(float* p) const { std::free(p); }
+
+// Layout: for each kc-slice starting at row pc, the slice's nr-wide panels side by side, the
+// slice at pc * npad (npad = n rounded up to nr), panel q at q * nr * kc_slice within it: the same
+// panels gemm_block packs per block, so it can index them directly.
+PackedGemmB pack_gemm_b_f32(int64_t k, int64_t n, const float* b, int64_t b_rs, int64_t b_cs) {
+  KILN_CHECK(k >= 0 && n >= 0, "pack_gemm_b_f32: negative size k = ", k, ", n = ", n);
+  const Isa isa = active_isa();
+  const GemmKernelF32& kk = gemm_kernel_f32(isa);
+  const int64_t npad = round_up(std::max<int64_t>(n, 1), kk.nr);
+  PackedGemmB out;
+  out.k_ = k;
+  out.n_ = n;
+  out.isa_ = static_cast<int>(isa);
+  out.size_ = static_cast<size_t>(std::max<int64_t>(k, 1) * npad);
+  out.data_.reset(static_cast<float*>(std::aligned_alloc(64, static_cast<size_t>(round_up(
+                                                                 static_cast<int64_t>(out.size_ * sizeof(float)), 64)))));
+  KILN_CHECK(out.data_ != nullptr, "pack_gemm_b_f32: out of memory for ", out.size_ * sizeof(float), " bytes");
+  if (n == 1) b_cs = 1;
+  for (int64_t pc = 0; pc < k; pc += kk.kc) {
+    const int64_t kcur = std::min(kk.kc, k - pc);
+    pack_b(kk.nr, kcur, n, b + pc * b_rs, b_rs, b_cs, out.data_.get() + pc * npad);
+  }
+  return out;
+}
+
+void gemm_f32_prepacked(int64_t m, float alpha, const float* a, int64_t a_rs, int64_t a_cs, const PackedGemmB& b,
+                        float beta, float* c, int64_t ldc, const GemmEpilogue& epilogue) {
+  KILN_CHECK(b.data() != nullptr, "gemm_f32_prepacked: B was never packed");
+  KILN_CHECK(b.isa() == static_cast<int>(active_isa()), "gemm_f32_prepacked: B was packed for ",
+             isa_name(static_cast<Isa>(b.isa())), " kernels but the active ISA is ", isa_name(active_isa()),
+             "; pack it again with pack_gemm_b_f32");
+  check_epilogue(epilogue, b.n());
+  const GemmKernelF32& kk = gemm_kernel_f32(active_isa());
+  Problem pr{&kk, m, b.n(), b.k(), alpha, beta, a, a_rs, a_cs, {}, c, ldc, &epilogue};
+  pr.b.packed = b.data();
+  pr.b.npad = round_up(std::max<int64_t>(b.n(), 1), kk.nr);
+  gemm_run(pr);
+}
+
+void gemm_f32_batched(int64_t batch, int64_t m, int64_t n, int64_t k, float alpha, const float* a, int64_t a_bs,
+                      int64_t a_rs, int64_t a_cs, const float* b, int64_t b_bs, int64_t b_rs, int64_t b_cs, float beta,
+                      float* c, int64_t c_bs, int64_t ldc, const GemmEpilogue& epilogue) {
+  if (batch <= 0) return;
+  auto one = [&](int64_t i) {
+    gemm_f32(m, n, k, alpha, a + i * a_bs, a_rs, a_cs, b + i * b_bs, b_rs, b_cs, beta, c + i * c_bs, ldc, epilogue);
+  };
+  // Products too small to thread on their own run side by side, one per thread.
+  if (batch > 1 && m * n * std::max<int64_t>(k, 1) < 8 * kSerialFlops) {
+    parallel_for(0, batch, 1, [&](int64_t i0, int64_t i1) {
+      for (int64_t i = i0; i < i1; ++i) one(i);
+    });
+  } else {
+    for (int64_t i = 0; i < batch; ++i) one(i);
+  }
+}
+
+}  // namespace kiln::kernels::cpu

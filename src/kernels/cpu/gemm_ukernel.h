@@ -1,0 +1,31 @@
+// The register-tiled f32 GEMM micro-kernels, one set per ISA (gemm_f32_<isa>.cc), and the
+// table the packed GEMM driver (gemm.cc) picks from at run time.
+#pragma once
+
+#include <cstdint>
+
+#include "kernels/cpu/isa.h"
+
+namespace kiln::kernels::cpu {
+
+// C[0:m, 0:n] = alpha * A~ @ B~ + beta * C (beta == 0: C is not read) for one mr x nr tile, where
+// A~ is a packed micro-panel (k steps of mr floats, rows >= m zero-padded) and B~ is k rows of nr
+// floats, row p at b + p * ldb (a packed panel with ldb == nr, or B itself when its rows are
+// contiguous: the skinny path). 1 <= m <= mr, 1 <= n <= nr; all nr columns of B~ are readable.
+using GemmUkernelF32 = void (*)(int64_t k, const float* a, const float* b, int64_t ldb, float* c, int64_t ldc,
+                                int m, int n, float alpha, float beta);
+
+struct GemmKernelF32 {
+  Isa isa;
+  int mr, nr;       // register tile
+  int64_t mc, kc, nc;  // cache blocks: A block mc x kc in L2, B panel kc x nr in L1, B block kc x nc
+  GemmUkernelF32 ukernel;
+};
+
+const GemmKernelF32& gemm_kernel_f32_scalar();
+const GemmKernelF32& gemm_kernel_f32_avx2();
+const GemmKernelF32& gemm_kernel_f32_avx512();
+// The kernel set of `isa` (must be supported).
+const GemmKernelF32& gemm_kernel_f32(Isa isa);
+
+}  // namespace kiln::kernels::cpu
