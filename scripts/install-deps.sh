@@ -8,6 +8,7 @@ set -euo pipefail
 APT_PACKAGES=(
   build-essential cmake ninja-build ccache pkg-config zlib1g-dev
   libgtest-dev libgmock-dev libbenchmark-dev libcli11-dev
+  libopenblas-dev  # peer for bench/run_gemm_vs_openblas.sh only; kiln never links it
   graphviz python3 python3-pip
 )
 NUMPY_VERSION=2.2.6
