@@ -191,7 +191,7 @@ void parallel_for(int64_t begin, int64_t end, int64_t grain,
   if (end <= begin) return;
   int64_t total = end - begin;
   grain = std::max<int64_t>(grain, 1);
-  int64_t max_chunks = (total + grain - 1) / grain;
+  int64_t max_chunks = total / grain + (total % grain != 0);  // no overflow for huge grains
   int threads = t_in_parallel ? 1 : static_cast<int>(std::min<int64_t>(pool().size(), max_chunks));
   if (threads <= 1) {
     fn(begin, end);
