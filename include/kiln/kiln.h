@@ -11,6 +11,8 @@
 #include "kiln/core/shape.h"
 #include "kiln/core/tensor.h"
 #include "kiln/core/thread_pool.h"
+#include "kiln/fn.h"
+#include "kiln/ir.h"
 #include "kiln/ops/binary.h"
 #include "kiln/ops/conv.h"
 #include "kiln/ops/dispatch.h"
