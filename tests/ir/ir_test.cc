@@ -3,6 +3,8 @@
 #include <gtest/gtest.h>
 
 #include <cstdio>
+#include <cstdlib>
+#include <filesystem>
 #include <fstream>
 #include <sstream>
 
@@ -222,6 +224,27 @@ TEST(IrDot, DrawsSvg) {
   EXPECT_NE(ss.str().find("</svg>"), std::string::npos);
   std::remove(path.c_str());
   EXPECT_KILN_ERROR(ir::draw(g, "x.bmp"), "unsupported picture format");
+}
+
+}  // namespace
+}  // namespace kiln
+
+namespace kiln {
+namespace {
+
+// Every parseable graph in tests/ir/*.kir round-trips exactly through the text form.
+TEST(IrText, KirFilesRoundTrip) {
+  const char* data = std::getenv("KILN_TEST_DATA");
+  if (!data) GTEST_SKIP() << "KILN_TEST_DATA is not set (run through ctest)";
+  int count = 0;
+  for (const auto& e : std::filesystem::directory_iterator(std::filesystem::path(data) / ".." / "ir")) {
+    if (e.path().extension() != ".kir" || e.path().filename() == "parse_error.kir") continue;
+    ir::Graph g = ir::load(e.path().string());
+    std::string t = ir::print(g);
+    EXPECT_EQ(ir::print(ir::parse(t)), t) << e.path();
+    ++count;
+  }
+  EXPECT_GE(count, 8);
 }
 
 }  // namespace

@@ -4,6 +4,7 @@
 #include <iostream>
 
 #include "demo.h"
+#include "graph_commands.h"
 #include "kiln/kiln.h"
 
 int main(int argc, char** argv) {
@@ -20,10 +21,17 @@ int main(int argc, char** argv) {
   demo->add_option("--threads", demo_opt.threads, "CPU threads (0: the cores this process may use)")
       ->check(CLI::Range(0, 1024));
 
+  RunOptions run_opt;
+  auto* run = add_run_command(app, run_opt);
+  InspectOptions inspect_opt;
+  auto* inspect = add_inspect_command(app, inspect_opt);
+
   int rc = 0;
   try {
     app.parse(argc, argv);
     if (demo->parsed()) rc = run_demo(demo_opt);
+    if (run->parsed()) rc = run_graph_command(run_opt);
+    if (inspect->parsed()) rc = inspect_graph_command(inspect_opt);
   } catch (const CLI::ParseError& e) {
     return app.exit(e);
   } catch (const kiln::Error& e) {

@@ -1,0 +1,25 @@
+// `kiln run` and `kiln inspect`: graph files (text IR, .kir) from the command line.
+#pragma once
+
+#include <string>
+#include <vector>
+
+namespace CLI {
+class App;
+}
+
+struct RunOptions {
+  std::string graph;
+  std::vector<std::string> inputs;  // name=file.npy
+  std::string output_dir;
+};
+struct InspectOptions {
+  std::string graph;
+  std::string draw;     // picture path (.svg, .png, .pdf, .dot)
+  bool no_text = false;
+};
+
+CLI::App* add_run_command(CLI::App& app, RunOptions& opt);
+CLI::App* add_inspect_command(CLI::App& app, InspectOptions& opt);
+int run_graph_command(const RunOptions& opt);
+int inspect_graph_command(const InspectOptions& opt);
