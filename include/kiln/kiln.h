@@ -1,6 +1,7 @@
 // kiln: one include for the whole public surface.
 #pragma once
 
+#include "kiln/autograd.h"
 #include "kiln/core/allocator.h"
 #include "kiln/core/device.h"
 #include "kiln/core/dtype.h"

@@ -114,6 +114,19 @@ Tensor& Tensor::sub_(const Tensor& o, SourceLoc loc) { return dispatch_inplace(o
 Tensor& Tensor::mul_(const Tensor& o, SourceLoc loc) { return dispatch_inplace(op("mul"), "mul_", *this, {o}, {}, loc); }
 Tensor& Tensor::div_(const Tensor& o, SourceLoc loc) { return dispatch_inplace(op("div"), "div_", *this, {o}, {}, loc); }
 
+Tensor& Tensor::relu_(SourceLoc loc) { return dispatch_inplace(op("relu"), "relu_", *this, {}, {}, loc); }
+Tensor& Tensor::sigmoid_(SourceLoc loc) { return dispatch_inplace(op("sigmoid"), "sigmoid_", *this, {}, {}, loc); }
+Tensor& Tensor::tanh_(SourceLoc loc) { return dispatch_inplace(op("tanh"), "tanh_", *this, {}, {}, loc); }
+Tensor& Tensor::clamp_(std::optional<Scalar> lo, std::optional<Scalar> hi, SourceLoc loc) {
+  Attrs attrs;
+  if (lo) attrs.set("min", lo->to_double());
+  if (hi) attrs.set("max", hi->to_double());
+  return dispatch_inplace(op("clip"), "clamp_", *this, {}, attrs, loc);
+}
+Tensor& Tensor::cumsum_(int64_t axis, SourceLoc loc) {
+  return dispatch_inplace(op("cumsum"), "cumsum_", *this, {}, {{"axis", axis}}, loc);
+}
+
 Tensor operator-(const Tensor& a) { return neg(a); }
 Tensor operator+(const Tensor& a, const Tensor& b) { return add(a, b); }
 Tensor operator-(const Tensor& a, const Tensor& b) { return sub(a, b); }

@@ -68,6 +68,20 @@ TEST(Registry, EveryOpHasItsRulesOrAStatedReason) {
                     << offenders.str();
 }
 
+// Autograd (issue #4) filled every derivative slot: an op either has a vjp rule or states why it
+// has none (integer/bool outputs, ...). "Pending" is no longer accepted for the vjp slot.
+TEST(Registry, NoOpIsVjpPending) {
+  std::ostringstream offenders;
+  int bad = 0;
+  for (const OpDef* d : OpRegistry::instance().all()) {
+    if (d->vjp_status().kind == RuleStatus::Kind::provided || d->vjp_status().kind == RuleStatus::Kind::not_applicable)
+      continue;
+    ++bad;
+    offenders << "  " << d->name() << ": vjp " << kind_name(d->vjp_status().kind) << "\n";
+  }
+  EXPECT_EQ(bad, 0) << bad << " ops have no derivative rule and no reason why not:\n" << offenders.str();
+}
+
 TEST(Registry, NamesAreUniqueSortedAndFindable) {
   const auto ops = OpRegistry::instance().all();
   std::set<std::string> names;

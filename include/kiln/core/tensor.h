@@ -8,6 +8,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <initializer_list>
 #include <memory>
 #include <optional>
@@ -25,6 +26,9 @@
 namespace kiln {
 
 using SourceLoc = std::source_location;
+namespace autograd {
+class Node;  // include/kiln/autograd.h
+}
 #define KILN_HERE ::std::source_location::current()
 
 // Extra state that upper layers (autograd, tracing) attach to a tensor. core knows only this
@@ -168,6 +172,28 @@ class Tensor {
   Tensor& copy_(const Tensor& src, SourceLoc loc = KILN_HERE);  // broadcasts and casts src
   Tensor& fill_(Scalar value, SourceLoc loc = KILN_HERE);
   Tensor& zero_(SourceLoc loc = KILN_HERE);
+  Tensor& relu_(SourceLoc loc = KILN_HERE);
+  Tensor& sigmoid_(SourceLoc loc = KILN_HERE);
+  Tensor& tanh_(SourceLoc loc = KILN_HERE);
+  Tensor& clamp_(std::optional<Scalar> min, std::optional<Scalar> max, SourceLoc loc = KILN_HERE);
+  Tensor& cumsum_(int64_t axis, SourceLoc loc = KILN_HERE);
+  // A <- A @ B for a square B, an r-row panel at a time (O(r * k) extra memory).
+  Tensor& matmul_(const Tensor& b, SourceLoc loc = KILN_HERE);
+
+  // --- autograd (declared here, defined in src/autograd; see include/kiln/autograd.h) -----------
+  Tensor& requires_grad_(bool requires_grad = true);  // floating leaves only
+  bool requires_grad() const;
+  bool is_leaf() const;   // true for tensors without a grad_fn
+  Tensor grad() const;    // accumulated gradient of a leaf (undefined if none yet)
+  void set_grad(const Tensor& g) const;  // replaces it (undefined clears it)
+  std::shared_ptr<autograd::Node> grad_fn() const;
+  // Gradient of this tensor w.r.t. every leaf, accumulated into their grad(). `gradient` may be
+  // omitted for a one-element tensor (ones).
+  void backward(const Tensor& gradient = {}, bool retain_graph = false, bool create_graph = false) const;
+  Tensor detach() const;  // shares storage, no history
+  void retain_grad() const;  // a non-leaf keeps its grad() too
+  // Called with the gradient of this tensor during backward; a defined return value replaces it.
+  void register_hook(std::function<Tensor(const Tensor&)> hook) const;
 
  private:
   void check_data_access(DType want, const char* accessor) const;

@@ -17,6 +17,9 @@ Tensor index_select(const Tensor& x, int64_t axis, const Tensor& index, SourceLo
 // ONNX ScatterElements (reduction none) / torch.scatter: a copy of x with out[index[i][j]][j] =
 // src[i][j] for axis 0.
 Tensor scatter(const Tensor& x, int64_t axis, const Tensor& index, const Tensor& src, SourceLoc loc = KILN_HERE);
+// ONNX ScatterElements with reduction add: a copy of x with out[index[i][j]][j] += src[i][j]
+// (axis 0); repeated indices accumulate. Floating dtypes.
+Tensor scatter_add(const Tensor& x, int64_t axis, const Tensor& index, const Tensor& src, SourceLoc loc = KILN_HERE);
 // One-hot along a new axis (default last) of size `depth`, dtype `dtype`.
 Tensor one_hot(const Tensor& indices, int64_t depth, int64_t axis = -1, DType dtype = DType::f32,
                SourceLoc loc = KILN_HERE);

@@ -112,6 +112,9 @@ struct VjpCtx {
   std::span<const Tensor> outputs;  // likewise
   const Attrs& attrs;
   std::vector<bool> needs_input_grad;
+  std::span<const TensorMeta> input_metas = {};  // dtype and shape of every input (absent: empty shape)
+  bool needs(size_t i) const { return i < needs_input_grad.size() && needs_input_grad[i]; }
+  const Shape& in_shape(size_t i) const { return input_metas[i].shape; }
 };
 using VjpFn = std::function<std::vector<Tensor>(const VjpCtx&, std::span<const Tensor> grad_outputs)>;
 struct VjpRule {

@@ -7,6 +7,7 @@
 #include "kiln/ops/binary.h"
 #include "ops/defs/common.h"
 #include "ops/defs/register_all.h"
+#include "ops/defs/vjp_util.h"
 #if KILN_HAS_CUDA
 #include "kernels/cuda/cuda_kernels.h"
 #endif
@@ -111,6 +112,29 @@ OpDef& binary_def(OpRegistry& r, const char* schema, const char* onnx_type, int 
       .cast_inputs(InputCast::common);
 }
 
+// Derivative rules of the binary ops: gradients are summed back over broadcast dims (sum_to).
+using defs::sum_to;
+VjpRule binary_rule(std::vector<int> save, Tensor (*da)(const Tensor& g, const VjpCtx& c),
+                    Tensor (*db)(const Tensor& g, const VjpCtx& c), std::vector<int> save_out = {}) {
+  return VjpRule{[da, db](const VjpCtx& c, std::span<const Tensor> g) {
+                   std::vector<Tensor> r(2);
+                   if (c.needs(0)) r[0] = sum_to(da(g[0], c), c.in_shape(0));
+                   if (c.needs(1)) r[1] = sum_to(db(g[0], c), c.in_shape(1));
+                   return r;
+                 },
+                 std::move(save), std::move(save_out)};
+}
+
+// Note [Ties in maximum/minimum]: where a == b the gradient is split evenly between a and b
+// (as PyTorch does), so the sum of both gradients is g everywhere.
+Tensor extreme_share(const Tensor& g, const VjpCtx& c, bool for_a, bool is_max) {
+  const Tensor& a = c.inputs[0];
+  const Tensor& b = c.inputs[1];
+  Tensor wins = for_a == is_max ? gt(a, b) : lt(a, b);
+  Tensor w = where(wins, defs::scalar_like(1, g), where(eq(a, b), defs::scalar_like(0.5, g), defs::scalar_like(0, g)));
+  return g * w;
+}
+
 }  // namespace
 
 void register_binary_arith_ops(OpRegistry& r) {
@@ -120,12 +144,15 @@ void register_binary_arith_ops(OpRegistry& r) {
       .kernel(DeviceType::cuda, {DType::f32},
               [](const KernelCall& k) { kernels::cuda::add_f32(k.out(0), k.in(0), k.in(1)); })
 #endif
+      .vjp(binary_rule({}, [](const Tensor& g, const VjpCtx&) { return g; }, [](const Tensor& g, const VjpCtx&) { return g; }))
       .doc("a + b (bool: logical or)");
   binary_def(r, "sub(Tensor a, Tensor b) -> Tensor", "Sub", 7)
       .kernel(DeviceType::cpu, kArith, same_type_kernel([](auto a, auto b) { return static_cast<decltype(a)>(a - b); }))
+      .vjp(binary_rule({}, [](const Tensor& g, const VjpCtx&) { return g; }, [](const Tensor& g, const VjpCtx&) { return neg(g); }))
       .doc("a - b");
   binary_def(r, "mul(Tensor a, Tensor b) -> Tensor", "Mul", 7)
       .kernel(DeviceType::cpu, DTypeSet::all(), same_type_kernel([](auto a, auto b) { return static_cast<decltype(a)>(a * b); }))
+      .vjp(binary_rule({0, 1}, [](const Tensor& g, const VjpCtx& c) { return g * c.inputs[1]; }, [](const Tensor& g, const VjpCtx& c) { return g * c.inputs[0]; }))
       .doc("a * b (bool: logical and)");
   binary_def(r, "div(Tensor a, Tensor b) -> Tensor", "Div", 7)
       .kernel(DeviceType::cpu, kArith, [](const KernelCall& k) {
@@ -136,6 +163,8 @@ void register_binary_arith_ops(OpRegistry& r) {
           else return int_div(a, b);
         })(k);
       })
+      .vjp(binary_rule({0, 1}, [](const Tensor& g, const VjpCtx& c) { return g / c.inputs[1]; },
+                        [](const Tensor& g, const VjpCtx& c) { return -(g * c.inputs[0] / (c.inputs[1] * c.inputs[1])); }))
       .doc("a / b; integers truncate toward zero (ONNX Div, C), integer division by zero is an error");
   binary_def(r, "pow(Tensor a, Tensor b) -> Tensor", "Pow", 7)
       .kernel(DeviceType::cpu, kArith, same_type_kernel([](auto a, auto b) {
@@ -143,6 +172,8 @@ void register_binary_arith_ops(OpRegistry& r) {
         if constexpr (std::is_floating_point_v<C>) return static_cast<C>(std::pow(a, b));
         else return int_pow(a, b);
       }))
+      .vjp(binary_rule({0, 1}, [](const Tensor& g, const VjpCtx& c) { return g * c.inputs[1] * pow(c.inputs[0], c.inputs[1] - 1.0); },
+                        [](const Tensor& g, const VjpCtx& c) { return g * c.outputs[0] * log(c.inputs[0]); }, {0}))
       .doc("a ** b");
   binary_def(r, "mod(Tensor a, Tensor b, bool fmod=false) -> Tensor", "Mod", 10)
       .kernel(DeviceType::cpu, kArith, [](const KernelCall& k) {
@@ -150,12 +181,20 @@ void register_binary_arith_ops(OpRegistry& r) {
         bool fm = k.attrs.get_bool("fmod");
         same_type_kernel([fm](auto a, auto b) { return mod_value(a, b, fm); })(k);
       })
+      .vjp(binary_rule({0, 1}, [](const Tensor& g, const VjpCtx&) { return g; },
+                        [](const Tensor& g, const VjpCtx& c) {
+                          Tensor q = c.inputs[0] / c.inputs[1];
+                          Tensor whole = c.attrs.get_bool("fmod") ? sign(q) * floor(abs(q)) : floor(q);
+                          return -(g * whole);
+                        }))
       .doc("remainder: sign of the divisor (fmod=false, Python %) or of the dividend (fmod=true, C fmod)");
   binary_def(r, "maximum(Tensor a, Tensor b) -> Tensor", "Max", 8)
       .kernel(DeviceType::cpu, DTypeSet::all(), same_type_kernel([](auto a, auto b) { return max_value(a, b); }))
+      .vjp(binary_rule({0, 1}, [](const Tensor& g, const VjpCtx& c) { return extreme_share(g, c, true, true); }, [](const Tensor& g, const VjpCtx& c) { return extreme_share(g, c, false, true); }))
       .doc("elementwise max; NaN propagates");
   binary_def(r, "minimum(Tensor a, Tensor b) -> Tensor", "Min", 8)
       .kernel(DeviceType::cpu, DTypeSet::all(), same_type_kernel([](auto a, auto b) { return min_value(a, b); }))
+      .vjp(binary_rule({0, 1}, [](const Tensor& g, const VjpCtx& c) { return extreme_share(g, c, true, false); }, [](const Tensor& g, const VjpCtx& c) { return extreme_share(g, c, false, false); }))
       .doc("elementwise min; NaN propagates");
 }
 

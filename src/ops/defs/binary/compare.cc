@@ -3,6 +3,7 @@
 #include "kiln/ops/binary.h"
 #include "ops/defs/common.h"
 #include "ops/defs/register_all.h"
+#include "ops/defs/vjp_util.h"
 
 namespace kiln {
 
@@ -84,6 +85,14 @@ void register_binary_compare_ops(OpRegistry& r) {
       .cast_inputs(InputCast::common, /*first_input=*/1)
       .dtype_key(1)
       .kernel(DeviceType::cpu, all, where_kernel)
+      .vjp(VjpRule{[](const VjpCtx& c, std::span<const Tensor> g) {
+                     std::vector<Tensor> res(3);
+                     Tensor zero = defs::scalar_like(0, g[0]);
+                     if (c.needs(1)) res[1] = defs::sum_to(where(c.inputs[0], g[0], zero), c.in_shape(1));
+                     if (c.needs(2)) res[2] = defs::sum_to(where(c.inputs[0], zero, g[0]), c.in_shape(2));
+                     return res;
+                   },
+                   {0}, {}})
       .doc("cond ? a : b with broadcasting; cond must be bool");
 }
 

@@ -1,10 +1,13 @@
 // conv2d (NCHW, ONNX Conv 11) through im2col + GEMM, and the conv family's registration and
 // shared attribute rules. Pooling and LRN are in pool.cc.
+#include <limits>
+
 #include "kernels/cpu/conv.h"
 
 #include "kernels/cpu/loops.h"
 #include "kiln/ops/conv.h"
 #include "ops/defs/common.h"
+#include "ops/defs/vjp_util.h"
 #include "ops/defs/conv/conv_common.h"
 #include "ops/defs/register_all.h"
 
@@ -121,6 +124,72 @@ void conv2d_kernel(const KernelCall& k) {
   if (!y.is_same(out)) kernels::cpu::copy_into(out, y);
 }
 
+// ---- derivative rule -------------------------------------------------------------------------------
+// Note [Conv2d gradients as convolutions]
+// dx is a transposed convolution: g with stride-1 zeros inserted between its elements, padded so
+// the result has x's size, convolved (stride 1, the forward dilation) with the weight flipped in
+// space and with in/out channels swapped per group. dw is a convolution of the padded input with
+// g, with batch and channel roles swapped: images [Cg, G*N, Hp, Wp] and "weights" [G*Kg, N, Ho,
+// Wo], stride = forward dilation and dilation = forward stride, cropped to [R, S]. Both are kiln
+// ops, so the rule differentiates again (gradgradcheck) and traces.
+
+// Inserts step-1 zeros between consecutive elements along `axis`.
+Tensor dilate_axis(const Tensor& t, int64_t axis, int64_t step) {
+  const int64_t n = t.shape()[static_cast<size_t>(axis)];
+  if (step == 1 || n == 0) return t;
+  Tensor u = t.unsqueeze(axis + 1);
+  std::vector<int64_t> pads(2 * static_cast<size_t>(u.dim()), 0);
+  pads[static_cast<size_t>(u.dim() + axis + 1)] = step - 1;
+  Shape merged = t.shape();
+  merged[static_cast<size_t>(axis)] = n * step;
+  return reshape(pad(u, pads), merged).slice(axis, 0, (n - 1) * step + 1);
+}
+
+std::vector<Tensor> conv2d_vjp(const VjpCtx& c, std::span<const Tensor> gs) {
+  const Tensor& g = gs[0];
+  const auto& st = c.attrs.get_ints("stride");
+  const auto& pd = c.attrs.get_ints("padding");  // top, left, bottom, right
+  const auto& dl = c.attrs.get_ints("dilation");
+  const int64_t groups = c.attrs.get_int("groups");
+  const Shape& xs = c.in_shape(0);
+  const Shape& ws = c.in_shape(1);
+  const int64_t n = xs[0], h = xs[2], w = xs[3];
+  const int64_t k = ws[0], cg = ws[1], kr = ws[2], ks = ws[3], kg = k / groups;
+  const int64_t ho = g.shape()[2], wo = g.shape()[3];
+  std::vector<Tensor> r(3);
+  if (c.needs(0)) {
+    Tensor gd = dilate_axis(dilate_axis(g, 2, st[0]), 3, st[1]);
+    const int64_t hd = (ho - 1) * st[0] + 1, wd = (wo - 1) * st[1] + 1;
+    const int64_t pt = dl[0] * (kr - 1) - pd[0], pl = dl[1] * (ks - 1) - pd[1];
+    const int64_t pb = h - hd + pd[0], pr = w - wd + pd[1];
+    Tensor gp = pad(gd, {0, 0, pt, pl, 0, 0, pb, pr});
+    Tensor wt = reshape(permute(reshape(c.inputs[1], {groups, kg, cg, kr, ks}), {0, 2, 1, 3, 4}), {groups * cg, kg, kr, ks});
+    wt = slice(wt, {-1, -1}, {std::numeric_limits<int64_t>::min(), std::numeric_limits<int64_t>::min()}, {2, 3}, {-1, -1});
+    Conv2dOptions o;
+    o.stride = {1, 1};
+    o.padding = {0, 0, 0, 0};
+    o.dilation = dl;
+    o.groups = groups;
+    r[0] = conv2d(gp, wt, {}, o);
+  }
+  if (c.needs(1)) {
+    Tensor xp = pad(c.inputs[0], {0, 0, pd[0], pd[1], 0, 0, pd[2], pd[3]});
+    const int64_t hp = xp.shape()[2], wp = xp.shape()[3];
+    Tensor x5 = reshape(permute(reshape(xp, {n, groups, cg, hp, wp}), {2, 1, 0, 3, 4}), {cg, groups * n, hp, wp});
+    Tensor g5 = reshape(permute(reshape(g, {n, groups, kg, ho, wo}), {1, 2, 0, 3, 4}), {groups * kg, n, ho, wo});
+    Conv2dOptions o;
+    o.stride = dl;
+    o.padding = {0, 0, 0, 0};
+    o.dilation = st;
+    o.groups = groups;
+    Tensor dw = conv2d(x5, g5, {}, o);  // [cg, k, R', S'], R' >= R
+    dw = slice(dw, {0, 0}, {kr, ks}, {2, 3});
+    r[1] = permute(dw, {1, 0, 2, 3});
+  }
+  if (c.needs(2)) r[2] = sum(g, {0, 2, 3});
+  return r;
+}
+
 }  // namespace
 
 void register_conv_ops(OpRegistry& r) {
@@ -130,6 +199,7 @@ void register_conv_ops(OpRegistry& r) {
       .infer(infer_conv2d)
       .cast_inputs(InputCast::common)
       .kernel(DeviceType::cpu, DTypeSet::floating(), conv2d_kernel, "im2col")
+      .vjp(VjpRule{conv2d_vjp, {0, 1}, {}})
       .doc("2-D convolution, NCHW; padding [top, left, bottom, right]; groups (depthwise when groups = C). "
            "16-bit floats compute in f32.");
   register_pool_ops(r);

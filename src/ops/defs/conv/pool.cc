@@ -1,13 +1,16 @@
 // Pooling (max_pool2d: ONNX MaxPool 12; avg_pool2d: ONNX AveragePool 19; global_avg_pool: ONNX
 // GlobalAveragePool 1) and lrn (ONNX LRN 13), NCHW, floating dtypes (16-bit ones compute in f32).
 #include <cmath>
+#include <limits>
 
 #include "kernels/cpu/loops.h"
 #include "kernels/cpu/pool.h"
 #include "kiln/ops/conv.h"
+#include "kiln/ops/shape.h"
 #include "ops/defs/common.h"
 #include "ops/defs/conv/conv_common.h"
 #include "ops/defs/register_all.h"
+#include "ops/defs/vjp_util.h"
 
 namespace kiln {
 
@@ -120,6 +123,119 @@ Attrs pool_attrs(const Pool2dOptions& o, bool max) {
   return a;
 }
 
+// ---- pooling backward ----------------------------------------------------------------------------------
+// max_pool2d_backward / avg_pool2d_backward(grad, x, <the pool's attributes>) -> dx. They compute
+// in f64 over contiguous copies, parallel over planes (each plane's dx is written by one thread).
+// Note [Max pool gradient]: each window's gradient goes to the first maximal element in row-major
+// window order (a NaN counts as the maximum), the element the forward picked.
+void pool_backward_kernel(const KernelCall& k, bool max) {
+  const Tensor& out = k.out(0);
+  Tensor g = defs::contiguous_as(k.in(0), DType::f64);
+  Tensor x = defs::contiguous_as(k.in(1), DType::f64);
+  auto p = pool_params(max ? "max_pool2d" : "avg_pool2d", x.shape(), k.attrs, max);
+  p.ho = g.shape()[2], p.wo = g.shape()[3];
+  Tensor dx = zeros(x.shape(), TensorOptions(DType::f64));
+  const double* gp = static_cast<const double*>(g.data_ptr());
+  const double* xp = static_cast<const double*>(x.data_ptr());
+  double* dp = static_cast<double*>(dx.data_ptr());
+  auto taps = [](int64_t start, int64_t n, int64_t dil, int64_t lo, int64_t hi) {
+    int64_t c = 0;
+    for (int64_t t = 0; t < n; ++t) c += start + t * dil >= lo && start + t * dil < hi;
+    return c;
+  };
+  parallel_for(0, p.planes, 1, [&](int64_t a, int64_t b) {
+    for (int64_t pl = a; pl < b; ++pl) {
+      const double* xpl = xp + pl * p.h * p.w;
+      double* dpl = dp + pl * p.h * p.w;
+      for (int64_t oh = 0; oh < p.ho; ++oh) {
+        const int64_t h0 = oh * p.stride_h - p.pad_top;
+        for (int64_t ow = 0; ow < p.wo; ++ow) {
+          const int64_t w0 = ow * p.stride_w - p.pad_left;
+          const double gv = gp[(pl * p.ho + oh) * p.wo + ow];
+          if (max) {
+            int64_t best = -1;
+            double m = -std::numeric_limits<double>::infinity();
+            for (int64_t r = 0; r < p.kh && !(best >= 0 && std::isnan(m)); ++r) {
+              const int64_t ih = h0 + r * p.dil_h;
+              if (ih < 0 || ih >= p.h) continue;
+              for (int64_t q = 0; q < p.kw; ++q) {
+                const int64_t iw = w0 + q * p.dil_w;
+                if (iw < 0 || iw >= p.w) continue;
+                const double v = xpl[ih * p.w + iw];
+                if (best < 0 || v > m || std::isnan(v)) {
+                  m = v;
+                  best = ih * p.w + iw;
+                }
+                if (std::isnan(m)) break;
+              }
+            }
+            if (best >= 0) dpl[best] += gv;
+          } else {
+            const int64_t rows = p.count_include_pad ? taps(h0, p.kh, 1, -p.pad_top, p.h + p.pad_bottom) : taps(h0, p.kh, 1, 0, p.h);
+            const int64_t cols = p.count_include_pad ? taps(w0, p.kw, 1, -p.pad_left, p.w + p.pad_right) : taps(w0, p.kw, 1, 0, p.w);
+            const double share = gv / static_cast<double>(rows * cols);
+            for (int64_t r = 0; r < p.kh; ++r) {
+              const int64_t ih = h0 + r;
+              if (ih < 0 || ih >= p.h) continue;
+              for (int64_t q = 0; q < p.kw; ++q) {
+                const int64_t iw = w0 + q;
+                if (iw >= 0 && iw < p.w) dpl[ih * p.w + iw] += share;
+              }
+            }
+          }
+        }
+      }
+    }
+  });
+  kernels::cpu::copy_into(out, dx);
+}
+
+std::vector<TensorMeta> infer_pool_backward(const InferCtx& c) {
+  if (c.in(1).shape.size() != 4 || c.in(0).shape.size() != 4)
+    c.fail("grad and x must be 4-D, got " + meta_str(c.in(0)) + " and " + meta_str(c.in(1)));
+  return {c.in(1)};
+}
+
+// The pool's own rule: dx = pool_backward(g, x); the backward op's rule (second order) is linear
+// in grad: d grad = pool forward's linear map applied to the incoming gradient; for avg pooling
+// that is avg_pool2d itself, for max pooling a gather of the selected elements (not provided).
+VjpRule pool_rule(const char* backward_op) {
+  return VjpRule{[backward_op](const VjpCtx& c, std::span<const Tensor> g) {
+                   return std::vector<Tensor>{dispatch1(op(backward_op), {g[0], c.inputs[0]}, c.attrs)};
+                 },
+                 {0}, {}};
+}
+
+// LRN's channel window sum: out[c] = sum of t[c - before .. c + after] along dim 1 (zeros outside).
+Tensor channel_window_sum(const Tensor& t, int64_t before, int64_t after) {
+  const int64_t ch = t.shape()[1];
+  std::vector<int64_t> pads(2 * static_cast<size_t>(t.dim()), 0);
+  pads[1] = before;
+  pads[static_cast<size_t>(t.dim()) + 1] = after;
+  Tensor p = pad(t, pads);
+  Tensor acc;
+  for (int64_t s = 0; s <= before + after; ++s) {
+    Tensor part = p.slice(1, s, s + ch);
+    acc = acc.defined() ? acc + part : part;
+  }
+  return acc;
+}
+
+// y = x * d^-beta, d = bias + alpha/size * W(x^2) with W the channel window sum, so
+// dx = g * d^-beta - (2 alpha beta / size) * x * Wᵀ(g * x * d^(-beta-1)); Wᵀ is the window with
+// `before` and `after` swapped.
+std::vector<Tensor> lrn_vjp(const VjpCtx& c, std::span<const Tensor> gs) {
+  const Tensor& x = c.inputs[0];
+  const Tensor& g = gs[0];
+  const int64_t size = c.attrs.get_int("size");
+  const double alpha = c.attrs.get_float("alpha"), beta = c.attrs.get_float("beta"), bias = c.attrs.get_float("bias");
+  const int64_t before = (size - 1) / 2, after = size - 1 - before;
+  Tensor d = channel_window_sum(x * x, before, after) * (alpha / static_cast<double>(size)) + bias;
+  Tensor dpow = pow(d, defs::scalar_like(-beta, d));
+  Tensor inner = channel_window_sum(g * x * dpow / d, after, before);
+  return {g * dpow - x * inner * (2 * alpha * beta / static_cast<double>(size))};
+}
+
 }  // namespace
 
 void register_pool_ops(OpRegistry& r) {
@@ -128,6 +244,7 @@ void register_pool_ops(OpRegistry& r) {
                       "MaxPool", 12)
       .infer([](const InferCtx& c) { return infer_pool2d(c, true); })
       .kernel(DeviceType::cpu, DTypeSet::floating(), pool_kernel(true))
+      .vjp(pool_rule("max_pool2d_backward"))
       .doc("2-D max pooling, NCHW; stride [] = kernel; NaN propagates; ceil_mode drops a window starting in "
            "the end padding (Note [Pool output size]).");
   defs::rules_pending(r.add("avg_pool2d(Tensor x, int[] kernel, int[] stride=[], int[] padding=[0,0,0,0], "
@@ -135,16 +252,47 @@ void register_pool_ops(OpRegistry& r) {
                       "AveragePool", 19)
       .infer([](const InferCtx& c) { return infer_pool2d(c, false); })
       .kernel(DeviceType::cpu, DTypeSet::floating(), pool_kernel(false))
+      .vjp(pool_rule("avg_pool2d_backward"))
       .doc("2-D average pooling, NCHW; count_include_pad counts padding (not the overhang past it in "
            "ceil_mode) in the divisor, as PyTorch.");
+  defs::rules_pending(r.add("max_pool2d_backward(Tensor grad, Tensor x, int[] kernel, int[] stride=[], "
+                            "int[] padding=[0,0,0,0], int[] dilation=[1,1], bool ceil_mode=false) -> Tensor"))
+      .infer(infer_pool_backward)
+      .kernel(DeviceType::cpu, DTypeSet::floating(), [](const KernelCall& k) { pool_backward_kernel(k, true); })
+      .no_vjp("second derivative of max pooling is not implemented; detach() through it for higher order")
+      .no_onnx("training-only op")
+      .doc("Gradient of max_pool2d w.r.t. x (Note [Max pool gradient]).");
+  defs::rules_pending(r.add("avg_pool2d_backward(Tensor grad, Tensor x, int[] kernel, int[] stride=[], "
+                            "int[] padding=[0,0,0,0], bool ceil_mode=false, bool count_include_pad=false) -> Tensor"))
+      .infer(infer_pool_backward)
+      .kernel(DeviceType::cpu, DTypeSet::floating(), [](const KernelCall& k) { pool_backward_kernel(k, false); })
+      .vjp(VjpRule{[](const VjpCtx& c, std::span<const Tensor> g) {
+                     // Linear in grad: its adjoint is average pooling itself.
+                     std::vector<Tensor> res(2);
+                     Attrs a = c.attrs;
+                     if (c.needs(0)) res[0] = dispatch1(op("avg_pool2d"), {g[0]}, a);
+                     if (c.needs(1)) res[1] = zeros_like(g[0]);
+                     return res;
+                   },
+                   {}, {}})
+      .no_onnx("training-only op")
+      .doc("Gradient of avg_pool2d w.r.t. x.");
   defs::rules_pending(r.add("global_avg_pool(Tensor x) -> Tensor"), "GlobalAveragePool", 1)
       .infer(infer_global_avg_pool)
       .kernel(DeviceType::cpu, DTypeSet::floating(), global_avg_pool_kernel)
+      .vjp(VjpRule{[](const VjpCtx& c, std::span<const Tensor> g) {
+                     const Shape& xs = c.in_shape(0);
+                     double n = 1;
+                     for (size_t d = 2; d < xs.size(); ++d) n *= static_cast<double>(xs[d]);
+                     return std::vector<Tensor>{expand(g[0], xs) / n};
+                   },
+                   {}, {}})
       .doc("mean over every dim after the first two, kept as size 1");
   defs::rules_pending(r.add("lrn(Tensor x, int size, float alpha=0.0001, float beta=0.75, float bias=1.0) -> Tensor"),
                       "LRN", 13)
       .infer(infer_lrn)
       .kernel(DeviceType::cpu, DTypeSet::floating(), lrn_kernel)
+      .vjp(VjpRule{lrn_vjp, {0}, {}})
       .doc("local response normalization across channels (ONNX LRN)");
 }
 

@@ -6,6 +6,7 @@
 
 #include "kiln/ops/index.h"
 #include "ops/defs/common.h"
+#include "ops/defs/vjp_util.h"
 #include "ops/defs/index/indices.h"
 #include "ops/defs/shape/movement.h"
 
@@ -118,10 +119,30 @@ void register_gather_ops(OpRegistry& r) {
   defs::rules_pending(r.add("gather(Tensor x, Tensor indices, int axis=0) -> Tensor"), "Gather", 13)
       .infer(infer_gather)
       .kernel(DeviceType::cpu, DTypeSet::all(), gather_kernel)
+      .vjp(VjpRule{[](const VjpCtx& c, std::span<const Tensor> g) {
+                     // As a gather_elements over x.shape[:axis] + [numel(indices)] + x.shape[axis+1:]
+                     // whose index repeats `indices` along the other dims; then scatter_add.
+                     const Shape& xs = c.in_shape(0);
+                     const Tensor& ind = c.inputs[1];
+                     const int64_t axis = normalize_axis(c.attrs.get_int("axis"), static_cast<int64_t>(xs.size()), "gather");
+                     Shape flat = xs;
+                     flat[static_cast<size_t>(axis)] = ind.numel();
+                     Shape ishape(xs.size(), 1);
+                     ishape[static_cast<size_t>(axis)] = ind.numel();
+                     Tensor index = reshape(ind, ishape).expand(flat).contiguous();
+                     Tensor z = zeros(xs, TensorOptions(g[0].dtype()));
+                     return std::vector<Tensor>{scatter_add(z, axis, index, reshape(g[0], flat))};
+                   },
+                   {1}, {}})
       .doc("x's slices at `indices` along axis: out.shape = x.shape[:axis] + indices.shape + x.shape[axis+1:].");
   defs::rules_pending(r.add("gather_elements(Tensor x, Tensor index, int axis) -> Tensor"), "GatherElements", 13)
       .infer(infer_gather_elements)
       .kernel(DeviceType::cpu, DTypeSet::all(), gather_elements_kernel)
+      .vjp(VjpRule{[](const VjpCtx& c, std::span<const Tensor> g) {
+                     Tensor z = zeros(c.in_shape(0), TensorOptions(g[0].dtype()));
+                     return std::vector<Tensor>{scatter_add(z, c.attrs.get_int("axis"), c.inputs[1], g[0])};
+                   },
+                   {1}, {}})
       .doc("out[i][j] = x[index[i][j]][j] (axis 0); out has index's shape.");
 }
 

@@ -1,9 +1,11 @@
 // Writing by index: scatter (ONNX ScatterElements, reduction none / torch.scatter) and one_hot.
 #include <algorithm>
 #include <cstring>
+#include <type_traits>
 
 #include "kiln/ops/index.h"
 #include "ops/defs/common.h"
+#include "ops/defs/vjp_util.h"
 #include "ops/defs/index/indices.h"
 #include "ops/defs/shape/movement.h"
 
@@ -121,18 +123,105 @@ void one_hot_kernel(const KernelCall& k) {
   }
 }
 
+// ---- scatter_add ----------------------------------------------------------------------------------------------
+// out = x; out[index[i][j]][j] += src[i][j] (axis 0). The backward of every gather; repeated
+// indices accumulate. Outer positions write disjoint rows, so they run in parallel and each row
+// adds in index order (deterministic).
+void scatter_add_kernel(const KernelCall& k) {
+  const Tensor& out = k.out(0);
+  KILN_ASSERT(out.numel() == 0 || out.is_contiguous(), "scatter_add: output must be contiguous");
+  kernels::cpu::copy_into(out, k.in(0));
+  const size_t axis = static_cast<size_t>(normalize_axis(k.attrs.get_int("axis"), out.dim(), "scatter_add"));
+  const Tensor& index = k.in(1);
+  const Tensor& src = k.in(2);
+  const std::vector<int64_t> idx = read_indices("scatter_add", "index", index, out.shape()[axis],
+                                                "axis " + std::to_string(axis) + " of x (shape " + shape_str(out.shape()) + ")");
+  if (idx.empty()) return;
+  const Shape& shape = index.shape();
+  const size_t rank = shape.size();
+  int64_t outer = 1;
+  for (size_t d = 0; d < axis; ++d) outer *= shape[d];
+  const int64_t block = static_cast<int64_t>(idx.size()) / outer;
+  const Strides& ost = out.strides();
+  const Strides& sst = src.strides();
+  visit_dtype(out.dtype(), [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    if constexpr (std::is_floating_point_v<compute_t<T>>) {
+      const T* sp = static_cast<const T*>(src.data_ptr());
+      T* dp = static_cast<T*>(out.data_ptr());
+      parallel_for(0, outer, std::max<int64_t>(1, kernels::cpu::kGrain / block), [&](int64_t begin, int64_t end) {
+        std::vector<int64_t> pos = defs::unravel(begin * block, shape);
+        for (int64_t t = begin * block; t < end * block; ++t) {
+          int64_t o = 0, s = 0;
+          for (size_t d = 0; d < rank; ++d) {
+            o += (d == axis ? idx[static_cast<size_t>(t)] : pos[d]) * ost[d];
+            s += pos[d] * sst[d];
+          }
+          dp[o] = convert<T>(static_cast<compute_t<T>>(dp[o]) + static_cast<compute_t<T>>(sp[s]));
+          for (size_t d = rank; d-- > 0;) {
+            if (++pos[d] < shape[d]) break;
+            pos[d] = 0;
+          }
+        }
+      });
+    } else {
+      KILN_FAIL("scatter_add: dtype ", dtype_name(out.dtype()), " is not floating");
+    }
+  });
+}
+
+// Gradient for `src` of a scatter: g at the index positions, zero-padded up to src's shape.
+Tensor gather_to_src(const Tensor& g, const Tensor& index, int64_t axis, const Shape& src_shape) {
+  Tensor picked = gather_elements(g, index, axis);
+  if (picked.shape() == src_shape) return picked;
+  std::vector<int64_t> pads(2 * src_shape.size(), 0);
+  for (size_t d = 0; d < src_shape.size(); ++d) pads[src_shape.size() + d] = src_shape[d] - picked.shape()[d];
+  return pad(picked, pads);
+}
+
 }  // namespace
 
 void register_scatter_ops(OpRegistry& r) {
   defs::rules_pending(r.add("scatter(Tensor x, Tensor index, Tensor src, int axis) -> Tensor"), "ScatterElements", 18)
       .infer(infer_scatter)
       .kernel(DeviceType::cpu, DTypeSet::all(), scatter_kernel)
+      .vjp(VjpRule{[](const VjpCtx& c, std::span<const Tensor> g) {
+                     // Note [Scatter gradient]: overwritten positions of x get no gradient; src
+                     // elements get g at the position they were written to. With repeated indices
+                     // only the last write survives in the forward, but every duplicate receives the
+                     // gradient here (as in PyTorch); use unique indices when differentiating src.
+                     const int64_t axis = c.attrs.get_int("axis");
+                     const Tensor& index = c.inputs[1];
+                     std::vector<Tensor> res(3);
+                     if (c.needs(0)) res[0] = scatter(g[0], axis, index, zeros(index.shape(), TensorOptions(g[0].dtype())));
+                     if (c.needs(2)) res[2] = gather_to_src(g[0], index, axis, c.in_shape(2));
+                     return res;
+                   },
+                   {1}, {}})
       .doc("A copy of x with out[index[i][j]][j] = src[i][j] (axis 0); on repeated indices the last write wins.");
+  defs::rules_pending(r.add("scatter_add(Tensor x, Tensor index, Tensor src, int axis) -> Tensor"), "ScatterElements", 18)
+      .infer(infer_scatter)
+      .kernel(DeviceType::cpu, DTypeSet::floating(), scatter_add_kernel)
+      .vjp(VjpRule{[](const VjpCtx& c, std::span<const Tensor> g) {
+                     const int64_t axis = c.attrs.get_int("axis");
+                     std::vector<Tensor> res(3);
+                     if (c.needs(0)) res[0] = g[0];
+                     if (c.needs(2)) res[2] = gather_to_src(g[0], c.inputs[1], axis, c.in_shape(2));
+                     return res;
+                   },
+                   {1}, {}})
+      .doc("A copy of x with out[index[i][j]][j] += src[i][j] (axis 0); repeated indices accumulate "
+           "(ONNX ScatterElements reduction=add). The backward of the gathers.");
   defs::rules_pending(r.add("one_hot(Tensor indices, int depth, int axis=-1, dtype dtype=f32) -> Tensor"), "OneHot", 11)
       .infer(infer_one_hot)
       .kernel(DeviceType::cpu, DTypeSet::all(), one_hot_kernel)
       .dtype_key(-1)
+      .no_vjp("integer indices input; the output is constant in every differentiable input")
       .doc("1 at position indices[...] (negative wraps) of a new axis of size depth, 0 elsewhere; dtype `dtype`.");
+}
+
+Tensor scatter_add(const Tensor& x, int64_t axis, const Tensor& index, const Tensor& src, SourceLoc loc) {
+  return dispatch1(op("scatter_add"), {x, index, src}, {{"axis", axis}}, loc);
 }
 
 Tensor scatter(const Tensor& x, int64_t axis, const Tensor& index, const Tensor& src, SourceLoc loc) {

@@ -6,6 +6,7 @@
 
 #include "kiln/ops/index.h"
 #include "ops/defs/common.h"
+#include "ops/defs/vjp_util.h"
 #include "ops/defs/shape/movement.h"
 
 namespace kiln {
@@ -87,6 +88,12 @@ void register_topk_ops(OpRegistry& r) {
                       "TopK", 11)
       .infer(infer_topk)
       .kernel(DeviceType::cpu, DTypeSet::all(), topk_kernel)
+      .vjp(VjpRule{[](const VjpCtx& c, std::span<const Tensor> g) {
+                     // The values' gradient goes back to the positions they came from.
+                     Tensor z = zeros(c.in_shape(0), TensorOptions(g[0].dtype()));
+                     return std::vector<Tensor>{scatter_add(z, c.attrs.get_int("axis"), c.outputs[1], g[0])};
+                   },
+                   {}, {1}})
       .doc("The k largest (or smallest) values along axis and their i64 indices; ties keep the lower index.");
 }
 

@@ -8,6 +8,7 @@
 #include "kiln/ops/linalg.h"
 #include "ops/defs/common.h"
 #include "ops/defs/register_all.h"
+#include "ops/defs/vjp_util.h"
 
 namespace kiln {
 
@@ -168,7 +169,71 @@ void visit_gemm_dtype(DType t, F&& fn) {
   }
 }
 
+// Note [In-place matmul]
+// a.matmul_(b) computes A <- A·B for a square B. An element-wise in-place product cannot work:
+// A'[i][j] = sum_l A[i][l]·B[l][j] reads the whole old row i, so writing A'[i][j] destroys A[i][j]
+// while A'[i][j+1..] still need it. Rows are independent, though: copying an r-row panel of A
+// aside (O(r·k) extra memory) and letting the GEMM write the panel's product straight back into
+// those rows of A is exact, and runs the same blocked GEMM as the out-of-place product.
+constexpr int64_t kInplacePanelRows = 256;
+
+template <class T>
+void matmul_rows_inplace(T* a, int64_t m, int64_t k, int64_t lda, const T* b, int64_t b_rs, int64_t b_cs) {
+  const int64_t r = std::min<int64_t>(m, kInplacePanelRows);
+  Tensor panel_t = empty({r, k}, TensorOptions(dtype_of<T>));
+  T* panel = panel_t.data<T>();
+  for (int64_t i0 = 0; i0 < m; i0 += r) {
+    const int64_t rows = std::min(r, m - i0);
+    for (int64_t i = 0; i < rows; ++i) std::copy_n(a + (i0 + i) * lda, k, panel + i * k);
+    kernels::cpu::gemm(rows, k, k, T(1), panel, k, 1, b, b_rs, b_cs, T(0), a + i0 * lda, lda);
+  }
+}
+
+// The in-place form (out aliases a): row panels when a's rows are unit-stride and evenly spaced
+// and the dtype has a native GEMM; otherwise (rare layouts, 16-bit floats) through a temporary.
+bool matmul_inplace_kernel(const KernelCall& k) {
+  const Tensor& out = k.out(0);
+  const Tensor& a = k.in(0);
+  if (out.storage() != a.storage() || out.data_ptr() != a.data_ptr()) return false;
+  Tensor b = k.in(1);
+  const int64_t kk = a.shape().back();
+  const DType ct = gemm_compute_dtype(out.dtype());
+  bool rows_ok = ct == out.dtype() && b.dim() == 2 && a.dim() >= 1 && a.strides().back() == 1;
+  // Leading dims must fold into one row dim of constant stride.
+  int64_t m = 1;
+  for (int64_t d = a.dim() - 2; rows_ok && d >= 0; --d) {
+    const size_t u = static_cast<size_t>(d);
+    if (a.shape()[u] != 1 && a.strides()[u] != a.strides()[static_cast<size_t>(a.dim() - 2)] * m) rows_ok = false;
+    m *= a.shape()[u];
+  }
+  if (!rows_ok || a.numel() == 0) {
+    if (a.numel() == 0) return true;
+    MatmulPlan p = plan_matmul(a.shape(), b.shape(), "matmul");
+    Tensor ac = as_dtype(a, ct), bc = as_dtype(b, ct);
+    Tensor res = empty(out.shape(), TensorOptions(ct));
+    visit_gemm_dtype(ct, [&](auto tag) {
+      using T = typename decltype(tag)::type;
+      batched_matmul<T>(p, res, ac, bc);
+    });
+    kernels::cpu::copy_into(out, res);
+    return true;
+  }
+  if (b.storage() == a.storage()) {  // a.matmul_(a): B must survive the writes
+    Tensor copy = empty(b.shape(), TensorOptions(b.dtype()));
+    kernels::cpu::copy_into(copy, b);
+    b = copy;
+  }
+  const int64_t lda = a.dim() >= 2 ? a.strides()[static_cast<size_t>(a.dim() - 2)] : kk;
+  visit_gemm_dtype(ct, [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    matmul_rows_inplace<T>(static_cast<T*>(a.data_ptr()), m, kk, lda, static_cast<const T*>(b.data_ptr()),
+                           b.strides()[0], b.strides()[1]);
+  });
+  return true;
+}
+
 void matmul_kernel(const KernelCall& k) {
+  if (matmul_inplace_kernel(k)) return;
   const Tensor& out = k.out(0);
   MatmulPlan p = plan_matmul(k.in(0).shape(), k.in(1).shape(), "matmul");
   const DType ct = gemm_compute_dtype(out.dtype());
@@ -244,6 +309,51 @@ void gemm_kernel(const KernelCall& k) {
   if (!res.is_same(out)) kernels::cpu::copy_into(out, res);
 }
 
+// ---- derivative rules ------------------------------------------------------------------------------
+// matmul: dA = dY @ Bᵀ, dB = Aᵀ @ dY on the operands promoted to matrices (1-D a gains a leading
+// 1, 1-D b a trailing 1), then summed over broadcast batch dims and reshaped back.
+std::vector<Tensor> matmul_vjp(const VjpCtx& c, std::span<const Tensor> gs) {
+  const Shape& as = c.in_shape(0);
+  const Shape& bs = c.in_shape(1);
+  Shape a2 = as.size() == 1 ? Shape{1, as[0]} : as;
+  Shape b2 = bs.size() == 1 ? Shape{bs[0], 1} : bs;
+  Shape batch = broadcast_shapes(Shape(a2.begin(), a2.end() - 2), Shape(b2.begin(), b2.end() - 2), "matmul");
+  Shape g2 = batch;
+  g2.push_back(a2[a2.size() - 2]);
+  g2.push_back(b2.back());
+  Tensor g = reshape(gs[0], g2);
+  std::vector<Tensor> r(2);
+  if (c.needs(0)) {
+    Tensor b = reshape(c.inputs[1], b2);
+    r[0] = reshape(defs::sum_to(matmul(g, b.transpose(-1, -2)), a2), as);
+  }
+  if (c.needs(1)) {
+    Tensor a = reshape(c.inputs[0], a2);
+    r[1] = reshape(defs::sum_to(matmul(a.transpose(-1, -2), g), b2), bs);
+  }
+  return r;
+}
+
+// gemm: Y = alpha * op(A) op(B) + beta * C.
+std::vector<Tensor> gemm_vjp(const VjpCtx& c, std::span<const Tensor> gs) {
+  const double alpha = c.attrs.get_float("alpha"), beta = c.attrs.get_float("beta");
+  const bool ta = c.attrs.get_bool("trans_a"), tb = c.attrs.get_bool("trans_b");
+  const Tensor& g = gs[0];
+  std::vector<Tensor> r(3);
+  if (c.needs(0)) {
+    Tensor opb = tb ? c.inputs[1].t() : c.inputs[1];
+    Tensor d = matmul(g, opb.t()) * alpha;  // d op(A)
+    r[0] = ta ? d.t() : d;
+  }
+  if (c.needs(1)) {
+    Tensor opa = ta ? c.inputs[0].t() : c.inputs[0];
+    Tensor d = matmul(opa.t(), g) * alpha;  // d op(B)
+    r[1] = tb ? d.t() : d;
+  }
+  if (c.needs(2)) r[2] = defs::sum_to(g * beta, c.in_shape(2));
+  return r;
+}
+
 }  // namespace
 
 void register_linalg_ops(OpRegistry& r) {
@@ -251,6 +361,7 @@ void register_linalg_ops(OpRegistry& r) {
       .infer(infer_matmul)
       .cast_inputs(InputCast::common)
       .kernel(DeviceType::cpu, kMatmulDTypes, matmul_kernel)
+      .vjp(VjpRule{matmul_vjp, {0, 1}, {}})
       .doc("NumPy matmul: 1-D operands are promoted to matrices and the added dim removed; batch dims "
            "broadcast. 16-bit floats accumulate in f32; integers wrap.");
   defs::rules_pending(r.add("gemm(Tensor a, Tensor b, Tensor? c, float alpha=1.0, float beta=1.0, bool trans_a=false, "
@@ -259,10 +370,19 @@ void register_linalg_ops(OpRegistry& r) {
       .infer(infer_gemm)
       .cast_inputs(InputCast::common)
       .kernel(DeviceType::cpu, kMatmulDTypes, gemm_kernel)
+      .vjp(VjpRule{gemm_vjp, {0, 1}, {}})
       .doc("alpha * op(a) @ op(b) + beta * c with op = transpose when trans_*; a, b 2-D; c broadcasts to M x N.");
 }
 
 Tensor matmul(const Tensor& a, const Tensor& b, SourceLoc loc) { return dispatch1(op("matmul"), {a, b}, {}, loc); }
+
+Tensor& Tensor::matmul_(const Tensor& b, SourceLoc loc) {
+  KILN_CHECK(b.dim() == 2 && b.shape()[0] == b.shape()[1], "matmul_: b must be a square matrix (A <- A @ B keeps A's "
+             "shape), got b of shape ", shape_str(b.shape()), " for a of shape ", shape_str(shape()));
+  KILN_CHECK(dim() >= 1 && shape().back() == b.shape()[0], "matmul_: a's last dim (", dim() ? shape().back() : 0,
+             ", shape ", shape_str(shape()), ") must equal b's size ", b.shape()[0]);
+  return dispatch_inplace(op("matmul"), "matmul_", *this, {b}, {}, loc);  // Note [In-place matmul]
+}
 
 Tensor gemm(const Tensor& a, const Tensor& b, const Tensor& c, double alpha, double beta, bool trans_a, bool trans_b,
             SourceLoc loc) {

@@ -8,6 +8,7 @@
 #include "ops/defs/common.h"
 #include "ops/defs/norm/norm_common.h"
 #include "ops/defs/reduce/row_loop.h"
+#include "ops/defs/vjp_util.h"
 
 namespace kiln {
 
@@ -127,6 +128,61 @@ void batch_norm_kernel(const KernelCall& k) {
   });
 }
 
+// ---- derivative rules ------------------------------------------------------------------------------
+// Note [Norm backward recomputes statistics]: the rules recompute mean and variance from the saved
+// input instead of saving them, so the forward kernels stay single-output (and traced graphs hold
+// one definition of the statistics).
+std::vector<Tensor> layer_norm_vjp(const VjpCtx& c, std::span<const Tensor> gs) {
+  const Tensor& x = c.inputs[0];
+  const Tensor& w = c.inputs[1];
+  const Tensor& g = gs[0];
+  const int64_t rank = x.dim();
+  const int64_t axis = normalize_axis(c.attrs.get_int("axis"), rank, "layer_norm");
+  std::vector<int64_t> norm_axes, lead_axes;
+  for (int64_t d = 0; d < rank; ++d) (d >= axis ? norm_axes : lead_axes).push_back(d);
+  Tensor mu = kiln::mean(x, norm_axes, true);
+  Tensor xc = x - mu;
+  Tensor rstd = rsqrt(kiln::mean(xc * xc, norm_axes, true) + c.attrs.get_float("eps"));
+  Tensor xhat = xc * rstd;
+  std::vector<Tensor> r(3);
+  if (c.needs(0)) {
+    Tensor dxhat = w.defined() ? g * w : g;
+    r[0] = rstd * (dxhat - kiln::mean(dxhat, norm_axes, true) - xhat * kiln::mean(dxhat * xhat, norm_axes, true));
+  }
+  auto lead_sum = [&](const Tensor& t, const Shape& to) {
+    return defs::sum_to(lead_axes.empty() ? t : kiln::sum(t, lead_axes, false), to);
+  };
+  if (c.needs(1)) r[1] = lead_sum(g * xhat, c.in_shape(1));
+  if (c.needs(2)) r[2] = lead_sum(g, c.in_shape(2));
+  return r;
+}
+
+// Inference batch norm: y = (x - mean) * rsqrt(var + eps) * weight + bias, parameters along dim 1.
+std::vector<Tensor> batch_norm_vjp(const VjpCtx& c, std::span<const Tensor> gs) {
+  const Tensor& x = c.inputs[0];
+  const Tensor& g = gs[0];
+  const int64_t rank = x.dim();
+  Shape pshape(static_cast<size_t>(rank), 1);
+  pshape[1] = x.shape()[1];
+  std::vector<int64_t> other;
+  for (int64_t d = 0; d < rank; ++d)
+    if (d != 1) other.push_back(d);
+  auto param = [&](const Tensor& t) { return reshape(t, pshape); };
+  auto per_channel = [&](const Tensor& t, size_t i) { return reshape(kiln::sum(t, other, true), c.in_shape(i)); };
+  Tensor mean = param(c.inputs[1]);
+  Tensor inv = rsqrt(param(c.inputs[2]) + c.attrs.get_float("eps"));
+  Tensor w = c.inputs[3].defined() ? param(c.inputs[3]) : Tensor();
+  Tensor gw = w.defined() ? g * w : g;
+  Tensor xc = x - mean;
+  std::vector<Tensor> r(5);
+  if (c.needs(0)) r[0] = gw * inv;
+  if (c.needs(1)) r[1] = neg(per_channel(gw * inv, 1));
+  if (c.needs(2)) r[2] = per_channel(gw * xc * inv * inv * inv * -0.5, 2);
+  if (c.needs(3)) r[3] = per_channel(g * xc * inv, 3);
+  if (c.needs(4)) r[4] = per_channel(g, 4);
+  return r;
+}
+
 }  // namespace
 
 namespace defs {
@@ -136,11 +192,13 @@ void register_norm_layer_ops(OpRegistry& r) {
                 "LayerNormalization", 17)
       .infer(infer_layer_norm)
       .kernel(DeviceType::cpu, DTypeSet::floating(), layer_norm_kernel)
+      .vjp(VjpRule{layer_norm_vjp, {0, 1}, {}})
       .doc("(x - mean) / sqrt(var + eps) * weight + bias, statistics over dims axis..end (population variance)");
   rules_pending(r.add("batch_norm(Tensor x, Tensor mean, Tensor var, Tensor? weight, Tensor? bias, float eps=1e-5) -> Tensor"),
                 "BatchNormalization", 15)
       .infer(infer_batch_norm)
       .kernel(DeviceType::cpu, DTypeSet::floating(), batch_norm_kernel)
+      .vjp(VjpRule{batch_norm_vjp, {0, 1, 2, 3}, {}})
       .doc("inference batch norm over channel dim 1: (x - mean) / sqrt(var + eps) * weight + bias");
 }
 

@@ -9,6 +9,7 @@
 #include "ops/defs/norm/norm_common.h"
 #include "ops/defs/reduce/row_loop.h"
 #include "ops/defs/register_all.h"
+#include "ops/defs/vjp_util.h"
 
 namespace kiln {
 
@@ -79,10 +80,21 @@ void register_norm_ops(OpRegistry& r) {
   defs::rules_pending(r.add("softmax(Tensor x, int axis=-1) -> Tensor"), "Softmax", 13)
       .infer(infer_softmax)
       .kernel(DeviceType::cpu, DTypeSet::floating(), softmax_kernel<false>)
+      .vjp(VjpRule{[](const VjpCtx& c, std::span<const Tensor> g) {
+                     const Tensor& y = c.outputs[0];
+                     int64_t axis = c.attrs.get_int("axis");
+                     return std::vector<Tensor>{y * (g[0] - sum(g[0] * y, {axis}, true))};
+                   },
+                   {}, {0}})
       .doc("exp(x - max) / sum(exp(x - max)) along axis");
   defs::rules_pending(r.add("log_softmax(Tensor x, int axis=-1) -> Tensor"), "LogSoftmax", 13)
       .infer(infer_softmax)
       .kernel(DeviceType::cpu, DTypeSet::floating(), softmax_kernel<true>)
+      .vjp(VjpRule{[](const VjpCtx& c, std::span<const Tensor> g) {
+                     int64_t axis = c.attrs.get_int("axis");
+                     return std::vector<Tensor>{g[0] - exp(c.outputs[0]) * sum(g[0], {axis}, true)};
+                   },
+                   {}, {0}})
       .doc("x - max - log(sum(exp(x - max))) along axis");
   defs::register_norm_layer_ops(r);
 }

@@ -9,6 +9,7 @@
 #include "kiln/ops/reduce.h"
 #include "ops/defs/reduce/reduce_common.h"
 #include "ops/defs/register_all.h"
+#include "ops/defs/vjp_util.h"
 
 namespace kiln {
 
@@ -173,25 +174,61 @@ OpDef& reduce_def(OpRegistry& r, const char* schema, const char* onnx_type, int 
 
 Attrs reduce_attrs(const Axes& axes, bool keepdim) { return {{"axes", axes}, {"keepdim", keepdim}}; }
 
+// ---- derivative rules ------------------------------------------------------------------------------
+// g brought back to x's shape: every reduced element receives its row's gradient.
+Tensor spread(const Tensor& g, const VjpCtx& c) {
+  auto axes = defs::reduce_axes(c.attrs, c.in_shape(0).size(), "sum");
+  return defs::unreduce(g, c.in_shape(0), axes, c.attrs.get_bool("keepdim"));
+}
+int64_t reduced_count(const VjpCtx& c) {
+  int64_t n = 1;
+  for (int64_t d : defs::reduce_axes(c.attrs, c.in_shape(0).size(), "mean")) n *= c.in_shape(0)[static_cast<size_t>(d)];
+  return n;
+}
+// Note [Ties in max/min]: the gradient is split evenly among the elements equal to the extreme.
+VjpRule extreme_rule() {
+  return VjpRule{[](const VjpCtx& c, std::span<const Tensor> g) {
+                   const Tensor& x = c.inputs[0];
+                   Tensor y = spread(c.outputs[0], c);
+                   Tensor hit = where(eq(x, y), defs::scalar_like(1, g[0]), defs::scalar_like(0, g[0]));
+                   auto axes = defs::reduce_axes(c.attrs, x.dim() < 0 ? 0 : static_cast<size_t>(x.dim()), "max");
+                   Tensor count = kiln::sum(hit, axes, /*keepdim=*/true);
+                   return std::vector<Tensor>{spread(g[0], c) * hit / count};
+                 },
+                 {0}, {0}};
+}
+
 }  // namespace
 
 void register_reduce_ops(OpRegistry& r) {
   using defs::ReduceOut;
   reduce_def(r, "sum(Tensor x, int[] axes=[], bool keepdim=false) -> Tensor", "ReduceSum", 13, ReduceOut::sum_promote)
       .kernel(DeviceType::cpu, DTypeSet::all(), sum_kernel)
+      .vjp(VjpRule{[](const VjpCtx& c, std::span<const Tensor> g) { return std::vector<Tensor>{spread(g[0], c)}; }, {}, {}})
       .doc("sum over axes (empty = all); bool/integers give i64; floating accumulates in f64");
   reduce_def(r, "prod(Tensor x, int[] axes=[], bool keepdim=false) -> Tensor", "ReduceProd", 13, ReduceOut::sum_promote)
       .kernel(DeviceType::cpu, DTypeSet::all(), prod_kernel)
+      .vjp(VjpRule{[](const VjpCtx& c, std::span<const Tensor> g) {
+                     // d prod / d x_i = prod / x_i (inputs with zeros give NaN/Inf; stated in the docs)
+                     return std::vector<Tensor>{spread(g[0] * c.outputs[0], c) / c.inputs[0]};
+                   },
+                   {0}, {0}})
       .doc("product over axes (empty = all); bool/integers give i64 (wrapping); floating accumulates in f64");
   reduce_def(r, "mean(Tensor x, int[] axes=[], bool keepdim=false) -> Tensor", "ReduceMean", 13, ReduceOut::to_floating)
       .cast_inputs(InputCast::to_floating)
       .kernel(DeviceType::cpu, DTypeSet::floating(), mean_kernel)
+      .vjp(VjpRule{[](const VjpCtx& c, std::span<const Tensor> g) {
+                     return std::vector<Tensor>{spread(g[0], c) / static_cast<double>(reduced_count(c))};
+                   },
+                   {}, {}})
       .doc("arithmetic mean over axes (empty = all); integers compute in f32; an empty slice gives NaN");
   reduce_def(r, "max(Tensor x, int[] axes=[], bool keepdim=false) -> Tensor", "ReduceMax", 13, ReduceOut::same, true)
       .kernel(DeviceType::cpu, DTypeSet::all(), extreme_kernel<true>)
+      .vjp(extreme_rule())
       .doc("largest value over axes (values only); NaN propagates; empty slices are an error");
   reduce_def(r, "min(Tensor x, int[] axes=[], bool keepdim=false) -> Tensor", "ReduceMin", 13, ReduceOut::same, true)
       .kernel(DeviceType::cpu, DTypeSet::all(), extreme_kernel<false>)
+      .vjp(extreme_rule())
       .doc("smallest value over axes (values only); NaN propagates; empty slices are an error");
   defs::register_reduce_arg_ops(r);
   defs::register_reduce_stats_ops(r);

@@ -6,6 +6,7 @@
 
 #include "kiln/ops/reduce.h"
 #include "ops/defs/reduce/reduce_common.h"
+#include "ops/defs/vjp_util.h"
 
 namespace kiln {
 
@@ -93,27 +94,67 @@ std::vector<TensorMeta> infer_floating_reduce(const InferCtx& c) {
 
 namespace defs {
 
+// ---- derivative rules ------------------------------------------------------------------------------
+struct Reduced {
+  std::vector<int64_t> axes;
+  int64_t count = 1;
+  bool keepdim = false;
+};
+Reduced reduced(const VjpCtx& c) {
+  Reduced r;
+  r.axes = reduce_axes(c.attrs, c.in_shape(0).size(), "var");
+  for (int64_t d : r.axes) r.count *= c.in_shape(0)[static_cast<size_t>(d)];
+  r.keepdim = c.attrs.get_bool("keepdim");
+  return r;
+}
+Tensor back(const Tensor& t, const VjpCtx& c, const Reduced& r) { return unreduce(t, c.in_shape(0), r.axes, r.keepdim); }
+
+VjpRule var_rule(bool is_std) {
+  return VjpRule{[is_std](const VjpCtx& c, std::span<const Tensor> g) {
+                   Reduced r = reduced(c);
+                   const Tensor& x = c.inputs[0];
+                   Tensor centered = x - kiln::mean(x, r.axes, true);
+                   double denom = static_cast<double>(r.count - c.attrs.get_int("correction"));
+                   Tensor scale = is_std ? g[0] / c.outputs[0] : g[0] * 2.0;
+                   return std::vector<Tensor>{back(scale, c, r) * centered / denom};
+                 },
+                 {0}, {0}};
+}
+
 void register_reduce_stats_ops(OpRegistry& r) {
   const DTypeSet fl = DTypeSet::floating();
   rules_pending(r.add("var(Tensor x, int[] axes=[], int correction=1, bool keepdim=false) -> Tensor"))
       .infer(infer_var)
       .cast_inputs(InputCast::to_floating)
       .kernel(DeviceType::cpu, fl, var_kernel)
+      .vjp(var_rule(false))
       .doc("variance over axes (empty = all): sum((x - mean)^2) / (n - correction); correction 1 = unbiased");
   rules_pending(r.add("std_dev(Tensor x, int[] axes=[], int correction=1, bool keepdim=false) -> Tensor"))
       .infer(infer_var)
       .cast_inputs(InputCast::to_floating)
       .kernel(DeviceType::cpu, fl, std_kernel)
+      .vjp(var_rule(true))
       .doc("standard deviation: sqrt(var(x, axes, correction))");
   rules_pending(r.add("logsumexp(Tensor x, int[] axes=[], bool keepdim=false) -> Tensor"), "ReduceLogSumExp", 13)
       .infer(infer_floating_reduce)
       .cast_inputs(InputCast::to_floating)
       .kernel(DeviceType::cpu, fl, logsumexp_kernel)
+      .vjp(VjpRule{[](const VjpCtx& c, std::span<const Tensor> g) {
+                     Reduced red = reduced(c);
+                     return std::vector<Tensor>{back(g[0], c, red) * exp(c.inputs[0] - back(c.outputs[0], c, red))};
+                   },
+                   {0}, {0}})
       .doc("log(sum(exp(x))) over axes, computed as m + log(sum(exp(x - m))) with m the max; empty gives -inf");
   rules_pending(r.add("norm(Tensor x, int[] axes=[], bool keepdim=false) -> Tensor"), "ReduceL2", 13)
       .infer(infer_floating_reduce)
       .cast_inputs(InputCast::to_floating)
       .kernel(DeviceType::cpu, fl, norm_kernel)
+      .vjp(VjpRule{[](const VjpCtx& c, std::span<const Tensor> g) {
+                     // x / |x|: NaN at a zero norm
+                     Reduced red = reduced(c);
+                     return std::vector<Tensor>{back(g[0] / c.outputs[0], c, red) * c.inputs[0]};
+                   },
+                   {0}, {0}})
       .doc("L2 norm over axes: sqrt(sum(x^2)), accumulated in f64");
 }
 

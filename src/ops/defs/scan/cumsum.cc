@@ -9,6 +9,7 @@
 #include "ops/defs/common.h"
 #include "ops/defs/reduce/row_loop.h"
 #include "ops/defs/register_all.h"
+#include "ops/defs/vjp_util.h"
 
 namespace kiln {
 
@@ -85,6 +86,13 @@ void register_scan_ops(OpRegistry& r) {
                       "CumSum", 14)
       .infer(infer_cumsum)
       .kernel(DeviceType::cpu, DTypeSet::all(), cumsum_kernel)
+      .vjp(VjpRule{[](const VjpCtx& c, std::span<const Tensor> g) {
+                     // Each x[j] feeds every output after it (before it when reverse), so the
+                     // gradient is the cumulative sum in the opposite direction.
+                     return std::vector<Tensor>{cumsum(g[0], c.attrs.get_int("axis"), c.attrs.get_bool("exclusive"),
+                                                       !c.attrs.get_bool("reverse"))};
+                   },
+                   {}, {}})
       .doc("running sum along axis; exclusive leaves out the current element, reverse sums from the end; "
            "bool/integers give i64, floating accumulates in f64");
 }

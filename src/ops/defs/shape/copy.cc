@@ -4,6 +4,7 @@
 #include "kiln/ops/unary.h"
 #include "ops/defs/common.h"
 #include "ops/defs/register_all.h"
+#include "ops/defs/vjp_util.h"
 
 namespace kiln {
 
@@ -28,15 +29,30 @@ void register_copy_ops(OpRegistry& r) {
   rules_pending(r.add("clone(Tensor x) -> Tensor"), "Identity", 1)
       .infer(defs::infer_same)
       .kernel(DeviceType::cpu, DTypeSet::all(), copy_kernel)
+      .vjp(VjpRule{[](const VjpCtx&, std::span<const Tensor> g) { return std::vector<Tensor>{g[0]}; }, {}, {}})
       .doc("A contiguous copy.");
   rules_pending(r.add("cast(Tensor x, dtype dtype) -> Tensor"), "Cast", 6)
       .infer([](const InferCtx& c) { return std::vector<TensorMeta>{{c.attrs.get_dtype("dtype"), c.in(0).shape}}; })
       .kernel(DeviceType::cpu, DTypeSet::all(), copy_kernel)
+      .vjp(VjpRule{[](const VjpCtx& c, std::span<const Tensor> g) {
+                     // Only floating -> floating casts carry a gradient (integer outputs record none).
+                     return std::vector<Tensor>{cast(g[0], c.input_metas[0].dtype)};
+                   },
+                   {}, {}})
       .doc("Converts elements to dtype (floats to integers truncate toward zero; to bool is != 0).");
   rules_pending(r.add("copy(Tensor dst, Tensor src) -> Tensor"))
       .infer(infer_copy)
       .kernel(DeviceType::cpu, DTypeSet::all(), copy_kernel)
       .dtype_key(0)
+      .vjp(VjpRule{[](const VjpCtx& c, std::span<const Tensor> g) {
+                     // dst is overwritten: no gradient to its old value; src receives g summed back
+                     // over the dims it was broadcast along.
+                     std::vector<Tensor> res(2);
+                     if (c.needs(0)) res[0] = zeros_like(g[0]);
+                     if (c.needs(1)) res[1] = defs::sum_to(g[0], c.in_shape(1));
+                     return res;
+                   },
+                   {}, {}})
       .doc("dst with src's values broadcast and converted into it; the in-place form is copy_.");
 }
 

@@ -5,6 +5,7 @@
 
 #include "kiln/ops/shape.h"
 #include "ops/defs/common.h"
+#include "ops/defs/vjp_util.h"
 #include "ops/defs/shape/movement.h"
 
 namespace kiln {
@@ -95,10 +96,21 @@ void register_join_ops(OpRegistry& r) {
       .infer(infer_concat)
       .cast_inputs(InputCast::common)
       .kernel(DeviceType::cpu, DTypeSet::all(), concat_kernel)
+      .vjp(VjpRule{[](const VjpCtx& c, std::span<const Tensor> g) {
+                     const int64_t axis = normalize_axis(c.attrs.get_int("axis"), g[0].dim(), "concat");
+                     std::vector<int64_t> sizes;
+                     for (const TensorMeta& m : c.input_metas) sizes.push_back(m.shape[static_cast<size_t>(axis)]);
+                     return split(g[0], sizes, axis);
+                   },
+                   {}, {}})
       .doc("Joins tensors along an existing axis; inputs are promoted to their common dtype (torch.cat).");
   defs::rules_pending(r.add("split(Tensor x, int[] sizes, int axis=0) -> Tensor[]"), "Split", 13)
       .infer(infer_split)
       .kernel(DeviceType::cpu, DTypeSet::all(), split_kernel)
+      .vjp(VjpRule{[](const VjpCtx& c, std::span<const Tensor> g) {
+                     return std::vector<Tensor>{concat(std::vector<Tensor>(g.begin(), g.end()), c.attrs.get_int("axis"))};
+                   },
+                   {}, {}})
       .doc("Pieces of the given sizes along axis (they must add up to its size); one output per piece.");
 }
 

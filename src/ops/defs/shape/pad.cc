@@ -5,6 +5,7 @@
 
 #include "kiln/ops/shape.h"
 #include "ops/defs/common.h"
+#include "ops/defs/vjp_util.h"
 #include "ops/defs/shape/movement.h"
 
 namespace kiln {
@@ -167,10 +168,41 @@ void register_pad_ops(OpRegistry& r) {
   defs::rules_pending(r.add("tile(Tensor x, int[] repeats) -> Tensor"), "Tile", 13)
       .infer(infer_tile)
       .kernel(DeviceType::cpu, DTypeSet::all(), tile_kernel)
+      .vjp(VjpRule{[](const VjpCtx& c, std::span<const Tensor> g) {
+                     // Out dim d is repeats[d] copies of x's dim d: view it as [r0, d0, r1, d1, ...] and
+                     // sum over the r axes.
+                     const Shape& xs = c.in_shape(0);
+                     std::vector<int64_t> reps = c.attrs.get_ints("repeats");
+                     const size_t rank = std::max(xs.size(), reps.size());
+                     reps.insert(reps.begin(), rank - reps.size(), 1);
+                     Shape dims(rank - xs.size(), 1);
+                     dims.insert(dims.end(), xs.begin(), xs.end());
+                     Shape split_shape;
+                     std::vector<int64_t> rep_axes;
+                     for (size_t d = 0; d < rank; ++d) {
+                       rep_axes.push_back(static_cast<int64_t>(split_shape.size()));
+                       split_shape.push_back(reps[d]);
+                       split_shape.push_back(dims[d]);
+                     }
+                     return std::vector<Tensor>{reshape(sum(reshape(g[0], split_shape), rep_axes), xs)};
+                   },
+                   {}, {}})
       .doc("Repeats x `repeats[d]` times along each dim (missing leading repeats are 1, as torch.tile).");
   defs::rules_pending(r.add("pad(Tensor x, int[] pads, str mode=\"constant\", float value=0.0) -> Tensor"), "Pad", 18)
       .infer(infer_pad)
       .kernel(DeviceType::cpu, DTypeSet::all(), pad_kernel)
+      .vjp(VjpRule{[](const VjpCtx& c, std::span<const Tensor> g) {
+                     // Constant padding: the gradient is the cropped centre (pad with the negated pads;
+                     // negative pads crop). Reflect/edge copy interior elements several times and are
+                     // refused rather than differentiated wrongly.
+                     const std::string& mode = c.attrs.get_string("mode");
+                     KILN_CHECK(mode == "constant", "pad: the gradient of mode \"", mode,
+                                "\" is not implemented (only \"constant\"); detach() the input or pad with constant");
+                     std::vector<int64_t> pads = c.attrs.get_ints("pads");
+                     for (auto& p : pads) p = -p;
+                     return std::vector<Tensor>{pad(g[0], pads)};
+                   },
+                   {}, {}})
       .doc("ONNX Pad: pads [x1_begin, ..., x1_end, ...] (negative crops); constant, reflect or edge borders.");
 }
 

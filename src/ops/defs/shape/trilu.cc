@@ -6,6 +6,7 @@
 
 #include "kiln/ops/shape.h"
 #include "ops/defs/common.h"
+#include "ops/defs/vjp_util.h"
 #include "ops/defs/shape/movement.h"
 
 namespace kiln {
@@ -48,6 +49,10 @@ void register_trilu_ops(OpRegistry& r) {
   defs::rules_pending(r.add("trilu(Tensor x, int k=0, bool upper=true) -> Tensor"), "Trilu", 14)
       .infer(infer_trilu)
       .kernel(DeviceType::cpu, DTypeSet::all(), trilu_kernel)
+      .vjp(VjpRule{[](const VjpCtx& c, std::span<const Tensor> g) {
+                     return std::vector<Tensor>{trilu(g[0], c.attrs.get_int("k"), c.attrs.get_bool("upper"))};
+                   },
+                   {}, {}})
       .doc("Upper (j - i >= k) or lower (j - i <= k) triangle of the last two dims; the rest is zero.");
 }
 

@@ -1,10 +1,12 @@
 // View ops: outputs alias the input's storage; no kernel runs. reshape copies only when the
 // strides cannot express the new shape (Note [Reshape as a view]).
 #include <algorithm>
+#include <limits>
 
 #include "kiln/ops/shape.h"
 #include "ops/defs/common.h"
 #include "ops/defs/register_all.h"
+#include "ops/defs/vjp_util.h"
 
 namespace kiln {
 
@@ -324,24 +326,87 @@ std::vector<Tensor> view_unsqueeze(std::span<const Tensor> in, const Attrs& a) {
   return {alias(x, x.storage_offset(), s, st)};
 }
 
+// ---- derivative rules ------------------------------------------------------------------------------
+// Note [View gradients]: every view's gradient is written with kiln ops (reshape, permute, pad,
+// slice, sum), so higher-order gradients and tracing work through them.
+
+// g (of length `size` along `axis`) placed at start, start+step, ... of a zero tensor whose `axis`
+// has length `dim`.
+Tensor embed_axis(Tensor g, int64_t axis, int64_t dim, int64_t start, int64_t size, int64_t step) {
+  const size_t ax = static_cast<size_t>(axis);
+  Shape full = g.shape();
+  full[ax] = dim;
+  if (size == 0) return zeros(full, TensorOptions(g.dtype()));
+  if (step < 0) {
+    g = slice(g, {size - 1}, {std::numeric_limits<int64_t>::min()}, {axis}, {-1});  // reversed
+    start += (size - 1) * step;
+    step = -step;
+  }
+  if (step > 1) {
+    Tensor u = g.unsqueeze(axis + 1);
+    std::vector<int64_t> pads(2 * static_cast<size_t>(u.dim()), 0);
+    pads[static_cast<size_t>(u.dim()) + ax + 1] = step - 1;
+    u = pad(u, pads);
+    Shape merged = g.shape();
+    merged[ax] = size * step;
+    g = slice(reshape(u, merged), {0}, {(size - 1) * step + 1}, {axis}, {1});
+  }
+  const int64_t len = g.shape()[ax];
+  std::vector<int64_t> pads(2 * static_cast<size_t>(g.dim()), 0);
+  pads[ax] = start;
+  pads[static_cast<size_t>(g.dim()) + ax] = dim - start - len;
+  return pad(g, pads);
+}
+
+VjpRule reshape_back() {
+  return VjpRule{[](const VjpCtx& c, std::span<const Tensor> g) { return std::vector<Tensor>{reshape(g[0], c.in_shape(0))}; },
+                 {}, {}};
+}
+
+std::vector<Tensor> slice_vjp(const VjpCtx& c, std::span<const Tensor> gs) {
+  const Shape& in = c.in_shape(0);
+  SliceSpec spec = slice_spec(in, c.attrs);
+  Tensor g = gs[0];
+  for (size_t i = 0; i < spec.axes.size(); ++i) {
+    const AxisSlice& sl = spec.slices[i];
+    g = embed_axis(g, spec.axes[i], in[static_cast<size_t>(spec.axes[i])], sl.start, sl.size, sl.step);
+  }
+  return {g};
+}
+
+std::vector<Tensor> select_vjp(const VjpCtx& c, std::span<const Tensor> gs) {
+  const Shape& in = c.in_shape(0);
+  int64_t d = normalize_axis(c.attrs.get_int("dim"), static_cast<int64_t>(in.size()), "select");
+  int64_t i = c.attrs.get_int("index");
+  if (i < 0) i += in[static_cast<size_t>(d)];
+  return {embed_axis(gs[0].unsqueeze(d), d, in[static_cast<size_t>(d)], i, 1, 1)};
+}
+
+std::vector<Tensor> permute_vjp(const VjpCtx& c, std::span<const Tensor> gs) {
+  const auto& p = c.attrs.get_ints("dims");
+  std::vector<int64_t> inv(p.size());
+  for (size_t i = 0; i < p.size(); ++i) inv[static_cast<size_t>(normalize_axis(p[i], static_cast<int64_t>(p.size()), "permute"))] = static_cast<int64_t>(i);
+  return {permute(gs[0], inv)};
+}
+
 }  // namespace
 
 void register_view_ops(OpRegistry& r) {
   rules_pending(r.add("reshape(Tensor x, int[] shape, bool allow_copy=true) -> Tensor"), "Reshape", 5)
       .infer(infer_reshape).view(view_reshape)
-      .doc("New shape with the same elements; a view when strides allow, else a copy (allow_copy=false: error).");
+      .vjp(reshape_back()).doc("New shape with the same elements; a view when strides allow, else a copy (allow_copy=false: error).");
   rules_pending(r.add("permute(Tensor x, int[] dims) -> Tensor"), "Transpose", 1)
-      .infer(infer_permute).view(view_permute).doc("Reorders dims: out.shape[i] = x.shape[dims[i]].");
+      .infer(infer_permute).view(view_permute).vjp(VjpRule{permute_vjp, {}, {}}).doc("Reorders dims: out.shape[i] = x.shape[dims[i]].");
   rules_pending(r.add("slice(Tensor x, int[] starts, int[] ends, int[] axes=[], int[] steps=[]) -> Tensor"), "Slice", 10)
-      .infer(infer_slice).view(view_slice).doc("ONNX Slice: per-axis start/end/step, negative steps allowed.");
+      .infer(infer_slice).view(view_slice).vjp(VjpRule{slice_vjp, {}, {}}).doc("ONNX Slice: per-axis start/end/step, negative steps allowed.");
   rules_pending(r.add("select(Tensor x, int dim, int index) -> Tensor"))
-      .infer(infer_select).view(view_select).doc("x[..., index, ...] along dim, removing it.");
+      .infer(infer_select).view(view_select).vjp(VjpRule{select_vjp, {}, {}}).doc("x[..., index, ...] along dim, removing it.");
   rules_pending(r.add("expand(Tensor x, int[] shape) -> Tensor"), "Expand", 8)
-      .infer(infer_expand).view(view_expand).doc("Broadcast to shape without copying (stride 0).");
+      .infer(infer_expand).view(view_expand).vjp(VjpRule{[](const VjpCtx& c, std::span<const Tensor> g) { return std::vector<Tensor>{defs::sum_to(g[0], c.in_shape(0))}; }, {}, {}}).doc("Broadcast to shape without copying (stride 0).");
   rules_pending(r.add("squeeze(Tensor x, int[] dims=[]) -> Tensor"), "Squeeze", 1)
-      .infer(infer_squeeze).view(view_squeeze).doc("Removes size-1 dims (all of them when dims is empty).");
+      .infer(infer_squeeze).view(view_squeeze).vjp(reshape_back()).doc("Removes size-1 dims (all of them when dims is empty).");
   rules_pending(r.add("unsqueeze(Tensor x, int[] dims) -> Tensor"), "Unsqueeze", 1)
-      .infer(infer_unsqueeze).view(view_unsqueeze).doc("Inserts size-1 dims at the given output positions.");
+      .infer(infer_unsqueeze).view(view_unsqueeze).vjp(reshape_back()).doc("Inserts size-1 dims at the given output positions.");
 }
 
 // ---- public functions -------------------------------------------------------------------------------------

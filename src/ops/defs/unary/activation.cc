@@ -6,6 +6,7 @@
 
 #include "kiln/ops/unary.h"
 #include "ops/defs/register_all.h"
+#include "ops/defs/vjp_util.h"
 #include "ops/defs/unary/unary_kernels.h"
 
 namespace kiln {
@@ -65,6 +66,7 @@ void register_unary_activation_ops(OpRegistry& r) {
         if constexpr (std::is_unsigned_v<C>) return x;
         else return x < C(0) ? C(0) : x;  // NaN passes through
       }))
+      .vjp(defs::unary_rule_y([](const Tensor& g, const Tensor& y, const Attrs&) { return defs::mask_grad(gt(y, defs::scalar_like(0, y)), g); }))
       .doc("max(x, 0); keeps integer dtypes; NaN stays NaN");
   activation_def(r, "leaky_relu(Tensor x, float negative_slope=0.01) -> Tensor", "LeakyRelu", 6)
       .kernel(DeviceType::cpu, DTypeSet::floating(), [](const KernelCall& k) {
@@ -74,6 +76,9 @@ void register_unary_activation_ops(OpRegistry& r) {
           return x < C(0) ? x * C(s) : x;
         });
       })
+      .vjp(defs::unary_rule_x([](const Tensor& g, const Tensor& x, const Attrs& a) {
+        return where(gt(x, defs::scalar_like(0, x)), g, g * a.get_float("negative_slope"));
+      }))
       .doc("x for x >= 0, negative_slope * x otherwise");
   activation_def(r, "elu(Tensor x, float alpha=1.0) -> Tensor", "Elu", 6)
       .kernel(DeviceType::cpu, DTypeSet::floating(), [](const KernelCall& k) {
@@ -83,6 +88,9 @@ void register_unary_activation_ops(OpRegistry& r) {
           return x > C(0) ? x : C(a) * std::expm1(x);
         });
       })
+      .vjp(defs::unary_rule_x([](const Tensor& g, const Tensor& x, const Attrs& a) {
+        return where(gt(x, defs::scalar_like(0, x)), g, g * exp(x) * a.get_float("alpha"));
+      }))
       .doc("x for x > 0, alpha * (e^x - 1) otherwise");
   activation_def(r, "hardsigmoid(Tensor x, float alpha=0.16666666666666666, float beta=0.5) -> Tensor", "HardSigmoid", 6)
       .kernel(DeviceType::cpu, DTypeSet::floating(), [](const KernelCall& k) {
@@ -93,6 +101,11 @@ void register_unary_activation_ops(OpRegistry& r) {
           return v < C(0) ? C(0) : (v > C(1) ? C(1) : v);  // NaN passes through
         });
       })
+      .vjp(defs::unary_rule_x([](const Tensor& g, const Tensor& x, const Attrs& a) {
+        const double al = a.get_float("alpha");
+        Tensor v = x * al + a.get_float("beta");
+        return defs::mask_grad(logical_and(gt(v, defs::scalar_like(0, v)), lt(v, defs::scalar_like(1, v))), g * al);
+      }))
       .doc("max(0, min(1, alpha * x + beta)) (ONNX HardSigmoid; PyTorch's is alpha = 1/6, beta = 0.5)");
   activation_def(r, "hardswish(Tensor x) -> Tensor", "HardSwish", 14)
       .kernel(DeviceType::cpu, DTypeSet::floating(), floating_kernel([](auto x) {
@@ -101,15 +114,35 @@ void register_unary_activation_ops(OpRegistry& r) {
         t = t < C(0) ? C(0) : (t > C(6) ? C(6) : t);
         return x * t / C(6);
       }))
+      .vjp(defs::unary_rule_x([](const Tensor& g, const Tensor& x, const Attrs&) {
+        Tensor mid = g * (x * 2.0 + 3.0) / 6.0;
+        return where(lt(x, defs::scalar_like(-3, x)), defs::scalar_like(0, g),
+                     where(gt(x, defs::scalar_like(3, x)), g, mid));
+      }))
       .doc("x * relu6(x + 3) / 6");
   activation_def(r, "gelu(Tensor x, str approximate=\"none\") -> Tensor", "Gelu", 20)
       .infer(infer_gelu)
       .kernel(DeviceType::cpu, DTypeSet::floating(), gelu_kernel)
+      .vjp(defs::unary_rule_x([](const Tensor& g, const Tensor& x, const Attrs& a) {
+        if (a.get_string("approximate") == "tanh") {
+          const double c = std::numbers::sqrt2 * std::numbers::inv_sqrtpi;  // sqrt(2/pi)
+          Tensor t = tanh((x + x * x * x * 0.044715) * c);
+          Tensor du = (x * x * (3 * 0.044715) + 1.0) * c;
+          return g * ((t + 1.0) * 0.5 + x * 0.5 * (1.0 - t * t) * du);
+        }
+        Tensor cdf = (erf(x * (1 / std::numbers::sqrt2)) + 1.0) * 0.5;
+        Tensor pdf = exp(x * x * -0.5) * (std::numbers::inv_sqrtpi / std::numbers::sqrt2);
+        return g * (cdf + x * pdf);
+      }))
       .doc("x * Phi(x) (approximate=\"none\") or its tanh approximation (\"tanh\"); Note [GELU without cancellation]");
   activation_def(r, "silu(Tensor x) -> Tensor", nullptr, 0)
       .kernel(DeviceType::cpu, DTypeSet::floating(), floating_kernel([](auto x) {
         using C = decltype(x);
         return x / (C(1) + std::exp(-x));
+      }))
+      .vjp(defs::unary_rule_x([](const Tensor& g, const Tensor& x, const Attrs&) {
+        Tensor s = sigmoid(x);
+        return g * (s * (x * (1.0 - s) + 1.0));
       }))
       .doc("x * sigmoid(x) (ONNX: Mul(x, Sigmoid(x)))");
   activation_def(r, "softplus(Tensor x, float beta=1.0, float threshold=20.0) -> Tensor", "Softplus", 1)
@@ -123,6 +156,10 @@ void register_unary_activation_ops(OpRegistry& r) {
           return bx > C(threshold) ? x : std::log1p(std::exp(bx)) / C(beta);
         });
       })
+      .vjp(defs::unary_rule_x([](const Tensor& g, const Tensor& x, const Attrs& a) {
+        Tensor bx = x * a.get_float("beta");
+        return where(gt(bx, defs::scalar_like(a.get_float("threshold"), bx)), g, g * sigmoid(bx));
+      }))
       .doc("log(1 + e^(beta x)) / beta, and x where beta * x > threshold (PyTorch's Softplus; ONNX's has beta = 1 and no threshold)");
 }
 

@@ -3,10 +3,12 @@
 // (InputCast::to_floating); the others keep the input's dtype (logical_not gives bool).
 #include <cmath>
 #include <limits>
+#include <numbers>
 #include <type_traits>
 
 #include "kiln/ops/unary.h"
 #include "ops/defs/register_all.h"
+#include "ops/defs/vjp_util.h"
 #include "ops/defs/unary/unary_kernels.h"
 
 namespace kiln {
@@ -146,62 +148,90 @@ const DTypeSet kNumeric = DTypeSet::numeric();
 
 void register_unary_math_ops(OpRegistry& r) {
   numeric_def(r, "neg(Tensor x) -> Tensor", "Neg", 6)
+      .vjp(defs::unary_rule_x([](const Tensor& g, const Tensor&, const Attrs&) { return neg(g); }))
       .kernel(DeviceType::cpu, kNumeric, numeric_kernel([](auto x) { return wrapping_neg(x); }))
       .doc("-x; integers wrap (u8: modulo 256); not defined for bool");
   numeric_def(r, "abs(Tensor x) -> Tensor", "Abs", 6)
+      .vjp(defs::unary_rule_x([](const Tensor& g, const Tensor& x, const Attrs&) { return g * sign(x); }))
       .kernel(DeviceType::cpu, kNumeric, numeric_kernel([](auto x) { return abs_value(x); }))
       .doc("|x|; identity on u8; abs of the most negative integer wraps to itself");
   floating_def(r, "exp(Tensor x) -> Tensor", "Exp", 6)
+      .vjp(defs::unary_rule_y([](const Tensor& g, const Tensor& y, const Attrs&) { return g * y; }))
       .kernel(DeviceType::cpu, kFloating, floating_kernel([](auto x) { return std::exp(x); }))
       .doc("e^x; overflows to inf");
   floating_def(r, "log(Tensor x) -> Tensor", "Log", 6)
+      .vjp(defs::unary_rule_x([](const Tensor& g, const Tensor& x, const Attrs&) { return g / x; }))
       .kernel(DeviceType::cpu, kFloating, floating_kernel([](auto x) { return std::log(x); }))
       .doc("natural log; log(0) = -inf, log(x < 0) = NaN");
   floating_def(r, "sqrt(Tensor x) -> Tensor", "Sqrt", 6)
+      .vjp(defs::unary_rule_y([](const Tensor& g, const Tensor& y, const Attrs&) { return g / (y * 2.0); }))
       .kernel(DeviceType::cpu, kFloating, floating_kernel([](auto x) { return std::sqrt(x); }))
       .doc("square root; NaN for x < 0");
   floating_def(r, "rsqrt(Tensor x) -> Tensor", nullptr, 0)
+      .vjp(defs::unary_rule_y([](const Tensor& g, const Tensor& y, const Attrs&) { return g * (y * y * y) * -0.5; }))
       .kernel(DeviceType::cpu, kFloating, floating_kernel([](auto x) { return decltype(x)(1) / std::sqrt(x); }))
       .doc("1 / sqrt(x) (ONNX: Reciprocal(Sqrt(x)))");
   floating_def(r, "reciprocal(Tensor x) -> Tensor", "Reciprocal", 6)
+      .vjp(defs::unary_rule_y([](const Tensor& g, const Tensor& y, const Attrs&) { return -(g * y * y); }))
       .kernel(DeviceType::cpu, kFloating, floating_kernel([](auto x) { return decltype(x)(1) / x; }))
       .doc("1 / x");
   floating_def(r, "sin(Tensor x) -> Tensor", "Sin", 7)
+      .vjp(defs::unary_rule_x([](const Tensor& g, const Tensor& x, const Attrs&) { return g * cos(x); }))
       .kernel(DeviceType::cpu, kFloating, floating_kernel([](auto x) { return std::sin(x); }))
       .doc("sine (radians)");
   floating_def(r, "cos(Tensor x) -> Tensor", "Cos", 7)
+      .vjp(defs::unary_rule_x([](const Tensor& g, const Tensor& x, const Attrs&) { return -(g * sin(x)); }))
       .kernel(DeviceType::cpu, kFloating, floating_kernel([](auto x) { return std::cos(x); }))
       .doc("cosine (radians)");
   floating_def(r, "tanh(Tensor x) -> Tensor", "Tanh", 6)
+      .vjp(defs::unary_rule_y([](const Tensor& g, const Tensor& y, const Attrs&) { return g * (1.0 - y * y); }))
       .kernel(DeviceType::cpu, kFloating, floating_kernel([](auto x) { return std::tanh(x); }))
       .doc("hyperbolic tangent");
   // Note [Stable sigmoid]: 1 / (1 + e^-x) needs no branch: for x -> -inf, e^-x overflows to inf
   // and the result is 0 (correctly, with full relative precision before that); for x -> +inf it
   // is 1. No inf/inf or 0/0 can occur, so only a NaN input gives NaN.
   floating_def(r, "sigmoid(Tensor x) -> Tensor", "Sigmoid", 6)
+      .vjp(defs::unary_rule_y([](const Tensor& g, const Tensor& y, const Attrs&) { return g * (y * (1.0 - y)); }))
       .kernel(DeviceType::cpu, kFloating, floating_kernel([](auto x) {
         using C = decltype(x);
         return C(1) / (C(1) + std::exp(-x));
       }))
       .doc("1 / (1 + e^-x), stable for large |x| (Note [Stable sigmoid])");
   floating_def(r, "erf(Tensor x) -> Tensor", "Erf", 9)
+      .vjp(defs::unary_rule_x([](const Tensor& g, const Tensor& x, const Attrs&) { return g * exp(-(x * x)) * (2.0 / std::sqrt(std::numbers::pi)); }))
       .kernel(DeviceType::cpu, kFloating, floating_kernel([](auto x) { return std::erf(x); }))
       .doc("Gauss error function");
   numeric_def(r, "floor(Tensor x) -> Tensor", "Floor", 6)
+      .vjp(defs::zero_rule())
       .kernel(DeviceType::cpu, kNumeric, rounding_kernel([](auto x) { return std::floor(x); }))
       .doc("round toward -inf; identity on integers");
   numeric_def(r, "ceil(Tensor x) -> Tensor", "Ceil", 6)
+      .vjp(defs::zero_rule())
       .kernel(DeviceType::cpu, kNumeric, rounding_kernel([](auto x) { return std::ceil(x); }))
       .doc("round toward +inf; identity on integers");
   numeric_def(r, "round(Tensor x) -> Tensor", "Round", 11)
+      .vjp(defs::zero_rule())
       .kernel(DeviceType::cpu, kNumeric, rounding_kernel([](auto x) { return std::nearbyint(x); }))
       .doc("round to nearest, ties to even (Note [Rounding half to even]); identity on integers");
   numeric_def(r, "sign(Tensor x) -> Tensor", "Sign", 9)
+      .vjp(defs::zero_rule())
       .kernel(DeviceType::cpu, kNumeric, numeric_kernel([](auto x) { return sign_value(x); }))
       .doc("-1, 0 or 1 in x's dtype; NaN stays NaN");
   rules_pending(r.add("clip(Tensor x, float? min, float? max) -> Tensor"), "Clip", 11)
       .infer(infer_clip)
       .kernel(DeviceType::cpu, kNumeric, clip_kernel)
+      // Note [Clip gradient]: passes where the output lies strictly inside (min, max); read from the
+      // output so that clamp_ (whose input is overwritten) has the same rule. At an input exactly
+      // on a bound the gradient is 0.
+      .vjp(defs::unary_rule_y([](const Tensor& g, const Tensor& y, const Attrs& a) {
+        Tensor inside;
+        if (a.has("min")) inside = gt(y, defs::scalar_like(a.get_float("min"), y));
+        if (a.has("max")) {
+          Tensor below = lt(y, defs::scalar_like(a.get_float("max"), y));
+          inside = inside.defined() ? logical_and(inside, below) : below;
+        }
+        return inside.defined() ? defs::mask_grad(inside, g) : g;
+      }))
       .doc("min(max(x, min), max); absent bounds are unbounded; integer inputs need whole bounds");
   rules_pending(r.add("logical_not(Tensor x) -> Tensor"), "Not", 1)
       .infer([](const InferCtx& c) { return std::vector<TensorMeta>{{DType::boolean, c.in(0).shape}}; })

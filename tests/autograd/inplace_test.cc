@@ -1,0 +1,196 @@
+// Version counters and in-place ops under autograd: the saved-tensor error names both ops and
+// both call sites; safe in-place just works; leaves and views are protected; matmul_.
+#include <chrono>
+#include <cstdio>
+
+#include "support/testing.h"
+
+namespace kiln {
+namespace {
+
+using testing::all_close;
+using testing::random_tensor;
+
+
+TEST(Inplace, EveryInplaceOpBumpsTheVersion) {
+  Tensor t = random_tensor({3, 3}, DType::f32, 1);
+  Tensor o = random_tensor({3, 3}, DType::f32, 2);
+  uint64_t v = t.version();
+  auto step = [&](const char* what) {
+    EXPECT_EQ(t.version(), ++v) << what;
+    EXPECT_STREQ(t.storage()->last_write().op, what);
+  };
+  t.add_(o); step("add_");
+  t.sub_(o); step("sub_");
+  t.mul_(o); step("mul_");
+  t.div_(o); step("div_");
+  t.relu_(); step("relu_");
+  t.clamp_(-1.0, 1.0); step("clamp_");
+  t.sigmoid_(); step("sigmoid_");
+  t.tanh_(); step("tanh_");
+  t.copy_(o); step("copy_");
+  t.zero_(); step("fill_");
+  t.fill_(2.0); step("fill_");
+  t.cumsum_(1); step("cumsum_");
+  t.matmul_(o); step("matmul_");
+}
+
+TEST(Inplace, InplaceResultsMatchOutOfPlace) {
+  Tensor x = random_tensor({4, 5}, DType::f64, 3);
+  EXPECT_TRUE(all_close(x.clone().relu_(), x.relu()));
+  EXPECT_TRUE(all_close(x.clone().sigmoid_(), x.sigmoid()));
+  EXPECT_TRUE(all_close(x.clone().tanh_(), x.tanh()));
+  EXPECT_TRUE(all_close(x.clone().clamp_(-0.5, 0.7), x.clip(-0.5, 0.7)));
+  EXPECT_TRUE(all_close(x.clone().cumsum_(1), cumsum(x, 1)));
+  EXPECT_TRUE(all_close(x.clone().cumsum_(0), cumsum(x, 0)));
+}
+
+TEST(Inplace, SavedTensorModifiedNamesBothOpsSitesAndFix) {
+  Tensor x = random_tensor({2, 3}, DType::f32, 4).requires_grad_();
+  Tensor y = x.sigmoid();  // saves its output
+  const int sig_line = __LINE__ - 1;
+  y.mul_(full({2, 3}, 3.0f));
+  const int mul_line = __LINE__ - 1;
+  EXPECT_KILN_ERROR(y.sum().backward(), "'sigmoid'", "SigmoidBackward", "inplace_test.cc:" + std::to_string(sig_line),
+                    "mul_", "inplace_test.cc:" + std::to_string(mul_line), "f32[2, 3]", "version 0", "version 1",
+                    ".clone()", "out-of-place");
+}
+
+TEST(Inplace, ReluAfterMatmulJustWorks) {
+  Tensor a = random_tensor({3, 4}, DType::f64, 5).requires_grad_();
+  Tensor w = random_tensor({4, 2}, DType::f64, 6).requires_grad_();
+  Tensor h = a.matmul(w);
+  h.relu_();  // matmul's backward needs a and w, not h
+  EXPECT_EQ(h.grad_fn()->name(), "ReluBackward");
+  h.sum().backward();
+  Tensor mask = (a.detach().matmul(w.detach()).gt(zeros({1}, DType::f64))).to(DType::f64);
+  EXPECT_TRUE(all_close(a.grad(), mask.matmul(w.detach().t())));
+  EXPECT_TRUE(all_close(w.grad(), a.detach().t().matmul(mask)));
+}
+
+TEST(Inplace, SafeInplaceChainsGiveRightGradients) {
+  Tensor x = random_tensor({5}, DType::f64, 7).requires_grad_();
+  Tensor w = random_tensor({5}, DType::f64, 8).requires_grad_();
+  Tensor h = x * 1.0;
+  h.add_(w);
+  h.mul_(full({5}, 3.0, DType::f64));
+  h.tanh_();
+  h.sum().backward();
+  Tensor t = ((x.detach() + w.detach()) * 3.0).tanh();
+  Tensor expect = (1.0 - t * t) * 3.0;
+  EXPECT_TRUE(all_close(x.grad(), expect));
+  EXPECT_TRUE(all_close(w.grad(), expect));
+}
+
+TEST(Inplace, OperandNeedingOldSelfIsRefused) {
+  Tensor x = random_tensor({3}, DType::f64, 9).requires_grad_();
+  Tensor w = random_tensor({3}, DType::f64, 10).requires_grad_();
+  Tensor h = x * 2.0;
+  EXPECT_KILN_ERROR(h.mul_(w), "mul_", "inplace_test.cc:", "old value", "out-of-place", ".clone()");
+}
+
+TEST(Inplace, LeafRequiringGradIsRefusedOutsideNoGrad) {
+  Tensor w = random_tensor({3}, DType::f32, 11).requires_grad_();
+  EXPECT_KILN_ERROR(w.add_(ones({3})), "add_", "leaf that requires grad", "NoGradGuard");
+  const uint64_t v = w.version();
+  {
+    NoGradGuard g;
+    w.sub_(ones({3}));
+  }
+  EXPECT_EQ(w.version(), v + 1);
+  EXPECT_TRUE(w.is_leaf());
+}
+
+TEST(Inplace, ViewOfTensorRequiringGradIsRefusedAndBaseStaysCorrect) {
+  Tensor x = random_tensor({4, 3}, DType::f64, 12).requires_grad_();
+  Tensor base = x * 2.0;
+  Tensor v = base.slice(0, 1, 3);
+  EXPECT_KILN_ERROR(v.mul_(full({2, 3}, 3.0, DType::f64)), "view", "mul_", "out-of-place");
+  // Nothing was written: the base and the view still give the right gradients.
+  EXPECT_EQ(base.version(), 0u);
+  (base.sum() + (v * v).sum()).backward();
+  Tensor expect = full({4, 3}, 2.0, DType::f64);
+  Tensor xd = x.detach();
+  for (int64_t r = 1; r < 3; ++r)
+    for (int64_t c = 0; c < 3; ++c)
+      expect.data<double>()[r * 3 + c] += 8.0 * xd.data<double>()[r * 3 + c];
+  EXPECT_TRUE(all_close(x.grad(), expect));
+  // A view written in place with an operand that requires grad is refused too (it would need the
+  // base's history rewritten).
+  Tensor buf = zeros({4, 3}, DType::f64);
+  Tensor row = buf.select(0, 2);
+  Tensor src = random_tensor({3}, DType::f64, 13).requires_grad_();
+  EXPECT_KILN_ERROR(row.copy_(src), "copy_", "view");
+  // Without autograd involvement views are written freely.
+  row.copy_(src.detach());
+  EXPECT_TRUE(all_close(buf.select(0, 2), src.detach()));
+}
+
+TEST(Inplace, MatmulInplaceEqualsOutOfPlace) {
+  for (DType t : {DType::f32, DType::f64}) {
+    for (int64_t m : {1, 7, 300, 513}) {
+      Tensor a = random_tensor({m, 65}, t, 14 + static_cast<uint64_t>(m));
+      Tensor b = random_tensor({65, 65}, t, 15);
+      Tensor expect = a.matmul(b);
+      Tensor c = a.clone();
+      c.matmul_(b);
+      EXPECT_TRUE(all_close(c, expect, {1e-5, 1e-5})) << dtype_name(t) << " m=" << m;
+    }
+  }
+  // Batched and non-contiguous a, and a.matmul_(a).
+  Tensor a3 = random_tensor({2, 5, 4}, DType::f64, 16);
+  Tensor b = random_tensor({4, 4}, DType::f64, 17);
+  Tensor e3 = a3.matmul(b);
+  a3.matmul_(b);
+  EXPECT_TRUE(all_close(a3, e3));
+  Tensor big = random_tensor({6, 8}, DType::f64, 18);
+  Tensor view = big.slice(1, 0, 8, 2);  // non-contiguous [6, 4]
+  Tensor ev = view.matmul(b);
+  view.matmul_(b);
+  EXPECT_TRUE(all_close(view, ev));
+  Tensor sq = random_tensor({5, 5}, DType::f64, 19);
+  Tensor esq = sq.matmul(sq);
+  sq.matmul_(sq);
+  EXPECT_TRUE(all_close(sq, esq));
+  EXPECT_KILN_ERROR(sq.matmul_(random_tensor({5, 3}, DType::f64, 20)), "matmul_", "square");
+}
+
+TEST(Inplace, MatmulInplaceAutograd) {
+  Tensor x = random_tensor({3, 4}, DType::f64, 21).requires_grad_();
+  Tensor b = random_tensor({4, 4}, DType::f64, 22);
+  Tensor a = x * 1.5;
+  a.matmul_(b);
+  EXPECT_EQ(a.grad_fn()->name(), "MatmulBackward");
+  Tensor g = random_tensor({3, 4}, DType::f64, 23);
+  a.backward(g);
+  EXPECT_TRUE(all_close(x.grad(), g.matmul(b.t()) * 1.5));
+  // B requiring grad needs the old A: refused with the item-4 style explanation.
+  Tensor bw = b.clone().requires_grad_();
+  Tensor a2 = x * 1.0;
+  EXPECT_KILN_ERROR(a2.matmul_(bw), "matmul_", "old value", "overwrite", "'matmul'", ".clone()");
+}
+
+TEST(Inplace, MatmulInplaceSpeed) {
+  // Reported by the issue: >= 0.8x the out-of-place product. Timed loosely here (the machine is
+  // shared); bench numbers come from the command in the report.
+  Tensor a = random_tensor({512, 512}, DType::f32, 24);
+  Tensor b = random_tensor({512, 512}, DType::f32, 25);
+  auto time = [](auto&& f) {
+    double best = 1e9;
+    for (int i = 0; i < 3; ++i) {
+      auto t0 = std::chrono::steady_clock::now();
+      f();
+      best = std::min(best, std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+    }
+    return best;
+  };
+  double out = time([&] { (void)a.matmul(b); });
+  Tensor c = a.clone();
+  double in = time([&] { c.matmul_(b); });
+  std::printf("matmul_ 512x512 f32: in-place %.3f ms, out-of-place %.3f ms (ratio %.2f)\n", in * 1e3, out * 1e3,
+              out / in);
+  EXPECT_LT(in, out * 2.0) << "in-place " << in << " s vs out-of-place " << out << " s";
+}
+
+}  // namespace
+}  // namespace kiln
