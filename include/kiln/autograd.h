@@ -140,15 +140,19 @@ struct GradcheckOptions {
 struct GradcheckResult {
   bool ok = true;
   std::string message;  // the worst element: output, input, index, analytic and numeric values
-  explicit operator bool() const { return ok; }
+  operator bool() const { return ok; }  // NOLINT: `bool ok = gradcheck(f, xs);` reads naturally
 };
 using TensorFn = std::function<std::vector<Tensor>(const std::vector<Tensor>&)>;
+using SingleTensorFn = std::function<Tensor(const std::vector<Tensor>&)>;
 // Compares the analytic Jacobian (one backward per output element) with central finite
 // differences, in float64: `inputs` are converted to f64 and those that are floating get
 // requires_grad. Returns the worst element, its index and both values when they differ.
 GradcheckResult gradcheck(const TensorFn& f, const std::vector<Tensor>& inputs, GradcheckOptions opt = {});
 // gradcheck of the function (inputs, v) -> grad(f(inputs), inputs, v) with create_graph.
 GradcheckResult gradgradcheck(const TensorFn& f, const std::vector<Tensor>& inputs, GradcheckOptions opt = {});
+// Single-output forms: f returns one tensor.
+GradcheckResult gradcheck(const SingleTensorFn& f, const std::vector<Tensor>& inputs, GradcheckOptions opt = {});
+GradcheckResult gradgradcheck(const SingleTensorFn& f, const std::vector<Tensor>& inputs, GradcheckOptions opt = {});
 
 // ---- custom functions ----------------------------------------------------------------------------------
 // Context handed to a custom Function's forward and backward.

@@ -211,4 +211,12 @@ GradcheckResult gradgradcheck(const TensorFn& f, const std::vector<Tensor>& inpu
   return gradcheck(h, all, opt);
 }
 
+GradcheckResult gradcheck(const SingleTensorFn& f, const std::vector<Tensor>& inputs, GradcheckOptions opt) {
+  return gradcheck(TensorFn([&f](const std::vector<Tensor>& xs) { return std::vector<Tensor>{f(xs)}; }), inputs, opt);
+}
+
+GradcheckResult gradgradcheck(const SingleTensorFn& f, const std::vector<Tensor>& inputs, GradcheckOptions opt) {
+  return gradgradcheck(TensorFn([&f](const std::vector<Tensor>& xs) { return std::vector<Tensor>{f(xs)}; }), inputs, opt);
+}
+
 }  // namespace kiln::autograd

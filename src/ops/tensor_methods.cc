@@ -113,6 +113,10 @@ Tensor& Tensor::add_(const Tensor& o, SourceLoc loc) { return dispatch_inplace(o
 Tensor& Tensor::sub_(const Tensor& o, SourceLoc loc) { return dispatch_inplace(op("sub"), "sub_", *this, {o}, {}, loc); }
 Tensor& Tensor::mul_(const Tensor& o, SourceLoc loc) { return dispatch_inplace(op("mul"), "mul_", *this, {o}, {}, loc); }
 Tensor& Tensor::div_(const Tensor& o, SourceLoc loc) { return dispatch_inplace(op("div"), "div_", *this, {o}, {}, loc); }
+Tensor& Tensor::add_(Scalar o, SourceLoc loc) { return add_(wrap_scalar(o, dtype()), loc); }
+Tensor& Tensor::sub_(Scalar o, SourceLoc loc) { return sub_(wrap_scalar(o, dtype()), loc); }
+Tensor& Tensor::mul_(Scalar o, SourceLoc loc) { return mul_(wrap_scalar(o, dtype()), loc); }
+Tensor& Tensor::div_(Scalar o, SourceLoc loc) { return div_(wrap_scalar(o, dtype()), loc); }
 
 Tensor& Tensor::relu_(SourceLoc loc) { return dispatch_inplace(op("relu"), "relu_", *this, {}, {}, loc); }
 Tensor& Tensor::sigmoid_(SourceLoc loc) { return dispatch_inplace(op("sigmoid"), "sigmoid_", *this, {}, {}, loc); }

@@ -192,5 +192,25 @@ TEST(Inplace, MatmulInplaceSpeed) {
   EXPECT_LT(in, out * 2.0) << "in-place " << in << " s vs out-of-place " << out << " s";
 }
 
+TEST(Inplace, ScalarFormsMatchTensorFormsAndAreVersionChecked) {
+  Tensor x = random_tensor({7, 3}, DType::f64, 31).requires_grad_();
+  Tensor y = x.sigmoid();
+  Tensor z = y.clone();
+  z.mul_(2).add_(1.5).sub_(0.5).div_(4);
+  EXPECT_TRUE(all_close(z, (y * 2 + 1.5 - 0.5) / 4));
+  z.sum().backward();
+  Tensor s = x.detach().sigmoid();
+  EXPECT_TRUE(all_close(x.grad(), s * (1 - s) * 0.5));
+  Tensor y2 = x.sigmoid();
+  y2.mul_(2);  // sigmoid saved its output: backward must refuse
+  EXPECT_KILN_ERROR(y2.sum().backward(), "sigmoid", "mul_", "inplace_test.cc", "clone()");
+}
+
+TEST(Gradcheck, AcceptsSingleOutputFunctions) {
+  Tensor x = random_tensor({3, 4}, DType::f64, 32), w = random_tensor({4, 2}, DType::f64, 33);
+  bool ok = autograd::gradcheck([](const std::vector<Tensor>& in) { return in[0].matmul(in[1]).tanh().sum(); }, {x, w});
+  EXPECT_TRUE(ok);
+}
+
 }  // namespace
 }  // namespace kiln

@@ -169,6 +169,11 @@ class Tensor {
   Tensor& sub_(const Tensor& o, SourceLoc loc = KILN_HERE);
   Tensor& mul_(const Tensor& o, SourceLoc loc = KILN_HERE);
   Tensor& div_(const Tensor& o, SourceLoc loc = KILN_HERE);
+  // Scalar forms (y.mul_(2)): the scalar takes the tensor's dtype as in x * 2.
+  Tensor& add_(Scalar o, SourceLoc loc = KILN_HERE);
+  Tensor& sub_(Scalar o, SourceLoc loc = KILN_HERE);
+  Tensor& mul_(Scalar o, SourceLoc loc = KILN_HERE);
+  Tensor& div_(Scalar o, SourceLoc loc = KILN_HERE);
   Tensor& copy_(const Tensor& src, SourceLoc loc = KILN_HERE);  // broadcasts and casts src
   Tensor& fill_(Scalar value, SourceLoc loc = KILN_HERE);
   Tensor& zero_(SourceLoc loc = KILN_HERE);
