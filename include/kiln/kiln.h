@@ -14,6 +14,7 @@
 #include "kiln/core/thread_pool.h"
 #include "kiln/fn.h"
 #include "kiln/ir.h"
+#include "kiln/nn.h"
 #include "kiln/ops/binary.h"
 #include "kiln/ops/conv.h"
 #include "kiln/ops/dispatch.h"

@@ -1,0 +1,201 @@
+// nn: modules with named parameters (Module, Linear, Conv2d, activations, pooling, Flatten,
+// Sequential), seedable initializers, loss functions (nn::functional) and optimizers (SGD, Adam,
+// AdamW) following PyTorch's update rules. Modules are built from kiln ops, so autograd
+// differentiates them without extra rules.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "kiln/core/generator.h"
+#include "kiln/core/tensor.h"
+
+namespace kiln::nn {
+
+// ---- initializers (in place, no history) ----------------------------------------------------------
+// fan_in / fan_out of a weight: [out, in] or [out, in, kh, kw].
+std::pair<int64_t, int64_t> fans(const Tensor& w);
+void uniform_(Tensor& t, double lo, double hi, Generator* gen = nullptr);
+void normal_(Tensor& t, double mean, double std, Generator* gen = nullptr);
+// Kaiming (He) uniform with gain sqrt(2 / (1 + a^2)) over fan_in; a = sqrt(5) is PyTorch's default
+// Linear/Conv init.
+void kaiming_uniform_(Tensor& t, double a = 0.0, Generator* gen = nullptr);
+void xavier_uniform_(Tensor& t, double gain = 1.0, Generator* gen = nullptr);
+
+// ---- Module -----------------------------------------------------------------------------------------
+class Module {
+ public:
+  virtual ~Module() = default;
+  virtual Tensor forward(const Tensor& x) = 0;
+  Tensor operator()(const Tensor& x) { return forward(x); }
+  virtual std::string name() const = 0;
+
+  // Recursive, in registration order; names are dotted ("0.weight").
+  std::vector<std::pair<std::string, Tensor>> named_parameters() const;
+  std::vector<Tensor> parameters() const;
+  std::vector<std::pair<std::string, Tensor>> named_buffers() const;
+  // Parameters and buffers together (what a checkpoint stores).
+  std::vector<std::pair<std::string, Tensor>> state_dict() const;
+  const std::vector<std::pair<std::string, std::shared_ptr<Module>>>& children() const { return children_; }
+
+  void train(bool on = true);
+  void eval() { train(false); }
+  bool is_training() const { return training_; }
+  void zero_grad();
+  // Converts every parameter and buffer (floating ones) to `dtype`, keeping requires_grad.
+  void to(DType dtype);
+
+ protected:
+  Tensor& register_parameter(const std::string& name, Tensor t);
+  Tensor& register_buffer(const std::string& name, Tensor t);
+  void register_module(const std::string& name, std::shared_ptr<Module> m);
+  Tensor& param(const std::string& name);
+  Tensor param_or_undefined(const std::string& name) const;  // optional parameters (bias)
+
+ private:
+  std::vector<std::pair<std::string, Tensor>> params_;
+  std::vector<std::pair<std::string, Tensor>> buffers_;
+  std::vector<std::pair<std::string, std::shared_ptr<Module>>> children_;
+  bool training_ = true;
+};
+
+class Linear : public Module {
+ public:
+  Linear(int64_t in_features, int64_t out_features, bool bias = true, Generator* gen = nullptr);
+  Tensor forward(const Tensor& x) override;
+  std::string name() const override { return "Linear"; }
+  int64_t in_features, out_features;
+};
+
+class Conv2d : public Module {
+ public:
+  Conv2d(int64_t in_channels, int64_t out_channels, int64_t kernel, int64_t stride = 1, int64_t padding = 0,
+         bool bias = true, Generator* gen = nullptr);
+  Tensor forward(const Tensor& x) override;
+  std::string name() const override { return "Conv2d"; }
+  int64_t in_channels, out_channels, kernel, stride, padding;
+};
+
+class ReLU : public Module {
+ public:
+  Tensor forward(const Tensor& x) override;
+  std::string name() const override { return "ReLU"; }
+};
+class GELU : public Module {
+ public:
+  Tensor forward(const Tensor& x) override;
+  std::string name() const override { return "GELU"; }
+};
+class SiLU : public Module {
+ public:
+  Tensor forward(const Tensor& x) override;
+  std::string name() const override { return "SiLU"; }
+};
+class Tanh : public Module {
+ public:
+  Tensor forward(const Tensor& x) override;
+  std::string name() const override { return "Tanh"; }
+};
+class Sigmoid : public Module {
+ public:
+  Tensor forward(const Tensor& x) override;
+  std::string name() const override { return "Sigmoid"; }
+};
+
+class MaxPool2d : public Module {
+ public:
+  explicit MaxPool2d(int64_t kernel, int64_t stride = 0) : kernel(kernel), stride(stride ? stride : kernel) {}
+  Tensor forward(const Tensor& x) override;
+  std::string name() const override { return "MaxPool2d"; }
+  int64_t kernel, stride;
+};
+class AvgPool2d : public Module {
+ public:
+  explicit AvgPool2d(int64_t kernel, int64_t stride = 0) : kernel(kernel), stride(stride ? stride : kernel) {}
+  Tensor forward(const Tensor& x) override;
+  std::string name() const override { return "AvgPool2d"; }
+  int64_t kernel, stride;
+};
+
+// [N, d1, d2, ...] -> [N, d1 * d2 * ...].
+class Flatten : public Module {
+ public:
+  Tensor forward(const Tensor& x) override;
+  std::string name() const override { return "Flatten"; }
+};
+
+class Sequential : public Module {
+ public:
+  Sequential() = default;
+  Sequential& add(std::shared_ptr<Module> m);  // named "0", "1", ...
+  Tensor forward(const Tensor& x) override;
+  std::string name() const override { return "Sequential"; }
+  size_t size() const { return children().size(); }
+};
+
+// ---- losses -----------------------------------------------------------------------------------------
+namespace functional {
+enum class Reduction { mean, sum, none };
+// logits [N, C], target [N] integer class indices in [0, C); label smoothing as in PyTorch:
+// target distribution (1 - s) * onehot + s / C.
+Tensor cross_entropy(const Tensor& logits, const Tensor& target, double label_smoothing = 0.0,
+                     Reduction reduction = Reduction::mean);
+// log_probs [N, C], target [N]: -log_probs[i, target[i]].
+Tensor nll_loss(const Tensor& log_probs, const Tensor& target, Reduction reduction = Reduction::mean);
+Tensor mse_loss(const Tensor& input, const Tensor& target, Reduction reduction = Reduction::mean);
+// Numerically stable: max(x, 0) - x * y + log(1 + exp(-|x|)).
+Tensor bce_with_logits(const Tensor& logits, const Tensor& target, Reduction reduction = Reduction::mean);
+}  // namespace functional
+
+// ---- optimizers -------------------------------------------------------------------------------------
+class Optimizer {
+ public:
+  explicit Optimizer(std::vector<Tensor> params, double lr);
+  virtual ~Optimizer() = default;
+  virtual void step() = 0;
+  void zero_grad();
+  double lr;
+
+ protected:
+  std::vector<Tensor> params_;
+};
+
+struct SGDOptions {
+  double momentum = 0.0, dampening = 0.0, weight_decay = 0.0;
+  bool nesterov = false;
+};
+class SGD : public Optimizer {
+ public:
+  SGD(std::vector<Tensor> params, double lr, SGDOptions opt = {});
+  void step() override;
+
+ private:
+  SGDOptions opt_;
+  std::vector<Tensor> buf_;
+};
+
+struct AdamOptions {
+  double beta1 = 0.9, beta2 = 0.999, eps = 1e-8, weight_decay = 0.0;
+};
+// decoupled = false: Adam (weight decay added to the gradient); true: AdamW (p *= 1 - lr * wd).
+class Adam : public Optimizer {
+ public:
+  Adam(std::vector<Tensor> params, double lr, AdamOptions opt = {}, bool decoupled = false);
+  void step() override;
+
+ private:
+  AdamOptions opt_;
+  bool decoupled_;
+  int64_t t_ = 0;
+  std::vector<Tensor> m_, v_;
+};
+class AdamW : public Adam {
+ public:
+  AdamW(std::vector<Tensor> params, double lr, AdamOptions opt = {.weight_decay = 1e-2})
+      : Adam(std::move(params), lr, opt, true) {}
+};
+
+}  // namespace kiln::nn
