@@ -1,4 +1,4 @@
-// f32 GEMM micro-kernel for AVX-512: a 6 x 32 tile in 12 zmm accumulators (FMA), masked stores at
+// f32 GEMM micro-kernel for AVX-512: a 12 x 32 tile in 24 zmm accumulators (FMA), masked stores at
 // the right edge. Compiled for AVX-512 by the target pragma below and only called when
 // active_isa() says the machine has it (see Note [ISA code in one binary]).
 // GCC 12 warns that the undefined upper half in its own _mm512 cast/convert intrinsics is
@@ -23,17 +23,29 @@ namespace kiln::kernels::cpu {
 
 namespace {
 
-constexpr int kMr = 6, kNr = 32;
+constexpr int kMr = 12, kNr = 32;
 
+// Note [12 x 32 AVX-512 tile]
+// 24 of the 32 zmm registers hold the C tile (12 rows x 2 vectors), two hold the B row, one the
+// broadcast A element: 24 FMAs per 2 B loads and 12 broadcasts, enough independent chains to cover
+// Zen 5's FMA latency on both FMA pipes. The packed A micro-panel (12 x kc) streams from L2, so
+// it is prefetched a few k-steps ahead; the C tile is prefetched before the k loop so its first
+// load in the epilogue does not miss.
 template <int M>
-void f32_gemm_ukernel_6x32__avx512(int64_t k, const float* a, const float* b, int64_t ldb, float* c, int64_t ldc,
-                                   int n, float alpha, float beta) {
+void f32_gemm_ukernel_12x32__avx512(int64_t k, const float* a, const float* b, int64_t ldb, float* c, int64_t ldc,
+                                    int n, float alpha, float beta) {
   __m512 acc0[M], acc1[M];
-#pragma GCC unroll 6
-  for (int i = 0; i < M; ++i) acc0[i] = acc1[i] = _mm512_setzero_ps();
+#pragma GCC unroll 12
+  for (int i = 0; i < M; ++i) {
+    acc0[i] = acc1[i] = _mm512_setzero_ps();
+    _mm_prefetch(reinterpret_cast<const char*>(c + i * ldc), _MM_HINT_T0);
+    _mm_prefetch(reinterpret_cast<const char*>(c + i * ldc + 16), _MM_HINT_T0);
+  }
+#pragma GCC unroll 4
   for (int64_t p = 0; p < k; ++p) {
+    _mm_prefetch(reinterpret_cast<const char*>(a + 8 * kMr), _MM_HINT_T0);
     const __m512 b0 = _mm512_loadu_ps(b), b1 = _mm512_loadu_ps(b + 16);
-#pragma GCC unroll 6
+#pragma GCC unroll 12
     for (int i = 0; i < M; ++i) {
       const __m512 ai = _mm512_set1_ps(a[i]);
       acc0[i] = _mm512_fmadd_ps(ai, b0, acc0[i]);
@@ -45,7 +57,7 @@ void f32_gemm_ukernel_6x32__avx512(int64_t k, const float* a, const float* b, in
   const __mmask16 m0 = n >= 16 ? __mmask16(0xffff) : __mmask16((1u << n) - 1);
   const __mmask16 m1 = n >= 32 ? __mmask16(0xffff) : n > 16 ? __mmask16((1u << (n - 16)) - 1) : __mmask16(0);
   const __m512 va = _mm512_set1_ps(alpha), vb = _mm512_set1_ps(beta);
-#pragma GCC unroll 6
+#pragma GCC unroll 12
   for (int i = 0; i < M; ++i) {
     float* cr = c + i * ldc;
     __m512 r0 = _mm512_mul_ps(va, acc0[i]), r1 = _mm512_mul_ps(va, acc1[i]);
@@ -61,12 +73,18 @@ void f32_gemm_ukernel_6x32__avx512(int64_t k, const float* a, const float* b, in
 void f32_gemm_ukernel__avx512(int64_t k, const float* a, const float* b, int64_t ldb, float* c, int64_t ldc, int m,
                               int n, float alpha, float beta) {
   switch (m) {
-    case 1: return f32_gemm_ukernel_6x32__avx512<1>(k, a, b, ldb, c, ldc, n, alpha, beta);
-    case 2: return f32_gemm_ukernel_6x32__avx512<2>(k, a, b, ldb, c, ldc, n, alpha, beta);
-    case 3: return f32_gemm_ukernel_6x32__avx512<3>(k, a, b, ldb, c, ldc, n, alpha, beta);
-    case 4: return f32_gemm_ukernel_6x32__avx512<4>(k, a, b, ldb, c, ldc, n, alpha, beta);
-    case 5: return f32_gemm_ukernel_6x32__avx512<5>(k, a, b, ldb, c, ldc, n, alpha, beta);
-    default: return f32_gemm_ukernel_6x32__avx512<6>(k, a, b, ldb, c, ldc, n, alpha, beta);
+    case 1: return f32_gemm_ukernel_12x32__avx512<1>(k, a, b, ldb, c, ldc, n, alpha, beta);
+    case 2: return f32_gemm_ukernel_12x32__avx512<2>(k, a, b, ldb, c, ldc, n, alpha, beta);
+    case 3: return f32_gemm_ukernel_12x32__avx512<3>(k, a, b, ldb, c, ldc, n, alpha, beta);
+    case 4: return f32_gemm_ukernel_12x32__avx512<4>(k, a, b, ldb, c, ldc, n, alpha, beta);
+    case 5: return f32_gemm_ukernel_12x32__avx512<5>(k, a, b, ldb, c, ldc, n, alpha, beta);
+    case 6: return f32_gemm_ukernel_12x32__avx512<6>(k, a, b, ldb, c, ldc, n, alpha, beta);
+    case 7: return f32_gemm_ukernel_12x32__avx512<7>(k, a, b, ldb, c, ldc, n, alpha, beta);
+    case 8: return f32_gemm_ukernel_12x32__avx512<8>(k, a, b, ldb, c, ldc, n, alpha, beta);
+    case 9: return f32_gemm_ukernel_12x32__avx512<9>(k, a, b, ldb, c, ldc, n, alpha, beta);
+    case 10: return f32_gemm_ukernel_12x32__avx512<10>(k, a, b, ldb, c, ldc, n, alpha, beta);
+    case 11: return f32_gemm_ukernel_12x32__avx512<11>(k, a, b, ldb, c, ldc, n, alpha, beta);
+    default: return f32_gemm_ukernel_12x32__avx512<12>(k, a, b, ldb, c, ldc, n, alpha, beta);
   }
 }
 
