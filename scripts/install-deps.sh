@@ -12,6 +12,7 @@ APT_PACKAGES=(
   graphviz python3 python3-pip
 )
 NUMPY_VERSION=2.2.6
+SAFETENSORS_VERSION=0.4.5  # the safetensors interop test (tests/nn/safetensors_test.cc)
 
 log() { echo "[install-deps] $*"; }
 
@@ -50,6 +51,21 @@ else
   fi
   python3 -m pip install "${pip_flags[@]}" "numpy==${NUMPY_VERSION}"
   python3 -c "import numpy" || { log "numpy did not install"; exit 1; }
+fi
+
+# safetensors (Python) for the weights interop test.
+if python3 -c "import safetensors, sys; sys.exit(0 if safetensors.__version__ == '${SAFETENSORS_VERSION}' else 1)" 2>/dev/null; then
+  log "safetensors ${SAFETENSORS_VERSION}: present"
+else
+  log "pip install safetensors==${SAFETENSORS_VERSION}"
+  st_flags=(--quiet --disable-pip-version-check --no-input --root-user-action=ignore)
+  if python3 -m pip install --help 2>/dev/null | grep -q -- --break-system-packages; then
+    if [[ -f "$(python3 -c 'import sysconfig; print(sysconfig.get_path("stdlib"))')/EXTERNALLY-MANAGED" ]]; then
+      st_flags+=(--break-system-packages)
+    fi
+  fi
+  python3 -m pip install "${st_flags[@]}" "safetensors==${SAFETENSORS_VERSION}"
+  python3 -c "import safetensors" || { log "safetensors did not install"; exit 1; }
 fi
 
 if command -v nvcc >/dev/null 2>&1 || [[ -x /usr/local/cuda/bin/nvcc ]]; then

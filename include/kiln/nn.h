@@ -198,4 +198,43 @@ class AdamW : public Adam {
       : Adam(std::move(params), lr, opt, true) {}
 };
 
+// ---- safetensors ------------------------------------------------------------------------------------
+// The format: 8-byte little-endian header length, a JSON header {name: {"dtype": "F32", "shape": [..],
+// "data_offsets": [begin, end]}, "__metadata__": {str: str}}, then the raw little-endian data.
+// Tensors are written in name order.
+void save_safetensors(const std::string& path, const std::vector<std::pair<std::string, Tensor>>& tensors,
+                      const std::vector<std::pair<std::string, std::string>>& metadata = {});
+std::vector<std::pair<std::string, Tensor>> load_safetensors(const std::string& path);
+// Copies a file's tensors into the module's state_dict; one kiln::Error lists every missing,
+// unexpected, shape- or dtype-mismatched tensor by name.
+void load_state_dict(Module& m, const std::string& path);
+
+// ---- data -------------------------------------------------------------------------------------------
+struct Batch {
+  Tensor x, y;
+};
+// Batches of (x[idx], y[idx]) along dim 0; a seeded reshuffle at every epoch() when shuffle is on.
+class DataLoader {
+ public:
+  DataLoader(Tensor x, Tensor y, int64_t batch_size, bool shuffle = false, uint64_t seed = 0,
+             bool drop_last = false);
+  // The batches of one pass (a new permutation per call when shuffling).
+  std::vector<Batch> epoch();
+  int64_t size() const { return x_.size(0); }
+
+ private:
+  Tensor x_, y_;
+  int64_t batch_;
+  bool shuffle_, drop_last_;
+  Generator gen_;
+};
+
+// The digits CSV (data/digits/digits.csv: 64 pixels 0..16 then the label per row) as images
+// [N, 1, 8, 8] f32 scaled to [0, 1] and labels [N] i64. Fixed split: rows [0, 1437) train,
+// [1437, 1797) test.
+struct Digits {
+  Tensor train_x, train_y, test_x, test_y;
+};
+Digits load_digits(const std::string& csv_path);
+
 }  // namespace kiln::nn

@@ -5,6 +5,7 @@
 
 #include "demo.h"
 #include "graph_commands.h"
+#include "train.h"
 #include "kiln/kiln.h"
 
 int main(int argc, char** argv) {
@@ -25,6 +26,8 @@ int main(int argc, char** argv) {
   auto* run = add_run_command(app, run_opt);
   InspectOptions inspect_opt;
   auto* inspect = add_inspect_command(app, inspect_opt);
+  TrainOptions train_opt;
+  auto* train = add_train_command(app, train_opt);
 
   int rc = 0;
   try {
@@ -32,6 +35,7 @@ int main(int argc, char** argv) {
     if (demo->parsed()) rc = run_demo(demo_opt);
     if (run->parsed()) rc = run_graph_command(run_opt);
     if (inspect->parsed()) rc = inspect_graph_command(inspect_opt);
+    if (train->parsed()) rc = run_train_command(train_opt);
   } catch (const CLI::ParseError& e) {
     return app.exit(e);
   } catch (const kiln::Error& e) {

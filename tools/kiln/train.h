@@ -1,0 +1,23 @@
+// `kiln train`: a small CNN on the 8x8 digits with the fixed split (data/README.md).
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+namespace CLI {
+class App;
+}
+
+struct TrainOptions {
+  std::string data = KILN_DEFAULT_DIGITS;  // data/digits/digits.csv of the source tree
+  std::string out = "digits.safetensors";
+  int64_t epochs = 40;
+  int64_t batch_size = 32;
+  double lr = 1e-2;
+  uint64_t seed = 0;
+  int threads = 0;
+  double min_accuracy = 0.0;  // exit 1 when the final test accuracy is lower (for tests)
+};
+
+CLI::App* add_train_command(CLI::App& app, TrainOptions& opt);
+int run_train_command(const TrainOptions& opt);
