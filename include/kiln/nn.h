@@ -136,6 +136,58 @@ class Sequential : public Module {
   size_t size() const { return children().size(); }
 };
 
+// Batch statistics over (N, H, W) in training (running_mean/var updated with `momentum`, the
+// variance unbiased as in PyTorch), running statistics in eval. Buffers: running_mean, running_var.
+class BatchNorm2d : public Module {
+ public:
+  explicit BatchNorm2d(int64_t channels, double eps = 1e-5, double momentum = 0.1);
+  Tensor forward(const Tensor& x) override;
+  std::string name() const override { return "BatchNorm2d"; }
+  int64_t channels;
+  double eps, momentum;
+};
+
+// Normalizes over the last `normalized_dims` dims (their sizes given), with weight and bias.
+class LayerNorm : public Module {
+ public:
+  explicit LayerNorm(std::vector<int64_t> normalized_shape, double eps = 1e-5);
+  Tensor forward(const Tensor& x) override;
+  std::string name() const override { return "LayerNorm"; }
+  std::vector<int64_t> normalized_shape;
+  double eps;
+};
+
+// Zeroes each element with probability p in training (scaling the rest by 1 / (1 - p)); identity in
+// eval. Its masks come from its own seeded generator.
+class Dropout : public Module {
+ public:
+  explicit Dropout(double p = 0.5, uint64_t seed = 0);
+  Tensor forward(const Tensor& x) override;
+  std::string name() const override { return "Dropout"; }
+  double p;
+
+ private:
+  Generator gen_;
+};
+
+// Output [N, C, out, out]; H and W must be multiples of `out` (out = 1: global average).
+class AdaptiveAvgPool2d : public Module {
+ public:
+  explicit AdaptiveAvgPool2d(int64_t out = 1) : out(out) {}
+  Tensor forward(const Tensor& x) override;
+  std::string name() const override { return "AdaptiveAvgPool2d"; }
+  int64_t out;
+};
+
+// Rows of an [num, dim] N(0, 1)-initialized table; integer indices of any shape -> shape + [dim].
+class Embedding : public Module {
+ public:
+  Embedding(int64_t num_embeddings, int64_t dim, Generator* gen = nullptr);
+  Tensor forward(const Tensor& indices) override;
+  std::string name() const override { return "Embedding"; }
+  int64_t num_embeddings, dim;
+};
+
 // ---- losses -----------------------------------------------------------------------------------------
 namespace functional {
 enum class Reduction { mean, sum, none };
@@ -196,6 +248,44 @@ class AdamW : public Adam {
  public:
   AdamW(std::vector<Tensor> params, double lr, AdamOptions opt = {.weight_decay = 1e-2})
       : Adam(std::move(params), lr, opt, true) {}
+};
+
+// ---- learning-rate schedules (call step() once per epoch or per iteration; they set opt.lr) --------
+class LRScheduler {
+ public:
+  explicit LRScheduler(Optimizer& opt) : opt_(opt), base_lr_(opt.lr) {}
+  virtual ~LRScheduler() = default;
+  void step() { opt_.lr = lr_at(++t_); }
+  virtual double lr_at(int64_t t) const = 0;  // lr after t steps
+
+ protected:
+  Optimizer& opt_;
+  double base_lr_;
+  int64_t t_ = 0;
+};
+// base * gamma^(t / step_size)
+class StepLR : public LRScheduler {
+ public:
+  StepLR(Optimizer& opt, int64_t step_size, double gamma = 0.1);
+  double lr_at(int64_t t) const override;
+  int64_t step_size;
+  double gamma;
+};
+// eta_min + (base - eta_min) (1 + cos(pi t / T_max)) / 2, held at eta_min after T_max.
+class CosineAnnealingLR : public LRScheduler {
+ public:
+  CosineAnnealingLR(Optimizer& opt, int64_t t_max, double eta_min = 0.0);
+  double lr_at(int64_t t) const override;
+  int64_t t_max;
+  double eta_min;
+};
+// Linear warmup from base * start_factor to base over `warmup` steps (PyTorch's LinearLR), then base.
+class LinearWarmupLR : public LRScheduler {
+ public:
+  LinearWarmupLR(Optimizer& opt, int64_t warmup, double start_factor = 1.0 / 3.0);
+  double lr_at(int64_t t) const override;
+  int64_t warmup;
+  double start_factor;
 };
 
 // ---- safetensors ------------------------------------------------------------------------------------
