@@ -16,6 +16,12 @@ struct FunctionAccess {
     c.released_ = true;
   }
   static const std::vector<Tensor>& dirty(const FunctionCtx& c) { return c.dirty_; }
+  // The dirty / non-differentiable lists are only read while apply_function wires the node; kept
+  // longer they would form a cycle (tensor -> node -> ctx -> tensor) and leak the graph.
+  static void forget_marks(FunctionCtx& c) {
+    c.dirty_.clear();
+    c.non_diff_.clear();
+  }
   static const std::vector<Tensor>& non_diff(const FunctionCtx& c) { return c.non_diff_; }
 };
 
@@ -91,7 +97,10 @@ std::vector<Tensor> apply_function(const std::string& name, const ForwardFn& for
     NoGradGuard ng;
     outs = forward(*ctx, inputs);
   }
-  if (!any) return outs;
+  if (!any) {
+    FunctionAccess::forget_marks(*ctx);
+    return outs;
+  }
   for (const Tensor& d : FunctionAccess::dirty(*ctx)) {
     KILN_CHECK(contains(inputs, d), "custom Function '", name, "': mark_dirty() got a tensor that is not an input");
     const AutogradMeta* m = meta_of(d);
@@ -119,6 +128,7 @@ std::vector<Tensor> apply_function(const std::string& name, const ForwardFn& for
       continue;
     set_history(outs[j], node, static_cast<uint32_t>(j));
   }
+  FunctionAccess::forget_marks(*ctx);
   return outs;
 }
 
