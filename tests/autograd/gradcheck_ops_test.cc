@@ -160,6 +160,8 @@ std::vector<Case> cases() {
   c.push_back({"chunk_unused_piece", [](auto& x) { return chunk(x[0], 3, 0)[1]; }, {nc({5, 2}, 146)}});
   c.push_back({"tile", [](auto& x) { return tile(x[0], {2, 1, 3}); }, {nc({2, 3}, 147)}});
   c.push_back({"pad", [](auto& x) { return pad(x[0], {1, -1, 2, 1}, "constant", 0.5); }, {nc({3, 4}, 148)}});
+  c.push_back({"pad_reflect", [](auto& x) { return pad(x[0], {2, 0, 1, 3}, "reflect"); }, {nc({4, 5}, 151)}});
+  c.push_back({"pad_edge", [](auto& x) { return pad(x[0], {1, -1, 3, 2}, "edge"); }, {nc({3, 4}, 152)}});
   c.push_back({"trilu", [](auto& x) { return trilu(x[0], 1, false); }, {nc({2, 3, 4}, 149)}});
   c.push_back({"cast_to_f32_and_back", [](auto& x) { return x[0].to(DType::f32).to(DType::f64) * 1.0; }, {rt({3}, 150)}});
   return c;

@@ -141,5 +141,24 @@ TEST(Trace, OutputNamesAndConstantsOnly) {
   EXPECT_TRUE(all_close(ir::run(g, {x})[0], x * 3.0f));
 }
 
+TEST(Trace, NnModuleForwardPass) {
+  // A small CNN in eval mode: parameters and running statistics become the graph's constants.
+  Generator gen(21);
+  nn::Sequential model;
+  model.add(std::make_shared<nn::Conv2d>(1, 4, 3, 1, 1, true, &gen))
+      .add(std::make_shared<nn::BatchNorm2d>(4))
+      .add(std::make_shared<nn::ReLU>())
+      .add(std::make_shared<nn::Flatten>())
+      .add(std::make_shared<nn::Linear>(4 * 8 * 8, 10, true, &gen));
+  {  // one training step's worth of batch statistics so the running stats are not trivial
+    NoGradGuard ng;
+    model.train();
+    model(random_tensor({6, 1, 8, 8}, DType::f32, 22));
+  }
+  model.eval();
+  check_trace([&](const std::vector<Tensor>& x) { return std::vector<Tensor>{model(x[0])}; },
+              {random_tensor({2, 1, 8, 8}, DType::f32, 23)}, 24);
+}
+
 }  // namespace
 }  // namespace kiln

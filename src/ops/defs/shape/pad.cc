@@ -3,6 +3,7 @@
 // strided copies between views, so every dtype shares one loop per element size.
 #include <algorithm>
 
+#include "kiln/ops/index.h"
 #include "kiln/ops/shape.h"
 #include "ops/defs/common.h"
 #include "ops/defs/vjp_util.h"
@@ -162,6 +163,51 @@ void pad_kernel(const KernelCall& k) {
   }
 }
 
+
+// Note [Pad gradient]
+// Constant padding: the gradient is the cropped centre (pad with the negated pads; negative pads
+// crop). Reflect and edge padding copy some input elements several times; they are separable
+// per axis, so the gradient scatter-adds the output gradient back along one axis at a time, with
+// the index of the input element each output position was copied from.
+Tensor pad_index(int64_t n, int64_t begin, int64_t out_len, const std::string& mode) {
+  std::vector<int64_t> idx(static_cast<size_t>(out_len));
+  for (int64_t o = 0; o < out_len; ++o) {
+    int64_t i = o - begin;
+    if (mode == "reflect") {
+      if (i < 0) i = -i;
+      if (i >= n) i = 2 * (n - 1) - i;
+    } else {
+      i = std::clamp<int64_t>(i, 0, n - 1);
+    }
+    idx[static_cast<size_t>(o)] = i;
+  }
+  return from_vector<int64_t>(idx);
+}
+
+std::vector<Tensor> pad_vjp(const VjpCtx& c, std::span<const Tensor> g) {
+  const std::string& mode = c.attrs.get_string("mode");
+  std::vector<int64_t> pads = c.attrs.get_ints("pads");
+  if (mode == "constant") {
+    for (auto& p : pads) p = -p;
+    return {pad(g[0], pads)};
+  }
+  const Shape& xs = c.in_shape(0);
+  const size_t rank = xs.size();
+  Tensor grad = g[0];
+  for (size_t d = 0; d < rank; ++d) {
+    int64_t begin = pads[d], end = pads[d + rank];
+    if (begin == 0 && end == 0) continue;
+    Shape to = grad.shape();
+    const int64_t out_len = to[d];
+    to[d] = xs[d];
+    Shape index_shape(rank, 1);
+    index_shape[d] = out_len;
+    Tensor index = pad_index(xs[d], begin, out_len, mode).reshape(index_shape).expand(grad.shape()).contiguous();
+    grad = scatter_add(zeros(to, TensorOptions(grad.dtype())), static_cast<int64_t>(d), index, grad);
+  }
+  return {grad};
+}
+
 }  // namespace
 
 void register_pad_ops(OpRegistry& r) {
@@ -191,18 +237,7 @@ void register_pad_ops(OpRegistry& r) {
   defs::rules_pending(r.add("pad(Tensor x, int[] pads, str mode=\"constant\", float value=0.0) -> Tensor"), "Pad", 18)
       .infer(infer_pad)
       .kernel(DeviceType::cpu, DTypeSet::all(), pad_kernel)
-      .vjp(VjpRule{[](const VjpCtx& c, std::span<const Tensor> g) {
-                     // Constant padding: the gradient is the cropped centre (pad with the negated pads;
-                     // negative pads crop). Reflect/edge copy interior elements several times and are
-                     // refused rather than differentiated wrongly.
-                     const std::string& mode = c.attrs.get_string("mode");
-                     KILN_CHECK(mode == "constant", "pad: the gradient of mode \"", mode,
-                                "\" is not implemented (only \"constant\"); detach() the input or pad with constant");
-                     std::vector<int64_t> pads = c.attrs.get_ints("pads");
-                     for (auto& p : pads) p = -p;
-                     return std::vector<Tensor>{pad(g[0], pads)};
-                   },
-                   {}, {}})
+      .vjp(VjpRule{pad_vjp, {}, {}})
       .doc("ONNX Pad: pads [x1_begin, ..., x1_end, ...] (negative crops); constant, reflect or edge borders.");
 }
 
