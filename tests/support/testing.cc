@@ -113,4 +113,24 @@ Tol tol_for(DType t) {
   return ::testing::AssertionFailure() << "no exception thrown";
 }
 
+Tensor abs_values(const Tensor& t) {
+  std::vector<double> v = ref::values(t);
+  for (double& x : v) x = std::abs(x);
+  return ref::from_values(v, t.shape());
+}
+
+::testing::AssertionResult close_by_magnitude(const Tensor& got, const Tensor& want, const Tensor& magnitude,
+                                              double eps) {
+  if (got.shape() != want.shape())
+    return ::testing::AssertionFailure() << "shape " << shape_str(got.shape()) << " != " << shape_str(want.shape());
+  std::vector<double> g = ref::values(got), w = ref::values(want), m = ref::values(magnitude);
+  for (size_t i = 0; i < g.size(); ++i) {
+    double bound = eps * m[i] + 1e-300;
+    if (!(std::abs(g[i] - w[i]) <= bound))
+      return ::testing::AssertionFailure() << "element " << i << ": got " << g[i] << ", want " << w[i]
+                                           << " (bound " << bound << ", magnitude " << m[i] << ")";
+  }
+  return ::testing::AssertionSuccess();
+}
+
 }  // namespace kiln::testing

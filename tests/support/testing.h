@@ -42,6 +42,13 @@ Tol tol_for(DType t);
 ::testing::AssertionResult all_close(const Tensor& actual, const Tensor& expected, Tol tol);
 ::testing::AssertionResult all_close(const Tensor& actual, const Tensor& expected);  // tol_for(actual)
 
+// |t| elementwise as an f64 tensor (computed here, not by kiln's abs op).
+Tensor abs_values(const Tensor& t);
+// |got - want| <= eps * magnitude elementwise: for sums of products (matmul, conv), where the
+// rounding error scales with sum |a||b| (`magnitude`) rather than with the result.
+::testing::AssertionResult close_by_magnitude(const Tensor& got, const Tensor& want, const Tensor& magnitude,
+                                              double eps);
+
 // Runs `fn`, expects a kiln::Error whose message contains every one of `parts`.
 ::testing::AssertionResult throws_error(const std::function<void()>& fn, const std::vector<std::string>& parts);
 

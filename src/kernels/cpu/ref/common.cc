@@ -23,6 +23,12 @@ int64_t broadcast_offset(const Shape& shape, const std::vector<int64_t>& idx) {
   return off;
 }
 
+int64_t row_major_offset(const Shape& shape, const std::vector<int64_t>& idx) {
+  int64_t off = 0;
+  for (size_t d = 0; d < shape.size(); ++d) off = off * shape[d] + idx[d];
+  return off;
+}
+
 std::vector<double> values(const Tensor& t) {
   KILN_CHECK(t.device().is_cpu(), "ref::values: CPU tensors only");
   std::vector<double> out;

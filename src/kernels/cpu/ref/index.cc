@@ -10,12 +10,6 @@ namespace kiln::ref {
 
 namespace {
 
-int64_t row_major(const Shape& shape, const std::vector<int64_t>& idx) {
-  int64_t off = 0;
-  for (size_t d = 0; d < shape.size(); ++d) off = off * shape[d] + idx[d];
-  return off;
-}
-
 int64_t wrap(int64_t v, int64_t n) { return v < 0 ? v + n : v; }
 
 }  // namespace
@@ -30,11 +24,11 @@ Tensor gather(const Tensor& x, const Tensor& indices, int64_t axis) {
   std::vector<double> out;
   for_each_index(s, [&](const std::vector<int64_t>& idx) {
     std::vector<int64_t> ii(idx.begin() + static_cast<int64_t>(a), idx.begin() + static_cast<int64_t>(a + ir));
-    const int64_t j = wrap(static_cast<int64_t>(iv[static_cast<size_t>(row_major(indices.shape(), ii))]), x.shape()[a]);
+    const int64_t j = wrap(static_cast<int64_t>(iv[static_cast<size_t>(row_major_offset(indices.shape(), ii))]), x.shape()[a]);
     std::vector<int64_t> xi(idx.begin(), idx.begin() + static_cast<int64_t>(a));
     xi.push_back(j);
     xi.insert(xi.end(), idx.begin() + static_cast<int64_t>(a + ir), idx.end());
-    out.push_back(xv[static_cast<size_t>(row_major(x.shape(), xi))]);
+    out.push_back(xv[static_cast<size_t>(row_major_offset(x.shape(), xi))]);
   });
   return from_values(out, s);
 }
@@ -47,7 +41,7 @@ Tensor gather_elements(const Tensor& x, const Tensor& index, int64_t axis) {
   for_each_index(index.shape(), [&](const std::vector<int64_t>& idx) {
     std::vector<int64_t> xi = idx;
     xi[a] = wrap(static_cast<int64_t>(iv[t++]), x.shape()[a]);
-    out.push_back(xv[static_cast<size_t>(row_major(x.shape(), xi))]);
+    out.push_back(xv[static_cast<size_t>(row_major_offset(x.shape(), xi))]);
   });
   return from_values(out, index.shape());
 }
@@ -60,7 +54,7 @@ Tensor scatter(const Tensor& x, int64_t axis, const Tensor& index, const Tensor&
   for_each_index(index.shape(), [&](const std::vector<int64_t>& idx) {
     std::vector<int64_t> xi = idx;
     xi[a] = wrap(static_cast<int64_t>(iv[t++]), x.shape()[a]);
-    out[static_cast<size_t>(row_major(x.shape(), xi))] = sv[static_cast<size_t>(row_major(src.shape(), idx))];
+    out[static_cast<size_t>(row_major_offset(x.shape(), xi))] = sv[static_cast<size_t>(row_major_offset(src.shape(), idx))];
   });
   return from_values(out, x.shape());
 }
@@ -75,7 +69,7 @@ Tensor one_hot(const Tensor& indices, int64_t depth, int64_t axis) {
     std::vector<int64_t> ii = idx;
     const int64_t c = ii[a];
     ii.erase(ii.begin() + static_cast<int64_t>(a));
-    const int64_t want = wrap(static_cast<int64_t>(iv[static_cast<size_t>(row_major(indices.shape(), ii))]), depth);
+    const int64_t want = wrap(static_cast<int64_t>(iv[static_cast<size_t>(row_major_offset(indices.shape(), ii))]), depth);
     out.push_back(c == want ? 1.0 : 0.0);
   });
   return from_values(out, s);
@@ -101,7 +95,7 @@ std::pair<Tensor, Tensor> topk(const Tensor& x, int64_t k, int64_t axis, bool la
     auto at = [&](int64_t i) {
       std::vector<int64_t> xi = lane;
       xi[a] = i;
-      return xv[static_cast<size_t>(row_major(x.shape(), xi))];
+      return xv[static_cast<size_t>(row_major_offset(x.shape(), xi))];
     };
     std::stable_sort(order.begin(), order.end(), [&](int64_t p, int64_t q) {
       return largest ? higher(at(p), at(q)) : higher(at(q), at(p));
@@ -109,7 +103,7 @@ std::pair<Tensor, Tensor> topk(const Tensor& x, int64_t k, int64_t axis, bool la
     for (int64_t j = 0; j < k; ++j) {
       std::vector<int64_t> oi = lane;
       oi[a] = j;
-      const size_t o = static_cast<size_t>(row_major(s, oi));
+      const size_t o = static_cast<size_t>(row_major_offset(s, oi));
       vals[o] = at(order[static_cast<size_t>(j)]);
       idxs[o] = static_cast<double>(order[static_cast<size_t>(j)]);
     }

@@ -22,6 +22,8 @@ void for_each_index(const Shape& shape, const std::function<void(const std::vect
 // Row-major linear position of `idx` in `shape`, broadcasting: dims of size 1 read index 0 and
 // missing leading dims are ignored.
 int64_t broadcast_offset(const Shape& shape, const std::vector<int64_t>& idx);
+// Row-major linear position of an in-bounds multi-index `idx` (same rank as `shape`).
+int64_t row_major_offset(const Shape& shape, const std::vector<int64_t>& idx);
 
 // ---- references per family (each in its own file under src/kernels/cpu/ref/) -------------------
 // Unary: `op` is the registry name ("exp", "gelu", ...); attrs as the op's schema has them.

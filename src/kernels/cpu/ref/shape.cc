@@ -8,12 +8,6 @@ namespace kiln::ref {
 
 namespace {
 
-int64_t row_major(const Shape& shape, const std::vector<int64_t>& idx) {
-  int64_t off = 0;
-  for (size_t d = 0; d < shape.size(); ++d) off = off * shape[d] + idx[d];
-  return off;
-}
-
 int64_t wrap(int64_t axis, int64_t rank) { return axis < 0 ? axis + rank : axis; }
 
 }  // namespace
@@ -32,7 +26,7 @@ Tensor concat(const std::vector<Tensor>& xs, int64_t axis) {
     std::vector<int64_t> i = idx;
     size_t which = 0;
     while (i[a] >= xs[which].shape()[a]) i[a] -= xs[which++].shape()[a];
-    out.push_back(vals[which][static_cast<size_t>(row_major(xs[which].shape(), i))]);
+    out.push_back(vals[which][static_cast<size_t>(row_major_offset(xs[which].shape(), i))]);
   });
   return from_values(out, s);
 }
@@ -48,7 +42,7 @@ Tensor stack(const std::vector<Tensor>& xs, int64_t axis) {
     std::vector<int64_t> i = idx;
     const size_t which = static_cast<size_t>(i[a]);
     i.erase(i.begin() + static_cast<int64_t>(a));
-    out.push_back(vals[which][static_cast<size_t>(row_major(xs[which].shape(), i))]);
+    out.push_back(vals[which][static_cast<size_t>(row_major_offset(xs[which].shape(), i))]);
   });
   return from_values(out, s);
 }
@@ -65,7 +59,7 @@ std::vector<Tensor> split(const Tensor& x, const std::vector<int64_t>& sizes, in
     for_each_index(s, [&](const std::vector<int64_t>& idx) {
       std::vector<int64_t> i = idx;
       i[a] += start;
-      out.push_back(v[static_cast<size_t>(row_major(x.shape(), i))]);
+      out.push_back(v[static_cast<size_t>(row_major_offset(x.shape(), i))]);
     });
     outs.push_back(from_values(out, s));
     start += n;
@@ -85,7 +79,7 @@ Tensor tile(const Tensor& x, const std::vector<int64_t>& repeats) {
   for_each_index(s, [&](const std::vector<int64_t>& idx) {
     std::vector<int64_t> i(idx.size());
     for (size_t d = 0; d < idx.size(); ++d) i[d] = idx[d] % xs[d];
-    out.push_back(v[static_cast<size_t>(row_major(xs, i))]);
+    out.push_back(v[static_cast<size_t>(row_major_offset(xs, i))]);
   });
   return from_values(out, s);
 }
@@ -113,7 +107,7 @@ Tensor pad(const Tensor& x, const std::vector<int64_t>& pads, const std::string&
       }
       i[d] = p;
     }
-    out.push_back(outside ? value : v[static_cast<size_t>(row_major(x.shape(), i))]);
+    out.push_back(outside ? value : v[static_cast<size_t>(row_major_offset(x.shape(), i))]);
   });
   return from_values(out, s);
 }
