@@ -46,14 +46,19 @@ std::vector<TensorMeta> infer_scatter(const InferCtx& c) {
 // Positions of `index` that differ before the axis write disjoint rows of the output, so the
 // outer dims run in parallel; within one outer position the writes go in index order, so when
 // two indices collide the later one wins (deterministic, like the sequential reference).
-void scatter_kernel(const KernelCall& k) {
+//
+// scatter_walk copies x into the output, then calls write(o, s) for every element of `index`,
+// with o and s the element offsets of its target in the output and of its value in src. scatter
+// and scatter_add differ only in `write`.
+template <class Write>
+void scatter_walk(const KernelCall& k, const char* opname, Write write) {
   const Tensor& out = k.out(0);
-  KILN_ASSERT(out.numel() == 0 || out.is_contiguous(), "scatter: output must be contiguous");
+  KILN_ASSERT(out.numel() == 0 || out.is_contiguous(), opname, ": output must be contiguous");
   kernels::cpu::copy_into(out, k.in(0));
-  const size_t axis = static_cast<size_t>(normalize_axis(k.attrs.get_int("axis"), out.dim(), "scatter"));
+  const size_t axis = static_cast<size_t>(normalize_axis(k.attrs.get_int("axis"), out.dim(), opname));
   const Tensor& index = k.in(1);
   const Tensor& src = k.in(2);
-  const std::vector<int64_t> idx = read_indices("scatter", "index", index, out.shape()[axis],
+  const std::vector<int64_t> idx = read_indices(opname, "index", index, out.shape()[axis],
                                                 "axis " + std::to_string(axis) + " of x (shape " + shape_str(out.shape()) + ")");
   if (idx.empty()) return;
   const Shape& shape = index.shape();
@@ -63,24 +68,30 @@ void scatter_kernel(const KernelCall& k) {
   const int64_t block = static_cast<int64_t>(idx.size()) / outer;
   const Strides& ost = out.strides();
   const Strides& sst = src.strides();
-  defs::visit_elem_size(out.dtype(), [&](auto tag) {
-    using U = typename decltype(tag)::type;
-    const char* sp = static_cast<const char*>(src.data_ptr());
-    char* dp = static_cast<char*>(out.data_ptr());
-    parallel_for(0, outer, std::max<int64_t>(1, kernels::cpu::kGrain / block), [&](int64_t begin, int64_t end) {
-      std::vector<int64_t> pos = defs::unravel(begin * block, shape);
-      for (int64_t t = begin * block; t < end * block; ++t) {
-        int64_t o = 0, s = 0;
-        for (size_t d = 0; d < rank; ++d) {
-          o += (d == axis ? idx[static_cast<size_t>(t)] : pos[d]) * ost[d];
-          s += pos[d] * sst[d];
-        }
-        std::memcpy(dp + o * static_cast<int64_t>(sizeof(U)), sp + s * static_cast<int64_t>(sizeof(U)), sizeof(U));
-        for (size_t d = rank; d-- > 0;) {
-          if (++pos[d] < shape[d]) break;
-          pos[d] = 0;
-        }
+  parallel_for(0, outer, std::max<int64_t>(1, kernels::cpu::kGrain / block), [&](int64_t begin, int64_t end) {
+    std::vector<int64_t> pos = defs::unravel(begin * block, shape);
+    for (int64_t t = begin * block; t < end * block; ++t) {
+      int64_t o = 0, s = 0;
+      for (size_t d = 0; d < rank; ++d) {
+        o += (d == axis ? idx[static_cast<size_t>(t)] : pos[d]) * ost[d];
+        s += pos[d] * sst[d];
       }
+      write(o, s);
+      for (size_t d = rank; d-- > 0;) {
+        if (++pos[d] < shape[d]) break;
+        pos[d] = 0;
+      }
+    }
+  });
+}
+
+void scatter_kernel(const KernelCall& k) {
+  defs::visit_elem_size(k.out(0).dtype(), [&](auto tag) {
+    using U = typename decltype(tag)::type;
+    const char* sp = static_cast<const char*>(k.in(2).data_ptr());
+    char* dp = static_cast<char*>(k.out(0).data_ptr());
+    scatter_walk(k, "scatter", [&](int64_t o, int64_t s) {
+      std::memcpy(dp + o * static_cast<int64_t>(sizeof(U)), sp + s * static_cast<int64_t>(sizeof(U)), sizeof(U));
     });
   });
 }
@@ -128,44 +139,16 @@ void one_hot_kernel(const KernelCall& k) {
 // indices accumulate. Outer positions write disjoint rows, so they run in parallel and each row
 // adds in index order (deterministic).
 void scatter_add_kernel(const KernelCall& k) {
-  const Tensor& out = k.out(0);
-  KILN_ASSERT(out.numel() == 0 || out.is_contiguous(), "scatter_add: output must be contiguous");
-  kernels::cpu::copy_into(out, k.in(0));
-  const size_t axis = static_cast<size_t>(normalize_axis(k.attrs.get_int("axis"), out.dim(), "scatter_add"));
-  const Tensor& index = k.in(1);
-  const Tensor& src = k.in(2);
-  const std::vector<int64_t> idx = read_indices("scatter_add", "index", index, out.shape()[axis],
-                                                "axis " + std::to_string(axis) + " of x (shape " + shape_str(out.shape()) + ")");
-  if (idx.empty()) return;
-  const Shape& shape = index.shape();
-  const size_t rank = shape.size();
-  int64_t outer = 1;
-  for (size_t d = 0; d < axis; ++d) outer *= shape[d];
-  const int64_t block = static_cast<int64_t>(idx.size()) / outer;
-  const Strides& ost = out.strides();
-  const Strides& sst = src.strides();
-  visit_dtype(out.dtype(), [&](auto tag) {
+  visit_dtype(k.out(0).dtype(), [&](auto tag) {
     using T = typename decltype(tag)::type;
     if constexpr (std::is_floating_point_v<compute_t<T>>) {
-      const T* sp = static_cast<const T*>(src.data_ptr());
-      T* dp = static_cast<T*>(out.data_ptr());
-      parallel_for(0, outer, std::max<int64_t>(1, kernels::cpu::kGrain / block), [&](int64_t begin, int64_t end) {
-        std::vector<int64_t> pos = defs::unravel(begin * block, shape);
-        for (int64_t t = begin * block; t < end * block; ++t) {
-          int64_t o = 0, s = 0;
-          for (size_t d = 0; d < rank; ++d) {
-            o += (d == axis ? idx[static_cast<size_t>(t)] : pos[d]) * ost[d];
-            s += pos[d] * sst[d];
-          }
-          dp[o] = convert<T>(static_cast<compute_t<T>>(dp[o]) + static_cast<compute_t<T>>(sp[s]));
-          for (size_t d = rank; d-- > 0;) {
-            if (++pos[d] < shape[d]) break;
-            pos[d] = 0;
-          }
-        }
+      const T* sp = static_cast<const T*>(k.in(2).data_ptr());
+      T* dp = static_cast<T*>(k.out(0).data_ptr());
+      scatter_walk(k, "scatter_add", [&](int64_t o, int64_t s) {
+        dp[o] = convert<T>(static_cast<compute_t<T>>(dp[o]) + static_cast<compute_t<T>>(sp[s]));
       });
     } else {
-      KILN_FAIL("scatter_add: dtype ", dtype_name(out.dtype()), " is not floating");
+      KILN_FAIL("scatter_add: dtype ", dtype_name(k.out(0).dtype()), " is not floating");
     }
   });
 }
