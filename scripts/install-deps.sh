@@ -10,6 +10,8 @@ APT_PACKAGES=(
   libgtest-dev libgmock-dev libbenchmark-dev libcli11-dev
   libopenblas-dev  # peer for bench/run_gemm_vs_openblas.sh only; kiln never links it
   graphviz python3 python3-pip
+  libonnx-dev libprotobuf-dev protobuf-compiler  # ONNX's protobuf classes and checker (src/onnx)
+  clang libclang-rt-14-dev                       # libFuzzer for the ONNX importer's fuzz target
 )
 NUMPY_VERSION=2.2.6
 SAFETENSORS_VERSION=0.4.5  # the safetensors interop test (tests/nn/safetensors_test.cc)
@@ -37,36 +39,27 @@ else
   log "Debian packages: all present"
 fi
 
-# NumPy for whichever python3 the build will find first on PATH.
-if python3 -c "import numpy, sys; sys.exit(0 if numpy.__version__ == '${NUMPY_VERSION}' else 1)" 2>/dev/null; then
-  log "numpy ${NUMPY_VERSION}: present"
-else
-  log "pip install numpy==${NUMPY_VERSION}"
-  pip_flags=(--quiet --disable-pip-version-check --no-input --root-user-action=ignore)
-  # Debian's own python3 refuses pip installs into the system site without this flag.
-  if python3 -m pip install --help 2>/dev/null | grep -q -- --break-system-packages; then
-    if [[ -f "$(python3 -c 'import sysconfig; print(sysconfig.get_path("stdlib"))')/EXTERNALLY-MANAGED" ]]; then
-      pip_flags+=(--break-system-packages)
-    fi
+# Python packages the tests use, pinned, for whichever python3 the build will find first on PATH:
+# NumPy (.npy/.npz round trips), safetensors (weights interop), onnx (its backend test data ship in
+# the wheel; the checker judges kiln's exported files) and onnxruntime (the peer for ONNX models).
+PIP_PINS=(numpy==2.2.6 safetensors==0.4.5 onnx==1.22.0 onnxruntime==1.32.0)
+pip_flags=(--quiet --disable-pip-version-check --no-input --root-user-action=ignore)
+# Debian's own python3 refuses pip installs into the system site without this flag.
+if python3 -m pip install --help 2>/dev/null | grep -q -- --break-system-packages; then
+  if [[ -f "$(python3 -c 'import sysconfig; print(sysconfig.get_path("stdlib"))')/EXTERNALLY-MANAGED" ]]; then
+    pip_flags+=(--break-system-packages)
   fi
-  python3 -m pip install "${pip_flags[@]}" "numpy==${NUMPY_VERSION}"
-  python3 -c "import numpy" || { log "numpy did not install"; exit 1; }
 fi
-
-# safetensors (Python) for the weights interop test.
-if python3 -c "import safetensors, sys; sys.exit(0 if safetensors.__version__ == '${SAFETENSORS_VERSION}' else 1)" 2>/dev/null; then
-  log "safetensors ${SAFETENSORS_VERSION}: present"
-else
-  log "pip install safetensors==${SAFETENSORS_VERSION}"
-  st_flags=(--quiet --disable-pip-version-check --no-input --root-user-action=ignore)
-  if python3 -m pip install --help 2>/dev/null | grep -q -- --break-system-packages; then
-    if [[ -f "$(python3 -c 'import sysconfig; print(sysconfig.get_path("stdlib"))')/EXTERNALLY-MANAGED" ]]; then
-      st_flags+=(--break-system-packages)
-    fi
+for pin in "${PIP_PINS[@]}"; do
+  pkg=${pin%%==*}; want=${pin##*==}
+  if python3 -c "import importlib.metadata as m, sys; sys.exit(0 if m.version('${pkg}') == '${want}' else 1)" 2>/dev/null; then
+    log "${pin}: present"
+  else
+    log "pip install ${pin}"
+    python3 -m pip install "${pip_flags[@]}" "${pin}"
+    python3 -c "import importlib.metadata as m; m.version('${pkg}')" || { log "${pkg} did not install"; exit 1; }
   fi
-  python3 -m pip install "${st_flags[@]}" "safetensors==${SAFETENSORS_VERSION}"
-  python3 -c "import safetensors" || { log "safetensors did not install"; exit 1; }
-fi
+done
 
 if command -v nvcc >/dev/null 2>&1 || [[ -x /usr/local/cuda/bin/nvcc ]]; then
   log "CUDA toolkit: found"
