@@ -6,6 +6,9 @@ graph outputs in order). For each: onnx.checker.check_model(full_check=True) (wh
 shape inference against the value_info kiln wrote), then ONNX Runtime runs the model on the inputs
 and every output must match kiln's: floats with |ort - kiln| <= rtol * |kiln| + atol elementwise,
 integers and bools exactly. Prints one line per output and exits non-zero on any failure.
+
+With --digits CSV, each argument is instead a digits model `kiln train --export` wrote: after the
+checker, ONNX Runtime classifies the fixed 360-row test split and must reach --min-accuracy.
 """
 import argparse
 import glob
@@ -81,20 +84,41 @@ def check(folder, rtol, atol):
     return ok
 
 
+def check_digits(model_path, csv, min_accuracy):
+    model = onnx.load(model_path)
+    onnx.checker.check_model(model, full_check=True)
+    rows = np.loadtxt(csv, delimiter=",", dtype=np.float64)
+    test = rows[1437:]
+    x = (test[:, :64] / 16.0).astype(np.float32).reshape(-1, 1, 8, 8)
+    y = test[:, 64].astype(np.int64)
+    sess = ort.InferenceSession(model_path, providers=["CPUExecutionProvider"])
+    (logits,) = sess.run(None, {sess.get_inputs()[0].name: x})
+    acc = float((logits.argmax(1) == y).mean())
+    ok = acc >= min_accuracy
+    print(f"{model_path}: checker ok (full_check); ONNX Runtime test accuracy {100 * acc:.2f}% on {len(y)} images "
+          f"({'ok' if ok else 'FAIL'}: minimum {100 * min_accuracy:.2f}%)")
+    return ok
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("dirs", nargs="+")
     ap.add_argument("--rtol", type=float, default=1e-4)
     ap.add_argument("--atol", type=float, default=1e-6)
+    ap.add_argument("--digits", help="digits CSV: check digits models instead of test folders")
+    ap.add_argument("--min-accuracy", type=float, default=0.97)
     args = ap.parse_args()
     ok = True
     for d in args.dirs:
         try:
-            ok = check(d, args.rtol, args.atol) and ok
+            if args.digits:
+                ok = check_digits(d, args.digits, args.min_accuracy) and ok
+            else:
+                ok = check(d, args.rtol, args.atol) and ok
         except Exception as ex:  # the checker's and ORT's errors: report and go on
             print(f"{d}: FAIL: {type(ex).__name__}: {ex}")
             ok = False
-    print("all outputs match" if ok else "MISMATCH")
+    print("all checks passed" if ok else "FAILED")
     return 0 if ok else 1
 
 

@@ -1,6 +1,6 @@
 // `kiln train`: Conv(1->32) ReLU MaxPool Conv(32->64) ReLU MaxPool Flatten Linear(256->10) on the
 // digits, Adam, seeded init and shuffling; a progress line per epoch, the final test accuracy on the
-// fixed 360-row test split, the weights saved as safetensors.
+// fixed 360-row test split, the weights saved as safetensors and, with --export, the model as ONNX.
 #include "train.h"
 
 #include <CLI/CLI.hpp>
@@ -10,6 +10,9 @@
 #include <iostream>
 
 #include "kiln/kiln.h"
+#if KILN_HAS_ONNX
+#include "kiln/onnx.h"
+#endif
 
 using namespace kiln;
 
@@ -18,6 +21,8 @@ CLI::App* add_train_command(CLI::App& app, TrainOptions& opt) {
                                         "train, last 360 test) and save digits.safetensors");
   c->add_option("--data", opt.data, "digits CSV (64 pixels 0..16 then the label per row)");
   c->add_option("--out", opt.out, "where to save the trained weights (safetensors)");
+  c->add_option("--export", opt.export_path,
+                "also write the trained model as ONNX (opset 17; input 'image' [batch, 1, 8, 8], output 'logits')");
   c->add_option("--epochs", opt.epochs, "passes over the training rows")->check(CLI::Range(int64_t{1}, int64_t{1000}));
   c->add_option("--batch-size", opt.batch_size, "images per step")->check(CLI::Range(int64_t{1}, int64_t{1437}));
   c->add_option("--lr", opt.lr, "Adam learning rate (cosine-decayed to 0)")->check(CLI::PositiveNumber);
@@ -54,6 +59,27 @@ Tensor shift_augment(const Tensor& x, Generator& gen) {
       }
   }
   return out;
+}
+// The network in eval mode, traced on two test images with a symbolic batch dim, written as ONNX.
+void export_onnx(nn::Module& net, const Tensor& test_x, const std::string& path) {
+#if KILN_HAS_ONNX
+  NoGradGuard ng;
+  net.eval();
+  fn::TraceOptions topt;
+  topt.input_names = {"image"};
+  topt.output_names = {"logits"};
+  topt.batch_inputs = {0};
+  topt.graph_name = "digits_cnn";
+  ir::Graph g = fn::trace([&](const std::vector<Tensor>& x) { return net(x[0]); }, {test_x.slice(0, 0, 2)}, topt);
+  net.train();
+  onnx::save(g, path);
+  std::printf("exported %s (ONNX opset 17, %zu nodes, %lld parameters)\n", path.c_str(), g.num_nodes(),
+              static_cast<long long>(g.parameter_count()));
+#else
+  (void)net;
+  (void)test_x;
+  KILN_FAIL("kiln train --export '", path, "': this kiln was built without ONNX support (libonnx-dev not found)");
+#endif
 }
 }  // namespace
 
@@ -110,6 +136,7 @@ int run_train_command(const TrainOptions& opt) {
   const double total = std::chrono::duration<double>(clock::now() - t0).count();
   std::printf("test accuracy %.2f%% (%lld images)  time %.1f s  saved %s\n", 100.0 * test_acc,
               static_cast<long long>(d.test_x.size(0)), total, opt.out.c_str());
+  if (!opt.export_path.empty()) export_onnx(net, d.test_x, opt.export_path);
   if (test_acc < opt.min_accuracy) {
     std::fprintf(stderr, "kiln train: test accuracy %.4f is below --min-accuracy %.4f\n", test_acc, opt.min_accuracy);
     return 1;

@@ -11,6 +11,7 @@ class App;
 struct TrainOptions {
   std::string data = KILN_DEFAULT_DIGITS;  // data/digits/digits.csv of the source tree
   std::string out = "digits.safetensors";
+  std::string export_path;  // --export: the trained model as ONNX (opset 17), traced in eval mode
   int64_t epochs = 40;
   int64_t batch_size = 32;
   double lr = 1e-2;
