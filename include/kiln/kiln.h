@@ -23,6 +23,7 @@
 #include "kiln/ops/norm.h"
 #include "kiln/ops/op_def.h"
 #include "kiln/ops/reduce.h"
+#include "kiln/ops/resample.h"
 #include "kiln/ops/scan.h"
 #include "kiln/ops/shape.h"
 #include "kiln/ops/unary.h"

@@ -14,6 +14,7 @@ void register_builtin_ops(OpRegistry& r) {
   register_linalg_ops(r);
   register_conv_ops(r);
   register_index_ops(r);
+  register_resample_ops(r);
 }
 
 }  // namespace kiln

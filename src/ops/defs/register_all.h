@@ -19,5 +19,6 @@ void register_norm_ops(OpRegistry& r);     // defs/norm/*.cc (softmax, layer_nor
 void register_linalg_ops(OpRegistry& r);   // defs/linalg/*.cc (matmul, gemm)
 void register_conv_ops(OpRegistry& r);     // defs/conv/*.cc (conv2d, pooling, lrn)
 void register_index_ops(OpRegistry& r);    // defs/index/*.cc (gather, scatter, one_hot, topk)
+void register_resample_ops(OpRegistry& r); // defs/resample/*.cc (resize, N-d pooling, grid_sample)
 
 }  // namespace kiln
