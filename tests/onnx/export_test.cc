@@ -258,6 +258,47 @@ TEST(OnnxExport, OutputsThatAreInputsOrRepeated) {
   EXPECT_TRUE(matches_onnxruntime(g, in, "passthrough"));
 }
 
+// Decompositions that read a symbolic dim (var over the batch counts it with Shape/Gather), run
+// at a batch size other than the traced one.
+TEST(OnnxExport, SymbolicBatchDecompositions) {
+  Tensor w = random_tensor({6}, DType::f32, 80);
+  ir::Graph g = fn::trace(
+      [&](const std::vector<Tensor>& x) {
+        const Tensor& a = x[0];
+        return std::vector<Tensor>{var(a, {0}), std_dev(a), var(a, {0, 1}, 0, true), mean(a, {0}),
+                                   layer_norm(a, -1), layer_norm(a, -1, w), a.unsqueeze(2).flatten(1), squeeze(a.unsqueeze(1), {1}),
+                                   softmax(a, 0), a.reshape({-1, 3, 2}).permute({1, 0, 2})};
+      },
+      {random_tensor({4, 6}, DType::f32, 81)}, names({"a"}, {}, true));
+  EXPECT_TRUE(matches_onnxruntime(g, {random_tensor({11, 6}, DType::f32, 82)}, "symbolic"));
+}
+
+// Ops a traced function rarely emits (copy) and dtypes other than f32, on a hand-built graph.
+TEST(OnnxExport, CopyAndOtherDTypes) {
+  ir::Graph g;
+  ir::Value* a = g.add_input("a", {DType::f64, {2, 3}});
+  ir::Value* b = g.add_input("b", {DType::i64, {3}});
+  ir::Value* u = g.add_input("u", {DType::u8, {2, 3}});
+  auto node = [&](const char* name, std::vector<ir::Value*> ins, const Attrs& attrs = {}) {
+    ir::Value* v = g.add_node(op(name), std::move(ins), attrs)->output();
+    g.add_output(v);
+    return v;
+  };
+  node("copy", {a, b});
+  node("add", {a, a});
+  node("sum", {b});
+  node("sum", {u}, {{"axes", std::vector<int64_t>{1}}});
+  node("mul", {b, b});
+  node("max", {u}, {{"axes", std::vector<int64_t>{0}}});
+  node("cast", {u}, {{"dtype", DType::f32}});
+  node("where", {node("gt", {a, b}), a, b});
+  node("exp", {a});
+  node("cumsum", {b}, {{"axis", int64_t{0}}});
+  const std::vector<Tensor> in = {random_tensor({2, 3}, DType::f64, 90), random_tensor({3}, DType::i64, 91, -50, 50),
+                                  random_tensor({2, 3}, DType::u8, 92, 1, 200)};
+  EXPECT_TRUE(matches_onnxruntime(g, in, "dtypes"));
+}
+
 TEST(OnnxExport, ModelStructure) {
   Tensor w = random_tensor({3, 4}, DType::f32, 70);
   ir::Graph g = fn::trace([&](const std::vector<Tensor>& x) { return (x[0].matmul(w)).sum({1}).relu(); },

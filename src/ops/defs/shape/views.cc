@@ -437,8 +437,9 @@ Tensor flatten(const Tensor& x, int64_t start_dim, int64_t end_dim, SourceLoc lo
   for (int64_t i = s; i <= e; ++i) m *= x.shape()[static_cast<size_t>(i)];
   out.push_back(m);
   for (int64_t i = e + 1; i < r; ++i) out.push_back(x.shape()[static_cast<size_t>(i)]);
-  // Dim 0, when kept, is written as -1: a trace with a symbolic batch then records no batch size.
-  if (s > 0 && numel_of(Shape(out.begin() + 1, out.end())) != 0) out[0] = -1;
+  // Dim 0 is written as -1 (when the rest has elements): a trace with a symbolic batch then records
+  // no batch size.
+  if (numel_of(Shape(out.begin() + 1, out.end())) != 0) out[0] = -1;
   return reshape(x, out, loc);
 }
 Tensor squeeze(const Tensor& x, const std::vector<int64_t>& dims, SourceLoc loc) {
