@@ -4,6 +4,7 @@
 // differentiates them without extra rules.
 #pragma once
 
+#include <array>
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -105,19 +106,35 @@ class Sigmoid : public Module {
   std::string name() const override { return "Sigmoid"; }
 };
 
+// Pooling windows as in PyTorch: kernel, stride and padding per (height, width) (an int: the same for
+// both); stride {0, 0} (the default) = kernel; zero-or-more padding on each side, at most half the
+// kernel; ceil_mode rounds the output size up (a window starting in the right/bottom padding is dropped);
+// dilation (MaxPool2d) spaces the taps.
+using Size2 = std::array<int64_t, 2>;
 class MaxPool2d : public Module {
  public:
-  explicit MaxPool2d(int64_t kernel, int64_t stride = 0) : kernel(kernel), stride(stride ? stride : kernel) {}
+  explicit MaxPool2d(int64_t kernel, int64_t stride = 0, int64_t padding = 0, int64_t dilation = 1,
+                     bool ceil_mode = false)
+      : MaxPool2d(Size2{kernel, kernel}, Size2{stride, stride}, Size2{padding, padding}, Size2{dilation, dilation},
+                  ceil_mode) {}
+  MaxPool2d(Size2 kernel, Size2 stride, Size2 padding = {0, 0}, Size2 dilation = {1, 1}, bool ceil_mode = false);
   Tensor forward(const Tensor& x) override;
   std::string name() const override { return "MaxPool2d"; }
-  int64_t kernel, stride;
+  Size2 kernel, stride, padding, dilation;
+  bool ceil_mode;
 };
+// count_include_pad (PyTorch's default true): padded zeros count in the divisor.
 class AvgPool2d : public Module {
  public:
-  explicit AvgPool2d(int64_t kernel, int64_t stride = 0) : kernel(kernel), stride(stride ? stride : kernel) {}
+  explicit AvgPool2d(int64_t kernel, int64_t stride = 0, int64_t padding = 0, bool ceil_mode = false,
+                     bool count_include_pad = true)
+      : AvgPool2d(Size2{kernel, kernel}, Size2{stride, stride}, Size2{padding, padding}, ceil_mode,
+                  count_include_pad) {}
+  AvgPool2d(Size2 kernel, Size2 stride, Size2 padding = {0, 0}, bool ceil_mode = false, bool count_include_pad = true);
   Tensor forward(const Tensor& x) override;
   std::string name() const override { return "AvgPool2d"; }
-  int64_t kernel, stride;
+  Size2 kernel, stride, padding;
+  bool ceil_mode, count_include_pad;
 };
 
 // [N, d1, d2, ...] -> [N, d1 * d2 * ...].

@@ -176,17 +176,53 @@ Tensor SiLU::forward(const Tensor& x) { return silu(x); }
 Tensor Tanh::forward(const Tensor& x) { return x.tanh(); }
 Tensor Sigmoid::forward(const Tensor& x) { return x.sigmoid(); }
 
-Tensor MaxPool2d::forward(const Tensor& x) {
+namespace {
+// Checks a pooling module's configuration (PyTorch's rules) and fills stride {0, 0} with the kernel.
+Size2 checked_stride(const char* what, Size2 kernel, Size2 stride, Size2 padding, Size2 dilation) {
+  for (int i = 0; i < 2; ++i) {
+    const auto u = static_cast<size_t>(i);
+    KILN_CHECK(kernel[u] > 0 && stride[u] >= 0 && padding[u] >= 0 && dilation[u] > 0, what,
+               ": kernel and dilation must be positive, stride and padding non-negative, got kernel [", kernel[0], ", ",
+               kernel[1], "] stride [", stride[0], ", ", stride[1], "] padding [", padding[0], ", ", padding[1],
+               "] dilation [", dilation[0], ", ", dilation[1], "]");
+    KILN_CHECK(2 * padding[u] <= kernel[u], what, ": padding must be at most half the kernel, got padding [",
+               padding[0], ", ", padding[1], "] for kernel [", kernel[0], ", ", kernel[1], "]");
+  }
+  return {stride[0] ? stride[0] : kernel[0], stride[1] ? stride[1] : kernel[1]};
+}
+
+Pool2dOptions pool_options(Size2 kernel, Size2 stride, Size2 padding, bool ceil_mode) {
   Pool2dOptions o;
-  o.kernel = {kernel, kernel};
-  o.stride = {stride, stride};
+  o.kernel = {kernel[0], kernel[1]};
+  o.stride = {stride[0], stride[1]};
+  o.padding = {padding[0], padding[1], padding[0], padding[1]};
+  o.ceil_mode = ceil_mode;
+  return o;
+}
+
+void check_pool_input(const char* what, const Tensor& x) {
+  KILN_CHECK(x.dim() == 4, what, ": expected input [N, C, H, W], got shape ", shape_str(x.shape()));
+}
+}  // namespace
+
+MaxPool2d::MaxPool2d(Size2 k, Size2 s, Size2 p, Size2 d, bool ceil)
+    : kernel(k), stride(checked_stride("MaxPool2d", k, s, p, d)), padding(p), dilation(d), ceil_mode(ceil) {}
+
+Tensor MaxPool2d::forward(const Tensor& x) {
+  check_pool_input("MaxPool2d", x);
+  Pool2dOptions o = pool_options(kernel, stride, padding, ceil_mode);
+  o.dilation = {dilation[0], dilation[1]};
   return max_pool2d(x, o);
 }
 
+AvgPool2d::AvgPool2d(Size2 k, Size2 s, Size2 p, bool ceil, bool include_pad)
+    : kernel(k), stride(checked_stride("AvgPool2d", k, s, p, {1, 1})), padding(p), ceil_mode(ceil),
+      count_include_pad(include_pad) {}
+
 Tensor AvgPool2d::forward(const Tensor& x) {
-  Pool2dOptions o;
-  o.kernel = {kernel, kernel};
-  o.stride = {stride, stride};
+  check_pool_input("AvgPool2d", x);
+  Pool2dOptions o = pool_options(kernel, stride, padding, ceil_mode);
+  o.count_include_pad = count_include_pad;
   return avg_pool2d(x, o);
 }
 
