@@ -7,6 +7,7 @@
 
 #include <chrono>
 #include <cstdio>
+#include <filesystem>
 #include <iostream>
 
 #include "kiln/kiln.h"
@@ -16,10 +17,22 @@
 
 using namespace kiln;
 
+std::string default_digits_path() {
+  std::error_code ec;
+  const std::filesystem::path exe = std::filesystem::read_symlink("/proc/self/exe", ec);
+  if (!ec) {
+    const std::filesystem::path installed = (exe.parent_path() / KILN_INSTALLED_DIGITS).lexically_normal();
+    if (std::filesystem::is_regular_file(installed, ec)) return installed.string();
+  }
+  return KILN_DEFAULT_DIGITS;
+}
+
 CLI::App* add_train_command(CLI::App& app, TrainOptions& opt) {
   auto* c = app.add_subcommand("train", "Train a small CNN on the 8x8 handwritten digits (first 1,437 rows "
                                         "train, last 360 test) and save digits.safetensors");
-  c->add_option("--data", opt.data, "digits CSV (64 pixels 0..16 then the label per row)");
+  c->add_option("--data", opt.data,
+                 "digits CSV (64 pixels 0..16 then the label per row); default: the installed copy, "
+                 "<exe dir>/../share/kiln/digits.csv, else the source tree's data/digits/digits.csv");
   c->add_option("--out", opt.out, "where to save the trained weights (safetensors)");
   c->add_option("--export", opt.export_path,
                 "also write the trained model as ONNX (opset 17; input 'image' [batch, 1, 8, 8], output 'logits')");
@@ -87,7 +100,8 @@ int run_train_command(const TrainOptions& opt) {
   using clock = std::chrono::steady_clock;
   const auto t0 = clock::now();
   if (opt.threads > 0) set_num_threads(opt.threads);
-  nn::Digits d = nn::load_digits(opt.data);
+  const std::string data = opt.data.empty() ? default_digits_path() : opt.data;
+  nn::Digits d = nn::load_digits(data);
   Generator gen(opt.seed);
   nn::Sequential net;
   net.add(std::make_shared<nn::Conv2d>(1, 32, 3, 1, 1, true, &gen))
@@ -100,7 +114,7 @@ int run_train_command(const TrainOptions& opt) {
       .add(std::make_shared<nn::Linear>(64 * 2 * 2, 10, true, &gen));
   nn::Adam optim(net.parameters(), opt.lr);
   nn::DataLoader loader(d.train_x, d.train_y, opt.batch_size, true, opt.seed + 1);
-  std::printf("kiln train: digits %lld train / %lld test rows, %d threads, seed %llu\n",
+  std::printf("kiln train: digits %s (%lld train / %lld test rows), %d threads, seed %llu\n", data.c_str(),
               static_cast<long long>(d.train_x.size(0)), static_cast<long long>(d.test_x.size(0)), get_num_threads(),
               static_cast<unsigned long long>(opt.seed));
   const int64_t steps_per_epoch = (d.train_x.size(0) + opt.batch_size - 1) / opt.batch_size;

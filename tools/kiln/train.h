@@ -9,7 +9,7 @@ class App;
 }
 
 struct TrainOptions {
-  std::string data = KILN_DEFAULT_DIGITS;  // data/digits/digits.csv of the source tree
+  std::string data;  // empty: default_digits_path()
   std::string out = "digits.safetensors";
   std::string export_path;  // --export: the trained model as ONNX (opset 17), traced in eval mode
   int64_t epochs = 40;
@@ -20,5 +20,8 @@ struct TrainOptions {
   double min_accuracy = 0.0;  // exit 1 when the final test accuracy is lower (for tests)
 };
 
+// The installed copy (<exe dir>/../share/kiln/digits.csv) when it exists, else the source tree's
+// data/digits/digits.csv this binary was built from.
+std::string default_digits_path();
 CLI::App* add_train_command(CLI::App& app, TrainOptions& opt);
 int run_train_command(const TrainOptions& opt);
