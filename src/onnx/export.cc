@@ -428,6 +428,76 @@ struct Forms {
     e.attr(e.last(), "mode", mode);
     return {{y, c.dt[0]}};
   }
+  // N-d pooling (resample/pool_nd.cc): empty stride / dilation mean 1, empty pads 0.
+  static void window_attrs(E& e, NodeProto* n, const NodeCtx& c, bool dilations) {
+    const auto& kernel = c.a.get_ints("kernel");
+    std::vector<int64_t> stride = c.a.get_ints("stride"), pads = c.a.get_ints("pads");
+    if (stride.empty()) stride.assign(kernel.size(), 1);
+    if (pads.empty()) pads.assign(2 * kernel.size(), 0);
+    e.attr(n, "kernel_shape", kernel);
+    e.attr(n, "strides", stride);
+    e.attr(n, "pads", pads);
+    if (dilations && !c.a.get_ints("dilation").empty()) e.attr(n, "dilations", c.a.get_ints("dilation"));
+  }
+  // Opset 17's AveragePool (11) and LpPool (11) have no dilations; LpPool has no ceil_mode either.
+  static void check_window_at_17(E& e, const NodeCtx& c, const char* onnx_op, bool ceil_mode_ok) {
+    for (int64_t d : c.a.get_ints("dilation"))
+      KILN_CHECK(d == 1, e.where(), ": dilations ", attr_value_str(c.a.get_ints("dilation")), " need ", onnx_op,
+                 " of a newer opset than 17");
+    KILN_CHECK(ceil_mode_ok || !c.a.get_bool("ceil_mode"), e.where(), ": ceil_mode needs ", onnx_op,
+               " of a newer opset than 17");
+  }
+  static R resize(E& e, const NodeCtx& c) {
+    const std::string ctm = c.a.get_string("coordinate_transformation_mode");
+    KILN_CHECK(!c.a.get_bool("antialias"), e.where(), ": antialias needs Resize 18; kiln writes opset 17");
+    KILN_CHECK(ctm != "half_pixel_symmetric", e.where(), ": coordinate_transformation_mode half_pixel_symmetric needs "
+               "Resize 19; kiln writes opset 17");
+    const auto& sizes = c.a.get_ints("sizes");
+    const auto& scales = c.a.get_floats("scales");
+    std::vector<std::string> ins{c.in[0], "", ""};
+    const auto& roi = c.a.get_floats("roi");
+    if (!roi.empty()) {
+      std::vector<float> r(roi.begin(), roi.end());
+      ins[1] = e.initializer(from_vector<float>(r), e.stem_ + "_roi");
+    }
+    if (!scales.empty()) {
+      // ONNX derives the sizes from the scales (floor(in * scale)): they must agree with kiln's.
+      const auto& shape = c.in_type(0).shape;
+      for (size_t d = 0; d < shape.size() && d < scales.size(); ++d) {
+        if (shape[d].is_symbolic()) continue;
+        const auto from_scale = static_cast<int64_t>(std::floor(static_cast<double>(static_cast<float>(scales[d])) *
+                                                                static_cast<double>(shape[d].size)));
+        KILN_CHECK(from_scale == sizes[d], e.where(), ": scales ", attr_value_str(scales), " give dim ", d, " size ",
+                   from_scale, " in ONNX but kiln's sizes say ", sizes[d]);
+      }
+      std::vector<float> f(scales.begin(), scales.end());
+      ins[2] = e.initializer(from_vector<float>(f), e.stem_ + "_scales");
+    } else {
+      ins.push_back(e.ints(sizes, "sizes"));
+    }
+    std::string y = e.op("Resize", ins);
+    NodeProto* n = e.last();
+    e.attr(n, "mode", c.a.get_string("mode"));
+    e.attr(n, "coordinate_transformation_mode", ctm);
+    e.attr(n, "nearest_mode", c.a.get_string("nearest_mode"));
+    e.attr_f(n, "cubic_coeff_a", c.a.get_float("cubic_coeff_a"));
+    e.attr(n, "exclude_outside", int64_t{c.a.get_bool("exclude_outside")});
+    e.attr_f(n, "extrapolation_value", c.a.get_float("extrapolation_value"));
+    return {{y, c.dt[0]}};
+  }
+  static R grid_sample(E& e, const NodeCtx& c) {
+    // GridSample 16 (opset 17): 4-D only, modes named bilinear / bicubic.
+    KILN_CHECK(c.in_type(0).shape.size() == 4, e.where(), ": grid_sample over ", c.in_type(0).shape.size() - 2,
+               " spatial dims needs GridSample 20; opset 17's takes 4-D inputs only");
+    std::string mode = c.a.get_string("mode");
+    if (mode == "linear") mode = "bilinear";
+    else if (mode == "cubic") mode = "bicubic";
+    std::string y = e.op("GridSample", {c.in[0], e.cast(c.in[1], c.dt[1], c.dt[0])});
+    e.attr(e.last(), "mode", mode);
+    e.attr(e.last(), "padding_mode", c.a.get_string("padding_mode"));
+    e.attr(e.last(), "align_corners", int64_t{c.a.get_bool("align_corners")});
+    return {{y, c.dt[0]}};
+  }
   static std::string index_input(E& e, const NodeCtx& c, size_t i) {
     return c.dt[i] == DType::i32 || c.dt[i] == DType::i64 ? c.in[i] : e.cast(c.in[i], c.dt[i], DType::i64);
   }
@@ -571,6 +641,33 @@ const std::map<std::string, Exporter::Emit>& Exporter::emitters() {
     m["conv2d"] = F::conv2d;
     m["max_pool2d"] = [](Exporter& e, const NodeCtx& c) { return F::pool(e, c, true); };
     m["avg_pool2d"] = [](Exporter& e, const NodeCtx& c) { return F::pool(e, c, false); };
+
+    // N-d pooling and resampling
+    m["max_pool"] = [](Exporter& e, const NodeCtx& c) -> R {
+      std::string v = e.fresh(e.stem_ + "_values"), i = e.fresh(e.stem_ + "_indices");
+      NodeProto* n = e.add_node("MaxPool", {c.in[0]}, {v, i});
+      F::window_attrs(e, n, c, true);
+      e.attr(n, "ceil_mode", int64_t{c.a.get_bool("ceil_mode")});
+      if (c.a.has("storage_order")) e.attr(n, "storage_order", c.a.get_int("storage_order"));
+      return {{v, c.dt[0]}, {i, DType::i64}};
+    };
+    m["avg_pool"] = [](Exporter& e, const NodeCtx& c) -> R {
+      F::check_window_at_17(e, c, "AveragePool", true);
+      std::string y = e.op("AveragePool", {c.in[0]});
+      F::window_attrs(e, e.last(), c, false);
+      e.attr(e.last(), "ceil_mode", int64_t{c.a.get_bool("ceil_mode")});
+      e.attr(e.last(), "count_include_pad", int64_t{c.a.get_bool("count_include_pad")});
+      return {{y, c.dt[0]}};
+    };
+    m["lp_pool"] = [](Exporter& e, const NodeCtx& c) -> R {
+      F::check_window_at_17(e, c, "LpPool", false);
+      std::string y = e.op("LpPool", {c.in[0]});
+      F::window_attrs(e, e.last(), c, false);
+      e.attr(e.last(), "p", c.a.get_int("p"));
+      return {{y, c.dt[0]}};
+    };
+    m["resize"] = F::resize;
+    m["grid_sample"] = F::grid_sample;
 
     // shape and indexing
     m["reshape"] = F::reshape;

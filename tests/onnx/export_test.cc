@@ -246,6 +246,41 @@ TEST(OnnxExport, ConvAndPoolVariants) {
   EXPECT_TRUE(matches_onnxruntime(g, in, "conv_pool"));
 }
 
+TEST(OnnxExport, PoolNdAndResample) {
+  const std::vector<Tensor> in = {random_tensor({2, 3, 9, 8}, DType::f32, 100), random_tensor({2, 3, 10}, DType::f32, 101),
+                                  random_tensor({1, 2, 5, 6, 4}, DType::f32, 102),
+                                  random_tensor({2, 5, 4, 2}, DType::f32, 103, -1.1, 1.1)};
+  ir::Graph g = fn::trace(
+      [&](const std::vector<Tensor>& x) {
+        const Tensor &x4 = x[0], &x3 = x[1], &x5 = x[2], &grid = x[3];
+        PoolNdOptions mp{.kernel = {3, 2}, .stride = {2, 2}, .pads = {1, 0, 1, 1}, .dilation = {1, 2}};
+        mp.ceil_mode = true;
+        PoolNdOptions mp_col{.kernel = {2, 3}};
+        PoolNdOptions mp1{.kernel = {3}, .stride = {2}};
+        PoolNdOptions ap3{.kernel = {2, 3, 2}, .stride = {1, 2, 2}, .pads = {0, 1, 0, 1, 1, 1}};
+        ap3.count_include_pad = true;
+        PoolNdOptions ap1{.kernel = {4}, .stride = {3}, .pads = {1, 2}};
+        PoolNdOptions lp{.kernel = {2, 2}, .stride = {2, 2}};
+        PoolNdOptions lp_pad{.kernel = {3, 3}, .stride = {2, 1}, .pads = {1, 1, 1, 0}};
+        auto [v0, i0] = max_pool(x4, mp);
+        auto [v1, i1] = max_pool(x4, mp_col);
+        auto [v2, i2] = max_pool(x3, mp1);
+        ResizeOptions linear{.mode = "linear", .coordinate_transformation_mode = "align_corners"};
+        ResizeOptions cubic{.mode = "cubic"};
+        ResizeOptions asym{.coordinate_transformation_mode = "asymmetric", .nearest_mode = "floor"};
+        asym.scales = {1.0, 1.0, 2.0, 2.0};
+        ResizeOptions pytorch{.mode = "linear", .coordinate_transformation_mode = "pytorch_half_pixel"};
+        return std::vector<Tensor>{v0, i0, v1, i1, v2, i2, avg_pool(x5, ap3), avg_pool(x3, ap1), lp_pool(x4, lp),
+                                   lp_pool(x4, lp_pad, 3), resize(x4, {2, 3, 18, 16}), resize(x4, {2, 3, 5, 7}, linear),
+                                   resize(x4, {2, 3, 12, 11}, cubic), resize(x4, {2, 3, 18, 16}, asym),
+                                   resize(x4, {2, 3, 4, 13}, pytorch), grid_sample(x4, grid),
+                                   grid_sample(x4, grid, "nearest", "border", true),
+                                   grid_sample(x4, grid, "cubic", "reflection", false)};
+      },
+      in, names({"x4", "x3", "x5", "grid"}, {}));
+  EXPECT_TRUE(matches_onnxruntime(g, in, "resample"));
+}
+
 TEST(OnnxExport, OutputsThatAreInputsOrRepeated) {
   const std::vector<Tensor> in = {random_tensor({2, 3}, DType::f32, 60)};
   Tensor c = random_tensor({2, 3}, DType::f32, 61);
@@ -346,6 +381,24 @@ TEST(OnnxExport, ErrorsNameTheNode) {
   g.add_output(r);
   EXPECT_KILN_ERROR(onnx::export_bytes(g), "node #0", "max_pool2d_backward(%grad, %x)", "has no ONNX form",
                     "training-only op");
+
+  // Forms opset 17 lacks: antialiased resize, dilated average pooling, 5-D grid sampling.
+  ir::Graph r1;
+  ir::Value* x4 = r1.add_input("x", {DType::f32, {1, 2, 8, 8}});
+  r1.add_output(r1.add_node(op("relu"), {x4})->output());
+  r1.add_output(r1.add_node(op("resize"), {x4}, {{"sizes", std::vector<int64_t>{1, 2, 4, 4}}, {"mode", std::string("linear")},
+                                                  {"antialias", true}})->output());
+  EXPECT_KILN_ERROR(onnx::export_bytes(r1), "node #1", "resize(%x)", "antialias needs Resize 18");
+  ir::Graph r2;
+  ir::Value* y4 = r2.add_input("x", {DType::f32, {1, 2, 8, 8}});
+  r2.add_output(r2.add_node(op("avg_pool"), {y4}, {{"kernel", std::vector<int64_t>{2, 2}},
+                                                   {"dilation", std::vector<int64_t>{2, 1}}})->output());
+  EXPECT_KILN_ERROR(onnx::export_bytes(r2), "node #0", "avg_pool(%x)", "dilations [2, 1]", "AveragePool");
+  ir::Graph r3;
+  ir::Value* x5 = r3.add_input("x", {DType::f32, {1, 1, 3, 3, 3}});
+  ir::Value* grid = r3.add_input("grid", {DType::f32, {1, 2, 2, 2, 3}});
+  r3.add_output(r3.add_node(op("grid_sample"), {x5, grid})->output());
+  EXPECT_KILN_ERROR(onnx::export_bytes(r3), "grid_sample(%x, %grid)", "3 spatial dims needs GridSample 20");
 
   ir::Graph h;
   h.add_output(h.add_node(op("relu"), {h.add_input("x", {DType::f32, {2}})})->output());
