@@ -42,6 +42,16 @@ Model import_model(const std::string& path, const ImportOptions& options = {});
 // Parses serialized ModelProto bytes; `base_dir` is where external data lives ("" forbids it).
 Model import_bytes(std::string_view bytes, const std::string& base_dir = "", const ImportOptions& options = {});
 
+// What a model file declares, without converting it: graph input names (initializers excluded),
+// output names and the ai.onnx opset. Backend tests order their input_K.pb files this way.
+struct ModelInfo {
+  std::vector<std::string> inputs;
+  std::vector<std::string> outputs;
+  int64_t opset = 0;
+  std::string non_tensor;  // the first input or output that is a sequence, map or optional ("" if none)
+};
+ModelInfo read_model_info(const std::string& path);
+
 // ONNX op types the importer converts (sorted).
 std::vector<std::string> supported_ops();
 

@@ -3,6 +3,7 @@
 
 #include <iostream>
 
+#include "conformance.h"
 #include "demo.h"
 #include "graph_commands.h"
 #include "train.h"
@@ -28,6 +29,8 @@ int main(int argc, char** argv) {
   auto* inspect = add_inspect_command(app, inspect_opt);
   TrainOptions train_opt;
   auto* train = add_train_command(app, train_opt);
+  ConformanceOptions conf_opt;
+  auto* conformance = add_conformance_command(app, conf_opt);
 
   int rc = 0;
   try {
@@ -36,6 +39,7 @@ int main(int argc, char** argv) {
     if (run->parsed()) rc = run_graph_command(run_opt);
     if (inspect->parsed()) rc = inspect_graph_command(inspect_opt);
     if (train->parsed()) rc = run_train_command(train_opt);
+    if (conformance->parsed()) rc = run_conformance_command(conf_opt);
   } catch (const CLI::ParseError& e) {
     return app.exit(e);
   } catch (const kiln::Error& e) {

@@ -1,0 +1,356 @@
+// ONNX shape and data-movement operators → kiln: Reshape, Shape, Size, Flatten, Transpose,
+// (Un)Squeeze, Concat, Split, Slice, Gather*, Scatter*, Expand, Tile, Pad, Constant,
+// ConstantOfShape, Range, EyeLike, Trilu, OneHot, CumSum, DepthToSpace/SpaceToDepth.
+// Inputs that kiln takes as attributes must be constant (Note [Folding at import]).
+#include <cmath>
+#include <numeric>
+
+#include "onnx/convert.h"
+#include "onnx/tensor_proto.h"
+
+namespace kiln::onnx::detail {
+namespace {
+
+using V = std::vector<ir::Value*>;
+
+Tensor i64_tensor(const std::vector<int64_t>& v) { return from_vector(v); }
+
+V reshape(ConvertCtx& c) {
+  std::vector<int64_t> target = c.opset() < 5 ? c.attr_ints("shape") : c.const_ints(1, "shape");
+  bool allowzero = c.attr_int("allowzero", 0) != 0;
+  const auto& in = c.type(0).shape;
+  int64_t minus_one = 0;
+  for (size_t i = 0; i < target.size(); ++i) {
+    if (target[i] == 0 && !allowzero) {
+      if (i >= in.size()) c.fail("shape[" + std::to_string(i) + "] = 0 copies a dim the input (rank " +
+                                 std::to_string(in.size()) + ") does not have");
+      if (in[i].is_symbolic()) c.fail("shape[" + std::to_string(i) + "] = 0 copies symbolic dim " + in[i].symbol);
+      target[i] = in[i].size;
+    }
+    if (target[i] == -1) ++minus_one;
+    else if (target[i] < 0) c.fail("shape[" + std::to_string(i) + "] = " + std::to_string(target[i]) + " is invalid");
+  }
+  if (minus_one > 1) c.fail("shape has more than one -1");
+  return {c.emit("reshape", {c.in(0)}, {{"shape", target}})};
+}
+
+V shape(ConvertCtx& c) {
+  Shape s = c.static_shape(0);
+  int64_t r = static_cast<int64_t>(s.size());
+  int64_t start = c.attr_int("start", 0), end = c.attr_int("end", r);
+  if (start < 0) start += r;
+  if (end < 0) end += r;
+  start = std::clamp<int64_t>(start, 0, r);
+  end = std::clamp<int64_t>(end, 0, r);
+  std::vector<int64_t> dims;
+  for (int64_t i = start; i < end; ++i) dims.push_back(s[static_cast<size_t>(i)]);
+  return {c.constant(i64_tensor(dims))};
+}
+
+V size(ConvertCtx& c) { return {c.constant(full({}, numel_of(c.static_shape(0)), TensorOptions(DType::i64)))}; }
+
+V flatten(ConvertCtx& c) {
+  Shape s = c.static_shape(0);
+  int64_t r = static_cast<int64_t>(s.size());
+  int64_t axis = c.attr_int("axis", 1);
+  if (axis < 0) axis += r;
+  if (axis < 0 || axis > r) c.fail("axis " + std::to_string(c.attr_int("axis", 1)) + " is out of range for rank " + std::to_string(r));
+  int64_t outer = 1, inner = 1;
+  for (int64_t i = 0; i < r; ++i) (i < axis ? outer : inner) *= s[static_cast<size_t>(i)];
+  return {c.emit("reshape", {c.in(0)}, {{"shape", std::vector<int64_t>{outer, inner}}})};
+}
+
+V transpose(ConvertCtx& c) {
+  int64_t r = c.rank(0);
+  std::vector<int64_t> perm = c.attr_ints("perm");
+  if (perm.empty())
+    for (int64_t i = r - 1; i >= 0; --i) perm.push_back(i);
+  return {c.emit("permute", {c.in(0)}, {{"dims", perm}})};
+}
+
+std::vector<int64_t> axes_arg(ConvertCtx& c, size_t input, int since_input_opset) {
+  if (c.opset() < since_input_opset) return c.attr_ints("axes");
+  return c.has_input(input) ? c.const_ints(input, "axes") : std::vector<int64_t>{};
+}
+
+V squeeze(ConvertCtx& c) {
+  std::vector<int64_t> axes = axes_arg(c, 1, 13);
+  int64_t r = c.rank(0);
+  for (auto& a : axes) a = c.axis(a, r, "axes entry");
+  return {c.emit("squeeze", {c.in(0)}, {{"dims", axes}})};
+}
+
+V unsqueeze(ConvertCtx& c) {
+  std::vector<int64_t> axes = axes_arg(c, 1, 13);
+  int64_t out_rank = c.rank(0) + static_cast<int64_t>(axes.size());
+  for (auto& a : axes) a = c.axis(a, out_rank, "axes entry");
+  std::sort(axes.begin(), axes.end());
+  if (std::adjacent_find(axes.begin(), axes.end()) != axes.end()) c.fail("axes has a repeated entry");
+  return {c.emit("unsqueeze", {c.in(0)}, {{"dims", axes}})};
+}
+
+V concat(ConvertCtx& c) {
+  V ins;
+  for (size_t i = 0; i < c.num_inputs(); ++i)
+    if (c.has_input(i)) ins.push_back(c.in(i));
+  int64_t axis = c.axis(c.attr_int("axis"), c.rank(0));
+  return {c.emit("concat", ins, {{"axis", axis}})};
+}
+
+V split(ConvertCtx& c) {
+  Shape s = c.static_shape(0);
+  int64_t axis = c.axis(c.attr_int("axis", 0), static_cast<int64_t>(s.size()));
+  int64_t n = s[static_cast<size_t>(axis)];
+  std::vector<int64_t> sizes = c.opset() < 13 ? c.attr_ints("split") : (c.has_input(1) ? c.const_ints(1, "split") : std::vector<int64_t>{});
+  if (sizes.empty()) {
+    int64_t parts = c.opset() >= 18 && c.has_attr("num_outputs") ? c.attr_int("num_outputs") : c.node().output_size();
+    if (parts <= 0) c.fail("cannot split into " + std::to_string(parts) + " parts");
+    int64_t each = (n + parts - 1) / parts;
+    if (c.opset() < 18 && n % parts != 0)
+      c.fail("dim " + std::to_string(n) + " does not split evenly into " + std::to_string(parts) + " outputs");
+    for (int64_t left = n; left > 0; left -= each) sizes.push_back(std::min(each, left));
+    while (static_cast<int64_t>(sizes.size()) < parts) sizes.push_back(0);
+  }
+  return c.emit_multi("split", {c.in(0)}, {{"sizes", sizes}, {"axis", axis}});
+}
+
+V slice(ConvertCtx& c) {
+  std::vector<int64_t> starts, ends, axes, steps;
+  if (c.opset() < 10) {
+    starts = c.attr_ints("starts");
+    ends = c.attr_ints("ends");
+    axes = c.attr_ints("axes");
+  } else {
+    starts = c.const_ints(1, "starts");
+    ends = c.const_ints(2, "ends");
+    if (c.has_input(3)) axes = c.const_ints(3, "axes");
+    if (c.has_input(4)) steps = c.const_ints(4, "steps");
+  }
+  int64_t r = c.rank(0);
+  for (auto& a : axes) a = c.axis(a, r, "axes entry");
+  return {c.emit("slice", {c.in(0)}, {{"starts", starts}, {"ends", ends}, {"axes", axes}, {"steps", steps}})};
+}
+
+V gather(ConvertCtx& c) {
+  int64_t axis = c.axis(c.attr_int("axis", 0), c.rank(0));
+  return {c.emit("gather", {c.in(0), c.in(1)}, {{"axis", axis}})};
+}
+
+V gather_elements(ConvertCtx& c) {
+  int64_t axis = c.axis(c.attr_int("axis", 0), c.rank(0));
+  return {c.emit("gather_elements", {c.in(0), c.in(1)}, {{"axis", axis}})};
+}
+
+V scatter_elements(ConvertCtx& c) {
+  int64_t axis = c.axis(c.attr_int("axis", 0), c.rank(0));
+  std::string red = c.attr_string("reduction", "none");
+  if (red == "none") return {c.emit("scatter", {c.in(0), c.in(1), c.in(2)}, {{"axis", axis}})};
+  if (red == "add") return {c.emit("scatter_add", {c.in(0), c.in(1), c.in(2)}, {{"axis", axis}})};
+  c.fail("reduction '" + red + "' is not supported (kiln has none and add)");
+}
+
+V expand(ConvertCtx& c) {
+  std::vector<int64_t> shape = c.const_ints(1, "shape");
+  for (int64_t d : shape)
+    if (d < 0) c.fail("shape entry " + std::to_string(d) + " is negative");
+  return {c.emit("expand", {c.in(0)}, {{"shape", shape}})};
+}
+
+V tile(ConvertCtx& c) { return {c.emit("tile", {c.in(0)}, {{"repeats", c.const_ints(1, "repeats")}})}; }
+
+V pad(ConvertCtx& c) {
+  std::string mode = c.attr_string("mode", "constant");
+  int64_t r = c.rank(0);
+  std::vector<int64_t> pads;
+  double value = 0;
+  if (c.opset() < 11) {
+    pads = c.attr_ints(c.opset() < 2 ? "paddings" : "pads");
+    value = c.attr_float("value", 0.0);
+  } else {
+    pads = c.const_ints(1, "pads");
+    if (c.has_input(2)) {
+      Tensor v = c.const_input(2, "constant_value");
+      value = v.to(DType::f64).contiguous().data<double>()[0];
+    }
+    if (c.has_input(3)) {  // opset 18: axes
+      std::vector<int64_t> axes = c.const_ints(3, "axes");
+      if (pads.size() != 2 * axes.size()) c.fail("pads has " + std::to_string(pads.size()) + " entries for " + std::to_string(axes.size()) + " axes");
+      std::vector<int64_t> full_pads(static_cast<size_t>(2 * r), 0);
+      for (size_t i = 0; i < axes.size(); ++i) {
+        int64_t a = c.axis(axes[i], r, "axes entry");
+        full_pads[static_cast<size_t>(a)] = pads[i];
+        full_pads[static_cast<size_t>(a + r)] = pads[i + axes.size()];
+      }
+      pads = full_pads;
+    }
+  }
+  if (mode == "wrap") c.fail("mode 'wrap' is not supported (kiln pads constant, reflect and edge)");
+  return {c.emit("pad", {c.in(0)}, {{"pads", pads}, {"mode", mode}, {"value", value}})};
+}
+
+V constant(ConvertCtx& c) {
+  if (c.has_attr("value")) return {c.constant(c.attr_tensor("value"))};
+  if (c.has_attr("value_float")) return {c.constant(full({}, c.attr_float("value_float", 0), TensorOptions(DType::f32)))};
+  if (c.has_attr("value_int")) return {c.constant(full({}, c.attr_int("value_int"), TensorOptions(DType::i64)))};
+  if (c.has_attr("value_floats")) {
+    std::vector<float> v;
+    for (double d : c.attr_floats("value_floats")) v.push_back(static_cast<float>(d));
+    return {c.constant(from_vector(v))};
+  }
+  if (c.has_attr("value_ints")) return {c.constant(from_vector(c.attr_ints("value_ints")))};
+  if (c.has_attr("sparse_value")) c.fail("sparse constants are not supported");
+  if (c.has_attr("value_string") || c.has_attr("value_strings")) c.fail("string constants are not supported (kiln has no string dtype)");
+  c.fail("Constant has no value attribute");
+}
+
+V constant_of_shape(ConvertCtx& c) {
+  std::vector<int64_t> dims = c.const_ints(0, "shape");
+  int64_t n = 1;
+  for (int64_t d : dims) {
+    if (d < 0) c.fail("shape entry " + std::to_string(d) + " is negative");
+    if (d > 0 && n > std::numeric_limits<int64_t>::max() / d) c.fail("shape overflows int64");
+    n *= d;
+  }
+  Tensor value = c.has_attr("value") ? c.attr_tensor("value") : full({1}, 0.0, TensorOptions(DType::f32));
+  if (value.numel() != 1) c.fail("'value' must hold one element, it has " + std::to_string(value.numel()));
+  // The fill is an expand of the one value, folded by the importer (which bounds its size).
+  ir::Value* one = c.constant(value.reshape({}));
+  return {c.emit("expand", {one}, {{"shape", dims}})};
+}
+
+V range(ConvertCtx& c) {
+  Tensor s = c.const_input(0, "start"), l = c.const_input(1, "limit"), d = c.const_input(2, "delta");
+  DType dt = s.dtype();
+  double start = s.to(DType::f64).item<double>(), limit = l.to(DType::f64).item<double>(),
+         delta = d.to(DType::f64).item<double>();
+  if (delta == 0) c.fail("delta is zero");
+  double count = std::ceil((limit - start) / delta);
+  int64_t n = std::max<int64_t>(static_cast<int64_t>(count), 0);
+  if (n > (int64_t{1} << 30)) c.fail("range of " + std::to_string(n) + " elements is too large");
+  Tensor out = empty({n}, TensorOptions(DType::f64));
+  double* p = out.data<double>();
+  for (int64_t i = 0; i < n; ++i) p[i] = start + static_cast<double>(i) * delta;
+  return {c.constant(out.to(dt))};
+}
+
+V eye_like(ConvertCtx& c) {
+  Shape s = c.static_shape(0);
+  if (s.size() != 2) c.fail("input must be 2-D, got " + shape_str(s));
+  DType dt = c.has_attr("dtype") ? from_onnx_dtype(static_cast<int32_t>(c.attr_int("dtype")), "EyeLike's dtype") : c.dtype(0);
+  int64_t k = c.attr_int("k", 0);
+  Tensor out = zeros(s, TensorOptions(DType::f64));
+  double* p = out.data<double>();
+  for (int64_t i = 0; i < s[0]; ++i) {
+    int64_t j = i + k;
+    if (j >= 0 && j < s[1]) p[i * s[1] + j] = 1.0;
+  }
+  return {c.constant(out.to(dt))};
+}
+
+V trilu(ConvertCtx& c) {
+  int64_t k = c.has_input(1) ? c.const_ints(1, "k").at(0) : 0;
+  return {c.emit("trilu", {c.in(0)}, {{"k", k}, {"upper", c.attr_int("upper", 1) != 0}})};
+}
+
+V one_hot(ConvertCtx& c) {
+  int64_t depth = static_cast<int64_t>(c.const_floats(1, "depth").at(0));
+  ir::Value* values = c.in(2);
+  DType dt = values->type().dtype;
+  int64_t axis = c.attr_int("axis", -1);
+  ir::Value* idx = c.in(0);
+  if (is_floating(idx->type().dtype)) idx = c.cast(idx, DType::i64);
+  ir::Value* hot = c.emit("one_hot", {idx}, {{"depth", depth}, {"axis", axis}, {"dtype", dt}});
+  // off + (on - off) * hot
+  auto vs = c.emit_multi("split", {c.emit("reshape", {values}, {{"shape", std::vector<int64_t>{2}}})},
+                         {{"sizes", std::vector<int64_t>{1, 1}}, {"axis", int64_t{0}}});
+  ir::Value* off = c.emit("reshape", {vs[0]}, {{"shape", std::vector<int64_t>{}}});
+  ir::Value* on = c.emit("reshape", {vs[1]}, {{"shape", std::vector<int64_t>{}}});
+  return {c.emit("add", {off, c.emit("mul", {c.emit("sub", {on, off}), hot})})};
+}
+
+V cumsum(ConvertCtx& c) {
+  int64_t axis = c.axis(c.const_ints(1, "axis").at(0), c.rank(0));
+  ir::Value* y = c.emit("cumsum", {c.in(0)},
+                        {{"axis", axis}, {"exclusive", c.attr_int("exclusive", 0) != 0}, {"reverse", c.attr_int("reverse", 0) != 0}});
+  return {c.cast(y, c.dtype(0))};  // kiln's integer cumsum widens to i64; ONNX keeps T
+}
+
+V cumprod(ConvertCtx& c) {
+  int64_t axis = c.axis(c.const_ints(1, "axis").at(0), c.rank(0));
+  return {c.emit("cumprod", {c.in(0)},
+                 {{"axis", axis}, {"exclusive", c.attr_int("exclusive", 0) != 0}, {"reverse", c.attr_int("reverse", 0) != 0}})};
+}
+
+V depth_to_space(ConvertCtx& c) {
+  Shape s = c.static_shape(0);
+  if (s.size() != 4) c.fail("input must be 4-D NCHW, got " + shape_str(s));
+  int64_t b = c.attr_int("blocksize"), n = s[0], ch = s[1], h = s[2], w = s[3];
+  if (b <= 0 || ch % (b * b) != 0) c.fail("channels " + std::to_string(ch) + " are not divisible by blocksize^2");
+  std::string mode = c.attr_string("mode", "DCR");
+  ir::Value* x = c.in(0);
+  ir::Value* t;
+  if (mode == "DCR") {
+    t = c.emit("reshape", {x}, {{"shape", std::vector<int64_t>{n, b, b, ch / (b * b), h, w}}});
+    t = c.emit("permute", {t}, {{"dims", std::vector<int64_t>{0, 3, 4, 1, 5, 2}}});
+  } else if (mode == "CRD") {
+    t = c.emit("reshape", {x}, {{"shape", std::vector<int64_t>{n, ch / (b * b), b, b, h, w}}});
+    t = c.emit("permute", {t}, {{"dims", std::vector<int64_t>{0, 1, 4, 2, 5, 3}}});
+  } else {
+    c.fail("mode '" + mode + "' must be DCR or CRD");
+  }
+  return {c.emit("reshape", {t}, {{"shape", std::vector<int64_t>{n, ch / (b * b), h * b, w * b}}})};
+}
+
+V space_to_depth(ConvertCtx& c) {
+  Shape s = c.static_shape(0);
+  if (s.size() != 4) c.fail("input must be 4-D NCHW, got " + shape_str(s));
+  int64_t b = c.attr_int("blocksize"), n = s[0], ch = s[1], h = s[2], w = s[3];
+  if (b <= 0 || h % b != 0 || w % b != 0) c.fail("spatial dims are not divisible by blocksize");
+  ir::Value* t = c.emit("reshape", {c.in(0)}, {{"shape", std::vector<int64_t>{n, ch, h / b, b, w / b, b}}});
+  t = c.emit("permute", {t}, {{"dims", std::vector<int64_t>{0, 3, 5, 1, 2, 4}}});
+  return {c.emit("reshape", {t}, {{"shape", std::vector<int64_t>{n, ch * b * b, h / b, w / b}}})};
+}
+
+V gather_nd(ConvertCtx& c) {
+  return {c.emit("gather_nd", {c.in(0), c.in(1)}, {{"batch_dims", c.attr_int("batch_dims", 0)}})};
+}
+
+V scatter_nd(ConvertCtx& c) {
+  return {c.emit("scatter_nd", {c.in(0), c.in(1), c.in(2)}, {{"reduction", c.attr_string("reduction", "none")}})};
+}
+
+}  // namespace
+
+void add_shape_converters(std::map<std::string, Converter>& m) {
+  m["Reshape"] = reshape;
+  m["Shape"] = shape;
+  m["Size"] = size;
+  m["Flatten"] = flatten;
+  m["Transpose"] = transpose;
+  m["Squeeze"] = squeeze;
+  m["Unsqueeze"] = unsqueeze;
+  m["Concat"] = concat;
+  m["Split"] = split;
+  m["Slice"] = slice;
+  m["Gather"] = gather;
+  m["GatherElements"] = gather_elements;
+  m["ScatterElements"] = scatter_elements;
+  m["Scatter"] = scatter_elements;
+  m["Expand"] = expand;
+  m["Tile"] = tile;
+  m["Pad"] = pad;
+  m["Constant"] = constant;
+  m["ConstantOfShape"] = constant_of_shape;
+  m["Range"] = range;
+  m["EyeLike"] = eye_like;
+  m["Trilu"] = trilu;
+  m["OneHot"] = one_hot;
+  m["CumSum"] = cumsum;
+  m["DepthToSpace"] = depth_to_space;
+  m["SpaceToDepth"] = space_to_depth;
+  if (OpRegistry::instance().find("cumprod")) m["CumProd"] = cumprod;
+  if (OpRegistry::instance().find("gather_nd")) m["GatherND"] = gather_nd;
+  if (OpRegistry::instance().find("scatter_nd")) m["ScatterND"] = scatter_nd;
+}
+
+}  // namespace kiln::onnx::detail

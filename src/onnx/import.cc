@@ -1,0 +1,598 @@
+// ONNX → kiln IR. Parses the ModelProto with ONNX's generated classes, checks the opset imports,
+// turns initializers into constants and graph inputs into IR inputs, then converts node by node
+// (convert_*.cc), folding constant subgraphs as it goes.
+//
+// Note [Folding at import]
+// ONNX exporters compute shapes at run time (Shape → Gather → Concat → Reshape) and light test
+// models build every weight with ConstantOfShape. kiln's ops take shapes, axes and pads as
+// attributes, so the importer evaluates any node whose inputs are all constants right away, with
+// the same kernels the executor would run (run_kernel, below every interceptor), and keeps the
+// result as a constant. What stays a node is exactly what depends on graph inputs.
+//
+// Note [Known inputs]
+// ONNX's node tests often feed a shape or an axis list as a graph input. When a converter needs
+// such a value and it depends only on inputs whose values the caller supplied
+// (ImportOptions::known_inputs), the importer binds those inputs as constants and converts the
+// model again; otherwise the error names the inputs the value depends on.
+#include <onnx/onnx_pb.h>
+
+#include <algorithm>
+#include <cctype>
+#include <filesystem>
+#include <fstream>
+#include <set>
+#include <sstream>
+
+#include "kiln/ops/dispatch.h"
+#include "onnx/convert.h"
+#include "onnx/tensor_proto.h"
+
+namespace kiln::onnx {
+namespace detail {
+
+std::string sanitize_name(const std::string& onnx_name) {
+  std::string s;
+  s.reserve(onnx_name.size() + 1);
+  for (char c : onnx_name) s += (std::isalnum(static_cast<unsigned char>(c)) || c == '_' || c == '.') ? c : '_';
+  if (s.empty()) s = "v";
+  return s;
+}
+
+namespace {
+std::string node_label(const ::onnx::NodeProto& n, int index) {
+  std::string s = "node #" + std::to_string(index);
+  if (!n.name().empty()) s += " '" + n.name() + "'";
+  return s + " (" + n.op_type() + ")";
+}
+
+bool is_default_domain(const std::string& d) { return d.empty() || d == "ai.onnx"; }
+
+// Model-local functions are inlined; a function calling itself would never end.
+constexpr int kMaxFunctionDepth = 32;
+constexpr int64_t kMaxOpset = 27;
+}  // namespace
+
+class Importer {
+ public:
+  Importer(const ImportOptions& opts, std::string base_dir, std::set<std::string> bound)
+      : opts_(opts), base_dir_(std::move(base_dir)), bound_(std::move(bound)) {}
+
+  Model run(const ::onnx::ModelProto& m);
+
+  ir::Value* emit(const OpDef& op, std::vector<ir::Value*> inputs, const Attrs& attrs, size_t n_outputs);
+  ir::Value* constant(const Tensor& t, const std::string& onnx_name = "");
+  [[noreturn]] void needs_value(ir::Value* v, const std::string& what);
+  const ImportOptions& options() const { return opts_; }
+  ir::Value* value_of(const std::string& onnx_name) const { return values_.at(onnx_name); }
+  const std::string& base_dir() const { return base_dir_; }
+  std::vector<ir::Value*> last_outputs;  // all outputs of the last emit (emit_multi)
+
+ private:
+  void import_graph(const ::onnx::GraphProto& g);
+  void convert_node(const ::onnx::NodeProto& n, int index, int depth, const std::string& scope);
+  void inline_function(const ::onnx::FunctionProto& f, const ::onnx::NodeProto& call, int index, int depth);
+  ir::ValueType input_type(const ::onnx::ValueInfoProto& vi, size_t index);
+  ir::Value* lookup(const std::string& scoped_name, const ::onnx::NodeProto& n, int index) const;
+  void define(const std::string& onnx_name, ir::Value* v);
+
+  const ImportOptions& opts_;
+  std::string base_dir_;
+  std::set<std::string> bound_;  // graph inputs bound to known values (Note [Known inputs])
+  ir::Graph g_;
+  std::map<std::string, ir::Value*> values_;  // ONNX (scoped) name -> value
+  std::set<const ir::Value*> named_;          // values already carrying an ONNX name
+  std::map<const ir::Value*, std::string> input_of_;  // IR input -> ONNX input name
+  std::map<std::string, int64_t> opsets_;
+  std::map<std::pair<std::string, std::string>, const ::onnx::FunctionProto*> functions_;
+  int64_t opset_ = 0;
+  int unknown_dims_ = 0;
+};
+
+// ---- values -------------------------------------------------------------------------------------
+
+ir::Value* Importer::constant(const Tensor& t, const std::string& onnx_name) {
+  std::string name = onnx_name.empty() ? g_.fresh_name("c") : sanitize_name(onnx_name);
+  if (g_.find(name)) name = g_.fresh_name(name + "_");
+  return g_.add_constant(name, t);
+}
+
+void Importer::define(const std::string& onnx_name, ir::Value* v) {
+  if (onnx_name.empty()) return;
+  values_[onnx_name] = v;
+  // Give the value ONNX's name when it has none yet (readable IR, error messages that match).
+  if (!named_.count(v) && v->kind() == ir::Value::Kind::node_output) {
+    std::string want = sanitize_name(onnx_name);
+    if (!g_.find(want)) g_.rename(v, want);
+    named_.insert(v);
+  }
+}
+
+ir::Value* Importer::lookup(const std::string& name, const ::onnx::NodeProto& n, int index) const {
+  auto it = values_.find(name);
+  KILN_CHECK(it != values_.end(), node_label(n, index), ": input '", name,
+             "' is not defined by any earlier node, initializer or graph input (is the graph out of "
+             "topological order, cyclic, or missing an initializer?)");
+  return it->second;
+}
+
+void Importer::needs_value(ir::Value* v, const std::string& what) {
+  // Which graph inputs does v depend on?
+  std::set<const ir::Value*> seen;
+  std::vector<const ir::Value*> stack{v};
+  std::vector<std::string> inputs;
+  while (!stack.empty()) {
+    const ir::Value* x = stack.back();
+    stack.pop_back();
+    if (!seen.insert(x).second) continue;
+    if (x->kind() == ir::Value::Kind::input) {
+      inputs.push_back(input_of_.count(x) ? input_of_.at(x) : x->name());
+    } else if (x->kind() == ir::Value::Kind::node_output) {
+      for (const ir::Value* i : x->producer()->inputs())
+        if (i) stack.push_back(i);
+    }
+  }
+  std::sort(inputs.begin(), inputs.end());
+  bool all_known = !inputs.empty() && std::all_of(inputs.begin(), inputs.end(), [&](const std::string& n) {
+    return opts_.known_inputs.count(n) && !bound_.count(n);
+  });
+  if (all_known) throw NeedsKnownInputs{inputs};
+  std::string list;
+  for (const auto& n : inputs) list += (list.empty() ? "'" : ", '") + n + "'";
+  KILN_FAIL(what, " must be known when the model is compiled, but it is computed from graph input(s) ", list,
+            "; pass their values as known inputs (ImportOptions::known_inputs, `kiln run --known NAME=FILE`)");
+}
+
+ir::Value* Importer::emit(const OpDef& op, std::vector<ir::Value*> inputs, const Attrs& attrs, size_t n_outputs) {
+  bool all_const = std::all_of(inputs.begin(), inputs.end(),
+                               [](const ir::Value* v) { return !v || v->kind() == ir::Value::Kind::constant; });
+  if (all_const) {
+    std::vector<Tensor> ts;
+    for (ir::Value* v : inputs) ts.push_back(v ? v->constant() : Tensor());
+    Attrs bound = op.bind_attrs(attrs);
+    // Guard folding against hostile declared sizes before anything is allocated.
+    auto metas = infer_call(op, ts, bound);
+    for (const auto& m : metas)
+      KILN_CHECK(numel_of(m.shape) <= opts_.max_constant_elements, op.name(), ": folding would materialize ",
+                 numel_of(m.shape), " elements (", meta_str(m), "), over the importer's limit of ",
+                 opts_.max_constant_elements);
+    OpCall call{op, std::move(ts), bound, KILN_HERE, Tensor(), nullptr};
+    auto outs = run_kernel(call);
+    last_outputs.clear();
+    for (auto& t : outs) last_outputs.push_back(constant(t.contiguous()));
+    KILN_ASSERT(last_outputs.size() >= n_outputs || op.schema().variadic_outputs, "fold produced too few outputs");
+    return last_outputs.empty() ? nullptr : last_outputs[0];
+  }
+  ir::Node* node = g_.add_node(op, std::move(inputs), attrs);
+  last_outputs = node->outputs();
+  return last_outputs.empty() ? nullptr : last_outputs[0];
+}
+
+// ---- the model ---------------------------------------------------------------------------------------
+
+ir::ValueType Importer::input_type(const ::onnx::ValueInfoProto& vi, size_t index) {
+  std::string where = "graph input #" + std::to_string(index) + " '" + vi.name() + "'";
+  KILN_CHECK(vi.has_type() && vi.type().has_tensor_type(), where,
+             ": only tensor inputs are supported (sequence, map and optional types are not)");
+  const auto& tt = vi.type().tensor_type();
+  ir::ValueType t;
+  t.dtype = from_onnx_dtype(tt.elem_type(), where);
+  KILN_CHECK(tt.has_shape(), where, ": the input has no shape (kiln needs its rank)");
+  for (const auto& d : tt.shape().dim()) {
+    if (d.has_dim_value()) {
+      KILN_CHECK(d.dim_value() >= 0, where, ": negative dimension ", d.dim_value());
+      t.shape.push_back(ir::Dim(d.dim_value()));
+    } else {
+      std::string sym = d.has_dim_param() && !d.dim_param().empty() ? sanitize_name(d.dim_param())
+                                                                      : "unk" + std::to_string(unknown_dims_++);
+      if (std::isdigit(static_cast<unsigned char>(sym[0]))) sym = "d" + sym;
+      auto bound = opts_.dim_values.find(d.dim_param());
+      if (bound != opts_.dim_values.end()) t.shape.push_back(ir::Dim(bound->second));
+      else t.shape.push_back(ir::Dim::sym(sym));
+    }
+  }
+  return t;
+}
+
+void Importer::import_graph(const ::onnx::GraphProto& gp) {
+  g_.name = gp.name().empty() ? "main" : sanitize_name(gp.name());
+  KILN_CHECK(gp.sparse_initializer_size() == 0, "graph '", gp.name(), "': sparse initializers are not supported");
+  std::set<std::string> inits;
+  for (int i = 0; i < gp.initializer_size(); ++i) {
+    const auto& tp = gp.initializer(i);
+    KILN_CHECK(!tp.name().empty(), "initializer #", i, " has no name");
+    KILN_CHECK(!values_.count(tp.name()), "initializer '", tp.name(), "' is defined twice");
+    Tensor t = tensor_from_proto(tp, base_dir_, opts_.max_constant_elements);
+    ir::Value* c = constant(t, tp.name());
+    values_[tp.name()] = c;
+    inits.insert(tp.name());
+  }
+  std::set<std::string> seen_inputs;
+  for (int i = 0; i < gp.input_size(); ++i) {
+    const auto& vi = gp.input(i);
+    KILN_CHECK(!vi.name().empty(), "graph input #", i, " has no name");
+    KILN_CHECK(seen_inputs.insert(vi.name()).second, "graph input '", vi.name(), "' is declared twice");
+    if (inits.count(vi.name())) continue;  // IR < 4: initializers are listed as inputs too
+    ir::ValueType t = input_type(vi, static_cast<size_t>(i));
+    if (bound_.count(vi.name())) {
+      const Tensor& known = opts_.known_inputs.at(vi.name());
+      KILN_CHECK(known.dtype() == t.dtype && known.dim() == static_cast<int64_t>(t.shape.size()),
+                 "known input '", vi.name(), "' is ", meta_str({known.dtype(), known.shape()}),
+                 ", the model declares ", ir::type_str(t));
+      values_[vi.name()] = constant(known.contiguous(), vi.name());
+      continue;
+    }
+    std::string name = sanitize_name(vi.name());
+    if (g_.find(name) || std::isdigit(static_cast<unsigned char>(name[0]))) name = g_.fresh_name("in_" + name + "_");
+    ir::Value* v = g_.add_input(name, t);
+    values_[vi.name()] = v;
+    input_of_[v] = vi.name();
+  }
+  for (int i = 0; i < gp.node_size(); ++i) convert_node(gp.node(i), i, 0, "");
+  KILN_CHECK(gp.output_size() > 0, "graph '", gp.name(), "' has no outputs");
+  for (int i = 0; i < gp.output_size(); ++i) {
+    const auto& vo = gp.output(i);
+    auto it = values_.find(vo.name());
+    KILN_CHECK(it != values_.end(), "graph output '", vo.name(), "' is not computed by any node");
+    ir::Value* v = it->second;
+    if (vo.has_type() && vo.type().has_tensor_type() && vo.type().tensor_type().elem_type() != 0) {
+      DType want = from_onnx_dtype(vo.type().tensor_type().elem_type(), "graph output '" + vo.name() + "'");
+      KILN_CHECK(want == v->type().dtype, "graph output '", vo.name(), "' is declared ", dtype_name(want),
+                 " but kiln computes ", ir::type_str(v->type()));
+    }
+    g_.add_output(v);
+  }
+}
+
+void Importer::inline_function(const ::onnx::FunctionProto& f, const ::onnx::NodeProto& call, int index, int depth) {
+  KILN_CHECK(depth < kMaxFunctionDepth, node_label(call, index), ": model-local functions nest deeper than ",
+             kMaxFunctionDepth, " (recursive function '", f.name(), "'?)");
+  // The body sees the call's inputs under the function's formal names, its attributes as the
+  // call gives them (ref_attr_name), and writes the call's outputs.
+  std::string scope = call.name() + "/" + f.name() + "#" + std::to_string(index) + "/" + std::to_string(depth) + "/";
+  for (int i = 0; i < f.input_size(); ++i) {
+    if (i < call.input_size() && !call.input(i).empty()) values_[scope + f.input(i)] = lookup(call.input(i), call, index);
+  }
+  std::map<std::string, const ::onnx::AttributeProto*> call_attrs;
+  for (const auto& a : call.attribute()) call_attrs[a.name()] = &a;
+  for (int j = 0; j < f.node_size(); ++j) {
+    ::onnx::NodeProto body = f.node(j);
+    for (auto& in : *body.mutable_input()) if (!in.empty()) in = scope + in;
+    for (auto& out : *body.mutable_output()) if (!out.empty()) out = scope + out;
+    google::protobuf::RepeatedPtrField<::onnx::AttributeProto> attrs;
+    for (const auto& a : body.attribute()) {
+      if (a.ref_attr_name().empty()) {
+        *attrs.Add() = a;
+        continue;
+      }
+      auto it = call_attrs.find(a.ref_attr_name());
+      if (it != call_attrs.end()) {
+        ::onnx::AttributeProto r = *it->second;
+        r.set_name(a.name());
+        *attrs.Add() = r;
+      }
+      // Not given by the call: the attribute is left out and the converter's ONNX default applies
+      // (Debian's onnx 1.12 schema has no FunctionProto attribute defaults).
+    }
+    *body.mutable_attribute() = attrs;
+    convert_node(body, index, depth + 1, scope);
+  }
+  for (int i = 0; i < call.output_size() && i < f.output_size(); ++i) {
+    if (call.output(i).empty()) continue;
+    auto it = values_.find(scope + f.output(i));
+    KILN_CHECK(it != values_.end(), node_label(call, index), ": function '", f.name(), "' never computes its output '",
+               f.output(i), "'");
+    define(call.output(i), it->second);
+  }
+}
+
+void Importer::convert_node(const ::onnx::NodeProto& n, int index, int depth, const std::string& /*scope*/) {
+  auto fn = functions_.find({n.domain(), n.op_type()});
+  if (fn != functions_.end()) {
+    inline_function(*fn->second, n, index, depth);
+    return;
+  }
+  KILN_CHECK(is_default_domain(n.domain()), node_label(n, index), ": operator domain '", n.domain(),
+             "' is not supported (kiln imports ai.onnx operators)");
+  KILN_CHECK(opset_ > 0, node_label(n, index), ": the model imports no ai.onnx opset");
+  for (const auto& out : n.output())
+    KILN_CHECK(out.empty() || !values_.count(out), node_label(n, index), ": output '", out,
+               "' is already defined (ONNX values are assigned once)");
+  const auto& table = converters();
+  auto it = table.find(n.op_type());
+  KILN_CHECK(it != table.end(), node_label(n, index), ": unsupported operator ", n.op_type(), " (opset ", opset_, ")");
+  ConvertCtx ctx(*this, n, opset_, g_);
+  std::vector<ir::Value*> outs;
+  // Resolve inputs first so a missing one is reported as such, not as a converter error.
+  for (const auto& in : n.input())
+    if (!in.empty()) (void)lookup(in, n, index);
+  try {
+    outs = it->second(ctx);
+  } catch (const NeedsKnownInputs&) {
+    throw;
+  } catch (const InternalError&) {
+    throw;
+  } catch (const Error& e) {
+    std::string msg = e.what();
+    if (msg.rfind("node #", 0) == 0) throw;
+    KILN_FAIL(node_label(n, index), ": ", msg);
+  }
+  KILN_CHECK(outs.size() >= static_cast<size_t>(n.output_size()) ||
+                 std::all_of(n.output().begin() + static_cast<long>(outs.size()), n.output().end(),
+                             [](const std::string& s) { return s.empty(); }),
+             node_label(n, index), ": kiln computes ", outs.size(), " output(s), the node asks for ", n.output_size(),
+             " (optional outputs beyond these are not supported)");
+  for (int i = 0; i < n.output_size(); ++i) {
+    if (n.output(i).empty()) continue;
+    KILN_CHECK(outs[static_cast<size_t>(i)] != nullptr, node_label(n, index), ": output #", i, " '", n.output(i),
+               "' is not supported by kiln's conversion");
+    define(n.output(i), outs[static_cast<size_t>(i)]);
+  }
+}
+
+Model Importer::run(const ::onnx::ModelProto& m) {
+  KILN_CHECK(m.has_graph(), "the model has no graph");
+  KILN_CHECK(m.ir_version() >= 3, "unsupported ONNX IR version ", m.ir_version(), " (kiln reads 3 and newer)");
+  for (const auto& os : m.opset_import()) opsets_[os.domain()] = os.version();
+  if (opsets_.count("ai.onnx")) opsets_[""] = opsets_["ai.onnx"];
+  // A model may import only other domains (ai.onnx.ml, training); its nodes then fail by domain.
+  opset_ = opsets_.count("") ? opsets_[""] : 0;
+  KILN_CHECK(opset_ <= kMaxOpset, "unsupported opset ", opset_, ": kiln imports ai.onnx opsets up to ", kMaxOpset,
+             " (the newest ONNX 1.22 defines)");
+  for (const auto& f : m.functions()) functions_[{f.domain(), f.name()}] = &f;
+  import_graph(m.graph());
+  ir::run_passes(g_, {"dce"});
+  Model out;
+  out.ir_version = m.ir_version();
+  out.opset = opset_;
+  out.producer = m.producer_name();
+  for (const ir::Value* v : g_.inputs()) out.input_names.push_back(input_of_.at(v));
+  for (const auto& o : m.graph().output()) out.output_names.push_back(o.name());
+  out.graph = std::move(g_);
+  ir::verify(out.graph);
+  return out;
+}
+
+// ---- ConvertCtx --------------------------------------------------------------------------------------------
+
+bool ConvertCtx::has_input(size_t i) const { return i < num_inputs() && !node_.input(static_cast<int>(i)).empty(); }
+
+ir::Value* ConvertCtx::in_or_null(size_t i) const {
+  if (!has_input(i)) return nullptr;
+  return imp_.value_of(node_.input(static_cast<int>(i)));
+}
+
+ir::Value* ConvertCtx::in(size_t i) const {
+  if (!has_input(i)) fail("input #" + std::to_string(i) + " is required but absent");
+  return in_or_null(i);
+}
+
+Shape ConvertCtx::static_shape(size_t i) const {
+  const ir::ValueType& t = type(i);
+  std::vector<int64_t> dims;
+  for (const auto& d : t.shape) {
+    if (d.is_symbolic())
+      fail("input #" + std::to_string(i) + " has symbolic shape " + ir::shape_str(t.shape) +
+           "; this conversion needs static dims (bind the symbol with ImportOptions::dim_values)");
+    dims.push_back(d.size);
+  }
+  return Shape(dims);
+}
+
+std::optional<Tensor> ConvertCtx::try_const(size_t i) const {
+  ir::Value* v = in_or_null(i);
+  if (!v || v->kind() != ir::Value::Kind::constant) return std::nullopt;
+  return v->constant();
+}
+
+Tensor ConvertCtx::const_input(size_t i, const char* what) const {
+  ir::Value* v = in(i);
+  if (v->kind() != ir::Value::Kind::constant)
+    imp_.needs_value(v, std::string("input #") + std::to_string(i) + " (" + what + ")");
+  return v->constant();
+}
+
+std::vector<int64_t> ConvertCtx::const_ints(size_t i, const char* what) const {
+  Tensor t = const_input(i, what);
+  if (!is_integral(t.dtype()) && t.dtype() != DType::boolean)
+    fail(std::string(what) + " must be an integer tensor, got " + std::string(dtype_name(t.dtype())));
+  Tensor c = t.to(DType::i64).contiguous();
+  const int64_t* p = c.data<int64_t>();
+  return std::vector<int64_t>(p, p + c.numel());
+}
+
+std::vector<double> ConvertCtx::const_floats(size_t i, const char* what) const {
+  Tensor c = const_input(i, what).to(DType::f64).contiguous();
+  const double* p = c.data<double>();
+  return std::vector<double>(p, p + c.numel());
+}
+
+const ::onnx::AttributeProto* ConvertCtx::find_attr(const std::string& name) const {
+  for (const auto& a : node_.attribute())
+    if (a.name() == name) return &a;
+  return nullptr;
+}
+
+namespace {
+const char* attr_kind(::onnx::AttributeProto::AttributeType t) {
+  return ::onnx::AttributeProto::AttributeType_Name(t).c_str();
+}
+}  // namespace
+
+int64_t ConvertCtx::attr_int(const std::string& name, int64_t dflt) const {
+  const auto* a = find_attr(name);
+  if (!a) return dflt;
+  if (a->type() != ::onnx::AttributeProto::INT && !(a->type() == 0 && a->has_i()))
+    fail("attribute '" + name + "' must be INT, got " + attr_kind(a->type()));
+  return a->i();
+}
+
+int64_t ConvertCtx::attr_int(const std::string& name) const {
+  if (!find_attr(name)) fail("required attribute '" + name + "' is missing");
+  return attr_int(name, 0);
+}
+
+double ConvertCtx::attr_float(const std::string& name, double dflt) const {
+  const auto* a = find_attr(name);
+  if (!a) return dflt;
+  if (a->type() == ::onnx::AttributeProto::INT) return static_cast<double>(a->i());
+  if (a->type() != ::onnx::AttributeProto::FLOAT && !(a->type() == 0 && a->has_f()))
+    fail("attribute '" + name + "' must be FLOAT, got " + attr_kind(a->type()));
+  return static_cast<double>(a->f());
+}
+
+std::string ConvertCtx::attr_string(const std::string& name, const std::string& dflt) const {
+  const auto* a = find_attr(name);
+  if (!a) return dflt;
+  if (a->type() != ::onnx::AttributeProto::STRING && !(a->type() == 0 && a->has_s()))
+    fail("attribute '" + name + "' must be STRING, got " + attr_kind(a->type()));
+  return a->s();
+}
+
+std::vector<int64_t> ConvertCtx::attr_ints(const std::string& name, std::vector<int64_t> dflt) const {
+  const auto* a = find_attr(name);
+  if (!a) return dflt;
+  if (a->type() != ::onnx::AttributeProto::INTS && a->type() != 0)
+    fail("attribute '" + name + "' must be INTS, got " + attr_kind(a->type()));
+  return std::vector<int64_t>(a->ints().begin(), a->ints().end());
+}
+
+std::vector<double> ConvertCtx::attr_floats(const std::string& name, std::vector<double> dflt) const {
+  const auto* a = find_attr(name);
+  if (!a) return dflt;
+  if (a->type() != ::onnx::AttributeProto::FLOATS && a->type() != 0)
+    fail("attribute '" + name + "' must be FLOATS, got " + attr_kind(a->type()));
+  return std::vector<double>(a->floats().begin(), a->floats().end());
+}
+
+Tensor ConvertCtx::attr_tensor(const std::string& name) const {
+  const auto* a = find_attr(name);
+  if (!a) fail("required attribute '" + name + "' is missing");
+  if (!a->has_t()) fail("attribute '" + name + "' must be TENSOR, got " + attr_kind(a->type()));
+  return tensor_from_proto(a->t(), imp_.base_dir(), imp_.options().max_constant_elements);
+}
+
+ir::Value* ConvertCtx::emit(const std::string& op, std::vector<ir::Value*> inputs, const Attrs& attrs) {
+  return imp_.emit(kiln::op(op), std::move(inputs), attrs, 1);
+}
+
+std::vector<ir::Value*> ConvertCtx::emit_multi(const std::string& op, std::vector<ir::Value*> inputs,
+                                               const Attrs& attrs) {
+  imp_.emit(kiln::op(op), std::move(inputs), attrs, 0);
+  return imp_.last_outputs;
+}
+
+ir::Value* ConvertCtx::constant(const Tensor& t) { return imp_.constant(t); }
+
+ir::Value* ConvertCtx::scalar(double v, DType dt) { return imp_.constant(full({}, v, TensorOptions(dt))); }
+
+ir::Value* ConvertCtx::cast(ir::Value* v, DType dt) {
+  if (v->type().dtype == dt) return v;
+  return emit("cast", {v}, {{"dtype", dt}});
+}
+
+int64_t ConvertCtx::axis(int64_t a, int64_t r, const char* what) const {
+  int64_t lo = r == 0 ? -1 : -r, hi = r == 0 ? 0 : r - 1;
+  if (a < lo || a > hi)
+    fail(std::string(what) + " " + std::to_string(a) + " is out of range for rank " + std::to_string(r));
+  return a < 0 ? a + std::max<int64_t>(r, 1) : a;
+}
+
+void ConvertCtx::fail(const std::string& msg) const { KILN_FAIL(msg); }
+
+}  // namespace detail
+
+// ---- public entry points ------------------------------------------------------------------------------------
+
+namespace {
+bool is_default_domain_name(const std::string& d) { return d.empty() || d == "ai.onnx"; }
+
+Model import_proto(const ::onnx::ModelProto& m, const std::string& base_dir, const ImportOptions& options) {
+  std::set<std::string> bound;
+  for (int attempt = 0;; ++attempt) {
+    try {
+      detail::Importer imp(options, base_dir, bound);
+      return imp.run(m);
+    } catch (const detail::NeedsKnownInputs& need) {
+      size_t before = bound.size();
+      bound.insert(need.names.begin(), need.names.end());
+      KILN_ASSERT(bound.size() > before, "importer asked twice for the same known inputs");
+    }
+  }
+}
+}  // namespace
+
+Model import_bytes(std::string_view bytes, const std::string& base_dir, const ImportOptions& options) {
+  ::onnx::ModelProto m;
+  KILN_CHECK(bytes.size() <= static_cast<size_t>(std::numeric_limits<int>::max()),
+             "ONNX model is larger than 2 GiB; keep weights in external data");
+  KILN_CHECK(m.ParseFromArray(bytes.data(), static_cast<int>(bytes.size())),
+             "not a valid ONNX model: the protobuf does not parse (truncated or corrupt file?)");
+  return import_proto(m, base_dir, options);
+}
+
+Model import_model(const std::string& path, const ImportOptions& options) {
+  std::ifstream f(path, std::ios::binary);
+  KILN_CHECK(f.good(), "cannot open ONNX model '", path, "'");
+  std::stringstream ss;
+  ss << f.rdbuf();
+  std::string bytes = ss.str();
+  std::string dir = std::filesystem::path(path).parent_path().string();
+  if (dir.empty()) dir = ".";
+  try {
+    return import_bytes(bytes, dir, options);
+  } catch (const InternalError&) {
+    throw;
+  } catch (const Error& e) {
+    KILN_FAIL(path, ": ", e.what());
+  }
+}
+
+ModelInfo read_model_info(const std::string& path) {
+  std::ifstream f(path, std::ios::binary);
+  KILN_CHECK(f.good(), "cannot open ONNX model '", path, "'");
+  ::onnx::ModelProto m;
+  KILN_CHECK(m.ParseFromIstream(&f), path, ": not a valid ONNX model: the protobuf does not parse");
+  ModelInfo info;
+  std::set<std::string> inits;
+  for (const auto& t : m.graph().initializer()) inits.insert(t.name());
+  auto note_type = [&](const ::onnx::ValueInfoProto& v) {
+    if (info.non_tensor.empty() && v.has_type() && !v.type().has_tensor_type())
+      info.non_tensor = v.name();
+    if (info.non_tensor.empty() && v.has_type() && v.type().has_tensor_type() && v.type().tensor_type().elem_type() == 0)
+      info.non_tensor = v.name();
+  };
+  for (const auto& i : m.graph().input())
+    if (!inits.count(i.name())) {
+      info.inputs.push_back(i.name());
+      note_type(i);
+    }
+  for (const auto& o : m.graph().output()) {
+    info.outputs.push_back(o.name());
+    note_type(o);
+  }
+  for (const auto& os : m.opset_import())
+    if (is_default_domain_name(os.domain())) info.opset = os.version();
+  return info;
+}
+
+std::vector<std::string> supported_ops() {
+  std::vector<std::string> out;
+  for (const auto& [name, fn] : detail::converters()) out.push_back(name);
+  return out;
+}
+
+namespace detail {
+const std::map<std::string, Converter>& converters() {
+  static const std::map<std::string, Converter> table = [] {
+    std::map<std::string, Converter> m;
+    add_elementwise_converters(m);
+    add_shape_converters(m);
+    add_nn_converters(m);
+    add_reduce_converters(m);
+    return m;
+  }();
+  return table;
+}
+}  // namespace detail
+
+}  // namespace kiln::onnx
