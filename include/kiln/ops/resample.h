@@ -38,6 +38,7 @@ struct PoolNdOptions {
   std::vector<int64_t> dilation{};
   bool ceil_mode = false;
   bool count_include_pad = false;  // avg_pool only
+  int64_t storage_order = 0;       // max_pool indices: 0 row-major, 1 column-major spatial offsets
 };
 // Values and the i64 row-major flat index into x (N and C included) of each window's maximum.
 std::pair<Tensor, Tensor> max_pool(const Tensor& x, const PoolNdOptions& opt, SourceLoc loc = KILN_HERE);

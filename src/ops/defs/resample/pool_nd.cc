@@ -4,6 +4,7 @@
 // ops of pool.cc stay as they are (nn and autograd use them).
 #include "kernels/cpu/loops.h"
 #include "kernels/cpu/pool_nd.h"
+#include "kiln/ops/binary.h"
 #include "kiln/ops/index.h"
 #include "kiln/ops/resample.h"
 #include "kiln/ops/shape.h"
@@ -59,6 +60,9 @@ PoolNdParams pool_params(const std::string& op, const Shape& x, const Attrs& a) 
     p.out.push_back(out);
   }
   if (a.has("count_include_pad")) p.count_include_pad = a.get_bool("count_include_pad");
+  if (a.has("storage_order"))
+    KILN_CHECK(a.get_int("storage_order") == 0 || a.get_int("storage_order") == 1, op,
+               ": storage_order must be 0 (row-major) or 1 (column-major), got ", a.get_int("storage_order"));
   if (a.has("p")) {
     KILN_CHECK(a.get_int("p") >= 1, op, ": p must be >= 1, got ", a.get_int("p"));
     p.p = static_cast<double>(a.get_int("p"));
@@ -104,7 +108,27 @@ void max_pool_kernel(const KernelCall& k) {
   Tensor x = defs::contiguous_as(k.in(0), k.in(0).dtype());
   Tensor y = out.is_contiguous() ? out : empty(out.shape(), TensorOptions(out.dtype()));
   Tensor i = ind.is_contiguous() ? ind : empty(ind.shape(), TensorOptions(DType::i64));
-  kernels::cpu::max_pool_nd(pool_params(k.op.name(), x.shape(), k.attrs), x, y, i);
+  const PoolNdParams p = pool_params(k.op.name(), x.shape(), k.attrs);
+  kernels::cpu::max_pool_nd(p, x, y, i);
+  if (k.attrs.get_int("storage_order") == 1) {
+    // Column-major spatial offsets (the plane offset stays in front), as ONNX's storage_order 1.
+    int64_t* ip = i.data<int64_t>();
+    int64_t plane = 1;
+    for (int64_t v : p.in) plane *= v;
+    for (int64_t e = 0; e < i.numel(); ++e) {
+      if (ip[e] < 0) continue;
+      int64_t rem = ip[e] % plane, col = 0, scale = plane;
+      for (size_t d = 0; d < p.in.size(); ++d) {  // peel row-major digits from the front
+        scale /= p.in[d];
+        const int64_t digit = rem / scale;
+        rem %= scale;
+        int64_t col_scale = 1;
+        for (size_t e2 = 0; e2 < d; ++e2) col_scale *= p.in[e2];
+        col += digit * col_scale;
+      }
+      ip[e] = ip[e] - ip[e] % plane + col;
+    }
+  }
   if (!y.is_same(out)) kernels::cpu::copy_into(out, y);
   if (!i.is_same(ind)) kernels::cpu::copy_into(ind, i);
 }
@@ -117,6 +141,22 @@ std::vector<Tensor> max_pool_vjp(const VjpCtx& c, std::span<const Tensor> g) {
   for (int64_t d : xs) n *= d;
   const Tensor& gv = g[0];
   Tensor flat_idx = reshape(c.outputs[1], {-1});
+  if (c.attrs.get_int("storage_order") == 1) {
+    // Back to row-major spatial offsets: peel the column-major digits, recompose row-major.
+    int64_t plane = 1;
+    for (size_t d = 2; d < xs.size(); ++d) plane *= xs[d];
+    auto scalar = [&](int64_t v) { return full({}, Scalar(v), TensorOptions(DType::i64)); };
+    Tensor rest = mod(flat_idx, scalar(plane));
+    Tensor row = flat_idx - rest;
+    std::vector<Tensor> digits;
+    for (size_t d = 2; d < xs.size(); ++d) {
+      digits.push_back(mod(rest, scalar(xs[d])));
+      rest = div(rest, scalar(xs[d]));
+    }
+    Tensor acc = scalar(0);
+    for (size_t d = 2; d < xs.size(); ++d) acc = acc * scalar(xs[d]) + digits[d - 2];
+    flat_idx = row + acc;
+  }
   Tensor dx = scatter_add(zeros({n}, TensorOptions(gv.dtype())), 0, flat_idx, reshape(gv, {-1}));
   return {reshape(dx, xs)};
 }
@@ -130,13 +170,15 @@ const char* kWindowAttrs = "int[] kernel, int[] stride=[], int[] pads=[], int[] 
 }  // namespace
 
 void register_pool_nd_ops(OpRegistry& r) {
-  defs::rules_pending(r.add(std::string("max_pool(Tensor x, ") + kWindowAttrs + ") -> (Tensor values, Tensor indices)"),
+  defs::rules_pending(r.add(std::string("max_pool(Tensor x, ") + kWindowAttrs +
+                            ", int storage_order=0) -> (Tensor values, Tensor indices)"),
                       "MaxPool", 12)
       .infer(infer_max_pool)
       .kernel(DeviceType::cpu, DTypeSet::numeric(), max_pool_kernel)
       .vjp(VjpRule{max_pool_vjp, {}, {1}})
-      .doc("N-d max pooling (ONNX MaxPool 12, storage_order 0): values and the row-major flat index into x "
-           "(N and C included) of each window's first maximum; NaN propagates. stride/dilation [] = 1, pads [] = 0.");
+      .doc("N-d max pooling (ONNX MaxPool 12): values and the flat index into x (N and C included, spatial "
+           "dims row-major, or column-major with storage_order 1) of each window's first maximum; NaN "
+           "propagates. stride/dilation [] = 1, pads [] = 0.");
   defs::rules_pending(r.add(std::string("avg_pool(Tensor x, ") + kWindowAttrs +
                             ", bool count_include_pad=false) -> Tensor"),
                       "AveragePool", 19)
@@ -193,7 +235,9 @@ void register_pool_nd_ops(OpRegistry& r) {
 }
 
 std::pair<Tensor, Tensor> max_pool(const Tensor& x, const PoolNdOptions& o, SourceLoc loc) {
-  auto outs = dispatch(op("max_pool"), {x}, pool_attrs(o), loc);
+  Attrs a = pool_attrs(o);
+  a.set("storage_order", o.storage_order);
+  auto outs = dispatch(op("max_pool"), {x}, a, loc);
   return {outs[0], outs[1]};
 }
 Tensor avg_pool(const Tensor& x, const PoolNdOptions& o, SourceLoc loc) {
