@@ -1,4 +1,4 @@
-// `kiln run` and `kiln inspect`: graph files (text IR, .kir) from the command line.
+// `kiln run` and `kiln inspect`: graph files (text IR .kir, ONNX .onnx) from the command line.
 #pragma once
 
 #include <string>
@@ -10,11 +10,15 @@ class App;
 
 struct RunOptions {
   std::string graph;
-  std::vector<std::string> inputs;  // name=file.npy
+  std::vector<std::string> inputs;  // name=file.npy|.pb
+  std::vector<std::string> known;   // ONNX compile-time inputs, name=file
+  std::vector<std::string> dims;    // ONNX symbolic dims, name=value
   std::string output_dir;
+  bool pb_outputs = false;
 };
 struct InspectOptions {
   std::string graph;
+  std::vector<std::string> known;
   std::string draw;     // picture path (.svg, .png, .pdf, .dot)
   bool no_text = false;
 };
