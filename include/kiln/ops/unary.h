@@ -39,4 +39,26 @@ Tensor clip(const Tensor& x, std::optional<Scalar> min, std::optional<Scalar> ma
 Tensor logical_not(const Tensor& x, SourceLoc loc = KILN_HERE);  // bool output
 Tensor cast(const Tensor& x, DType dtype, SourceLoc loc = KILN_HERE);
 
+// Trigonometric and hyperbolic functions (src/ops/defs/unary/trig.cc); floating output.
+Tensor tan(const Tensor& x, SourceLoc loc = KILN_HERE);
+Tensor asin(const Tensor& x, SourceLoc loc = KILN_HERE);
+Tensor acos(const Tensor& x, SourceLoc loc = KILN_HERE);
+Tensor atan(const Tensor& x, SourceLoc loc = KILN_HERE);
+Tensor sinh(const Tensor& x, SourceLoc loc = KILN_HERE);
+Tensor cosh(const Tensor& x, SourceLoc loc = KILN_HERE);
+Tensor asinh(const Tensor& x, SourceLoc loc = KILN_HERE);
+Tensor acosh(const Tensor& x, SourceLoc loc = KILN_HERE);
+Tensor atanh(const Tensor& x, SourceLoc loc = KILN_HERE);
+// Floating-point classes as bool (false for integer and bool inputs).
+Tensor isnan(const Tensor& x, SourceLoc loc = KILN_HERE);
+Tensor isinf(const Tensor& x, bool detect_positive = true, bool detect_negative = true, SourceLoc loc = KILN_HERE);
+// ONNX activations (src/ops/defs/unary/activation_onnx.cc); floating output.
+Tensor softsign(const Tensor& x, SourceLoc loc = KILN_HERE);  // x / (1 + |x|)
+// gamma * (x > 0 ? x : alpha * (e^x - 1)); the defaults are ONNX's.
+Tensor selu(const Tensor& x, double alpha = 1.67326319217681884765625, double gamma = 1.05070102214813232421875,
+            SourceLoc loc = KILN_HERE);
+Tensor celu(const Tensor& x, double alpha = 1.0, SourceLoc loc = KILN_HERE);  // alpha != 0
+Tensor thresholded_relu(const Tensor& x, double alpha = 1.0, SourceLoc loc = KILN_HERE);  // x > alpha ? x : 0
+Tensor mish(const Tensor& x, SourceLoc loc = KILN_HERE);  // x * tanh(softplus(x))
+
 }  // namespace kiln

@@ -31,6 +31,9 @@ Tensor unary(const std::string& op, const Tensor& x, const Attrs& attrs = {});
 // Binary with broadcasting ("add", "pow", "mod", "eq", "logical_and", ...).
 Tensor binary(const std::string& op, const Tensor& a, const Tensor& b, const Attrs& attrs = {});
 Tensor where(const Tensor& cond, const Tensor& a, const Tensor& b);
+// "bitwise_and/or/xor", "bit_shift" (attrs: direction), "bitwise_not" (b ignored): exact integer
+// results as an i64 tensor (bitwise.cc).
+Tensor bitwise(const std::string& op, const Tensor& a, const Tensor& b = {}, const Attrs& attrs = {});
 
 // ---- reduce, scan, norm (reduce.cc, scan.cc, norm.cc) --------------------------------------------
 // Reductions "sum", "prod", "mean", "max", "min", "var", "std_dev", "logsumexp", "norm" with
@@ -40,6 +43,8 @@ Tensor reduce(const std::string& op, const Tensor& x, const Attrs& attrs = {});
 Tensor arg_reduce(const std::string& op, const Tensor& x, int64_t axis, bool keepdim = false,
                   bool select_last_index = false);
 Tensor cumsum(const Tensor& x, int64_t axis, bool exclusive = false, bool reverse = false);
+// Floating: f64 values (long double products); integer/bool: i64 with wrapping products (cumprod.cc).
+Tensor cumprod(const Tensor& x, int64_t axis, bool exclusive = false, bool reverse = false);
 Tensor softmax(const Tensor& x, int64_t axis, bool log = false);
 // weight/bias may be undefined.
 Tensor layer_norm(const Tensor& x, int64_t axis, const Tensor& weight, const Tensor& bias, double eps);
@@ -55,6 +60,11 @@ Tensor gemm(const Tensor& a, const Tensor& b, const Tensor& c, double alpha, dou
 // NCHW convolution; padding [top, left, bottom, right]; bias may be undefined.
 Tensor conv2d(const Tensor& x, const Tensor& w, const Tensor& bias, const std::vector<int64_t>& stride,
               const std::vector<int64_t>& padding, const std::vector<int64_t>& dilation, int64_t groups);
+// NCHW transposed convolution, w [C, K / groups, R, S]; padding [top, left, bottom, right] crops
+// the full output; bias may be undefined (conv_transpose.cc).
+Tensor conv_transpose2d(const Tensor& x, const Tensor& w, const Tensor& bias, const std::vector<int64_t>& stride,
+                        const std::vector<int64_t>& padding, const std::vector<int64_t>& output_padding,
+                        const std::vector<int64_t>& dilation, int64_t groups);
 // Max (max = true) or average pooling; stride empty = kernel; PyTorch's ceil_mode and
 // count_include_pad rules.
 Tensor pool2d(bool max, const Tensor& x, const std::vector<int64_t>& kernel, const std::vector<int64_t>& stride,
@@ -75,6 +85,9 @@ Tensor gather(const Tensor& x, const Tensor& indices, int64_t axis);
 Tensor gather_elements(const Tensor& x, const Tensor& index, int64_t axis);
 Tensor scatter(const Tensor& x, int64_t axis, const Tensor& index, const Tensor& src);
 Tensor one_hot(const Tensor& indices, int64_t depth, int64_t axis);
+// ONNX GatherND / ScatterND (reduction "none", "add", "mul", "max", "min"; tuples in order) (gather_nd.cc).
+Tensor gather_nd(const Tensor& x, const Tensor& indices, int64_t batch_dims);
+Tensor scatter_nd(const Tensor& x, const Tensor& indices, const Tensor& updates, const std::string& reduction);
 // Values and indices (as f64), sorted best first; ties keep the lower index; NaN ranks highest.
 std::pair<Tensor, Tensor> topk(const Tensor& x, int64_t k, int64_t axis, bool largest);
 

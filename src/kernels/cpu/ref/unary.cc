@@ -79,6 +79,34 @@ double apply(const std::string& op, double x, const Attrs& attrs, DType in) {
     double beta = attr_or(attrs, "beta", 1.0), threshold = attr_or(attrs, "threshold", 20.0);
     return beta * x > threshold ? x : std::log1p(std::exp(beta * x)) / beta;
   }
+  // Trigonometric, classifiers and ONNX activations (defs/unary/trig.cc, activation_onnx.cc).
+  if (op == "tan") return std::tan(x);
+  if (op == "asin") return std::asin(x);
+  if (op == "acos") return std::acos(x);
+  if (op == "atan") return std::atan(x);
+  if (op == "sinh") return std::sinh(x);
+  if (op == "cosh") return std::cosh(x);
+  if (op == "asinh") return std::asinh(x);
+  if (op == "acosh") return std::acosh(x);
+  if (op == "atanh") return std::atanh(x);
+  if (op == "isnan") return std::isnan(x) ? 1.0 : 0.0;
+  if (op == "isinf") {
+    const bool pos = !attrs.has("detect_positive") || attrs.get_bool("detect_positive");
+    const bool negv = !attrs.has("detect_negative") || attrs.get_bool("detect_negative");
+    return (x == INFINITY && pos) || (x == -INFINITY && negv) ? 1.0 : 0.0;
+  }
+  if (op == "softsign") return x / (1 + std::fabs(x));
+  if (op == "selu") {
+    const double a = attr_or(attrs, "alpha", 1.67326319217681884765625), g = attr_or(attrs, "gamma", 1.05070102214813232421875);
+    return x > 0 ? g * x : g * a * (std::exp(x) - 1);
+  }
+  if (op == "celu") {
+    const double a = attr_or(attrs, "alpha", 1.0);
+    if (std::isnan(x)) return x;
+    return std::max(0.0, x) + std::min(0.0, a * (std::exp(x / a) - 1));
+  }
+  if (op == "thresholded_relu") return std::isnan(x) || x > attr_or(attrs, "alpha", 1.0) ? x : 0.0;
+  if (op == "mish") return x * std::tanh(std::log1p(std::exp(x)));
   KILN_FAIL("ref::unary: unknown op ", op);
 }
 
