@@ -29,5 +29,14 @@ Tensor logical_or(const Tensor& a, const Tensor& b, SourceLoc loc = KILN_HERE);
 Tensor logical_xor(const Tensor& a, const Tensor& b, SourceLoc loc = KILN_HERE);
 // cond ? a : b, all three broadcast together; cond must be bool.
 Tensor where(const Tensor& cond, const Tensor& a, const Tensor& b, SourceLoc loc = KILN_HERE);
+// Bitwise ops on integer and bool tensors (src/ops/defs/binary/bitwise.cc); floating is an error.
+Tensor bitwise_and(const Tensor& a, const Tensor& b, SourceLoc loc = KILN_HERE);
+Tensor bitwise_or(const Tensor& a, const Tensor& b, SourceLoc loc = KILN_HERE);
+Tensor bitwise_xor(const Tensor& a, const Tensor& b, SourceLoc loc = KILN_HERE);
+Tensor bitwise_not(const Tensor& x, SourceLoc loc = KILN_HERE);
+// a << b (direction "left") or a >> b ("right") on integers, broadcasting: left shifts the two's-
+// complement pattern, right is arithmetic for signed and logical for u8; counts outside
+// [0, bits) shift every bit out (0, or -1 for a right shift of a negative value).
+Tensor bit_shift(const Tensor& a, const Tensor& b, const std::string& direction, SourceLoc loc = KILN_HERE);
 
 }  // namespace kiln

@@ -100,6 +100,8 @@ void register_binary_ops(OpRegistry& r) {
   void register_binary_arith_ops(OpRegistry&);
   register_binary_arith_ops(r);
   register_binary_compare_ops(r);
+  void register_binary_bitwise_ops(OpRegistry&);  // bitwise.cc
+  register_binary_bitwise_ops(r);
 }
 
 Tensor eq(const Tensor& a, const Tensor& b, SourceLoc loc) { return dispatch1(op("eq"), {a, b}, {}, loc); }
