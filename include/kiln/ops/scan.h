@@ -9,5 +9,9 @@ namespace kiln {
 // Floating inputs accumulate in f64 for f32/f16/bf16; bool/integers give i64.
 Tensor cumsum(const Tensor& x, int64_t axis, bool exclusive = false, bool reverse = false,
               SourceLoc loc = KILN_HERE);
+// Running product along `axis` (src/ops/defs/scan/cumprod.cc); exclusive and reverse as cumsum.
+// Floating inputs accumulate in f64; bool/integers give i64 (products wrap modulo 2^64).
+Tensor cumprod(const Tensor& x, int64_t axis, bool exclusive = false, bool reverse = false,
+               SourceLoc loc = KILN_HERE);
 
 }  // namespace kiln

@@ -81,7 +81,10 @@ void cumsum_kernel(const KernelCall& k) {
 
 }  // namespace
 
+void register_cumprod_ops(OpRegistry& r);  // cumprod.cc
+
 void register_scan_ops(OpRegistry& r) {
+  register_cumprod_ops(r);
   defs::rules_pending(r.add("cumsum(Tensor x, int axis, bool exclusive=false, bool reverse=false) -> Tensor"),
                       "CumSum", 14)
       .infer(infer_cumsum)
