@@ -17,6 +17,19 @@ struct Conv2dOptions {
 Tensor conv2d(const Tensor& x, const Tensor& w, const Tensor& bias = {}, const Conv2dOptions& opt = {},
               SourceLoc loc = KILN_HERE);
 
+// Transposed convolution (ONNX ConvTranspose with explicit pads): x [N, C, H, W], w [C, K/groups,
+// R, S], bias [K] or undefined; output [N, K, Ho, Wo] with Ho = stride*(H-1) + output_padding +
+// dilation*(R-1) + 1 - top - bottom. output_padding < stride or dilation.
+struct ConvTranspose2dOptions {
+  std::vector<int64_t> stride{1, 1};
+  std::vector<int64_t> padding{0, 0, 0, 0};  // top, left, bottom, right: cropped from the full output
+  std::vector<int64_t> output_padding{0, 0};
+  std::vector<int64_t> dilation{1, 1};
+  int64_t groups = 1;
+};
+Tensor conv_transpose2d(const Tensor& x, const Tensor& w, const Tensor& bias = {},
+                        const ConvTranspose2dOptions& opt = {}, SourceLoc loc = KILN_HERE);
+
 struct Pool2dOptions {
   std::vector<int64_t> kernel{2, 2};
   std::vector<int64_t> stride{};             // empty = kernel

@@ -14,6 +14,7 @@
 namespace kiln {
 
 void register_pool_ops(OpRegistry& r);  // pool.cc
+void register_conv_transpose_ops(OpRegistry& r);  // conv_transpose.cc
 
 namespace defs {
 
@@ -203,6 +204,7 @@ void register_conv_ops(OpRegistry& r) {
       .doc("2-D convolution, NCHW; padding [top, left, bottom, right]; groups (depthwise when groups = C). "
            "16-bit floats compute in f32.");
   register_pool_ops(r);
+  register_conv_transpose_ops(r);
 }
 
 Tensor conv2d(const Tensor& x, const Tensor& w, const Tensor& bias, const Conv2dOptions& opt, SourceLoc loc) {
