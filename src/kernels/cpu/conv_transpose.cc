@@ -13,34 +13,39 @@ namespace kiln::kernels::cpu {
 
 namespace {
 
+// Output channels write disjoint planes, so they run in parallel (inline when the caller already
+// runs in a parallel region, i.e. one task per (image, group)).
 template <class T>
 void col2im_add(const ConvTranspose2dParams& p, int64_t channels, const T* col, T* y) {
   const int64_t hw = p.h * p.w;
-  for (int64_t k = 0; k < channels; ++k) {
-    T* yk = y + k * p.ho * p.wo;
-    for (int64_t r = 0; r < p.r; ++r) {
-      for (int64_t s = 0; s < p.s; ++s) {
-        const T* row = col + ((k * p.r + r) * p.s + s) * hw;
-        const int64_t w_off = s * p.dil_w - p.pad_left;
-        // Input columns iw whose output column iw*sw + w_off lies inside [0, Wo).
-        int64_t iw_lo = w_off >= 0 ? 0 : (-w_off + p.stride_w - 1) / p.stride_w;
-        int64_t iw_hi = p.wo - w_off <= 0 ? 0 : std::min(p.w, (p.wo - w_off - 1) / p.stride_w + 1);
-        iw_lo = std::min(iw_lo, p.w);
-        iw_hi = std::max(iw_hi, iw_lo);
-        for (int64_t ih = 0; ih < p.h; ++ih) {
-          const int64_t oh = ih * p.stride_h - p.pad_top + r * p.dil_h;
-          if (oh < 0 || oh >= p.ho) continue;
-          const T* src = row + ih * p.w;
-          T* dst = yk + oh * p.wo + w_off;
-          if (p.stride_w == 1) {
-            for (int64_t iw = iw_lo; iw < iw_hi; ++iw) dst[iw] += src[iw];
-          } else {
-            for (int64_t iw = iw_lo; iw < iw_hi; ++iw) dst[iw * p.stride_w] += src[iw];
+  const int64_t grain = std::max<int64_t>(1, (int64_t{1} << 15) / std::max<int64_t>(1, p.r * p.s * hw));
+  parallel_for(0, channels, grain, [&](int64_t k0, int64_t k1) {
+    for (int64_t k = k0; k < k1; ++k) {
+      T* yk = y + k * p.ho * p.wo;
+      for (int64_t r = 0; r < p.r; ++r) {
+        for (int64_t s = 0; s < p.s; ++s) {
+          const T* row = col + ((k * p.r + r) * p.s + s) * hw;
+          const int64_t w_off = s * p.dil_w - p.pad_left;
+          // Input columns iw whose output column iw*sw + w_off lies inside [0, Wo).
+          int64_t iw_lo = w_off >= 0 ? 0 : (-w_off + p.stride_w - 1) / p.stride_w;
+          int64_t iw_hi = p.wo - w_off <= 0 ? 0 : std::min(p.w, (p.wo - w_off - 1) / p.stride_w + 1);
+          iw_lo = std::min(iw_lo, p.w);
+          iw_hi = std::max(iw_hi, iw_lo);
+          for (int64_t ih = 0; ih < p.h; ++ih) {
+            const int64_t oh = ih * p.stride_h - p.pad_top + r * p.dil_h;
+            if (oh < 0 || oh >= p.ho) continue;
+            const T* src = row + ih * p.w;
+            T* dst = yk + oh * p.wo + w_off;
+            if (p.stride_w == 1) {
+              for (int64_t iw = iw_lo; iw < iw_hi; ++iw) dst[iw] += src[iw];
+            } else {
+              for (int64_t iw = iw_lo; iw < iw_hi; ++iw) dst[iw * p.stride_w] += src[iw];
+            }
           }
         }
       }
     }
-  }
+  });
 }
 
 template <class T>
