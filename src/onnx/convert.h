@@ -50,6 +50,10 @@ class ConvertCtx {
   Tensor const_input(size_t i, const char* what) const;
   std::vector<int64_t> const_ints(size_t i, const char* what) const;  // any integer dtype, flattened
   std::vector<double> const_floats(size_t i, const char* what) const;
+  // A shape-valued constant input read as dims, symbolic entries included (Note [Symbolic shape
+  // values] in import.cc); and the constant that Shape of a symbolic tensor produces.
+  std::vector<ir::Dim> shape_dims(size_t i, const char* what) const;
+  ir::Value* symbolic_shape(const std::vector<ir::Dim>& dims);
   std::optional<Tensor> try_const(size_t i) const;  // nullopt when not constant
 
   // ---- attributes (ONNX names)
@@ -70,6 +74,8 @@ class ConvertCtx {
   ir::Value* constant(const Tensor& t);
   ir::Value* scalar(double v, DType dt);  // a 0-d constant of dtype dt
   ir::Value* cast(ir::Value* v, DType dt);  // no node when already dt
+  // ImportOptions::max_constant_elements: the most a converter may materialize itself.
+  int64_t max_constant_elements() const;
   // Normalizes an axis of a rank-r tensor (ONNX allows -r..r-1); kiln::Error otherwise.
   int64_t axis(int64_t a, int64_t r, const char* what = "axis") const;
 
@@ -90,6 +96,11 @@ void add_elementwise_converters(std::map<std::string, Converter>& m);
 void add_shape_converters(std::map<std::string, Converter>& m);
 void add_nn_converters(std::map<std::string, Converter>& m);
 void add_reduce_converters(std::map<std::string, Converter>& m);
+
+// ONNX's arithmetic, comparison, Gemm/MatMul and Conv ops take one element type T for all their
+// inputs; kiln's ops would promote, so a mixed-type node is refused rather than given a meaning.
+// kiln::Error "input #1 is i64 but input #0 is f32 (Add takes one element type)".
+void check_same_types(const ConvertCtx& c);
 
 // ONNX's symbolic names may be any string; kiln's value names are identifiers.
 std::string sanitize_name(const std::string& onnx_name);

@@ -26,7 +26,7 @@ struct Window {
 };
 
 // Reads kernel/strides/dilations/pads/auto_pad for `nsp` spatial dims of input shape `in`.
-Window window(ConvertCtx& c, const Shape& in, int64_t nsp, Ints kernel) {
+Window window(ConvertCtx& c, const ir::SymShape& in, int64_t nsp, Ints kernel) {
   Window w;
   w.kernel = std::move(kernel);
   if (static_cast<int64_t>(w.kernel.size()) != nsp)
@@ -41,8 +41,10 @@ Window window(ConvertCtx& c, const Shape& in, int64_t nsp, Ints kernel) {
   for (int64_t i = 0; i < nsp; ++i) {
     size_t u = static_cast<size_t>(i);
     if (w.stride[u] <= 0 || w.dilation[u] <= 0) c.fail("strides and dilations must be positive");
-    int64_t n = in[static_cast<size_t>(2 + i)];
+    const ir::Dim& dim = in[static_cast<size_t>(2 + i)];
     if (auto_pad == "SAME_UPPER" || auto_pad == "SAME_LOWER") {
+      if (dim.is_symbolic()) c.fail("auto_pad " + auto_pad + " over symbolic spatial dim " + dim.symbol);
+      int64_t n = dim.size;
       int64_t out = (n + w.stride[u] - 1) / w.stride[u];
       int64_t total = std::max<int64_t>((out - 1) * w.stride[u] + (w.kernel[u] - 1) * w.dilation[u] + 1 - n, 0);
       int64_t small = total / 2;
@@ -87,8 +89,11 @@ ir::Value* from_2d(ConvertCtx& c, ir::Value* v, int64_t nsp) {
 V conv(ConvertCtx& c) {
   int64_t nsp = spatial_dims(c, 0);
   Shape ws = c.static_shape(1);
+  check_same_types(c);
+  if (static_cast<int64_t>(ws.size()) != nsp + 2)
+    c.fail("weight " + shape_str(ws) + " must have rank " + std::to_string(nsp + 2) + " like the input");
   Ints kernel = c.attr_ints("kernel_shape", Ints(ws.begin() + 2, ws.end()));
-  Window w = as_2d(window(c, c.static_shape(0), nsp, kernel));
+  Window w = as_2d(window(c, c.type(0).shape, nsp, kernel));
   ir::Value* out = c.emit("conv2d", {to_2d(c, c.in(0), nsp), to_2d(c, c.in(1), nsp), c.in_or_null(2)},
                           {{"stride", w.stride}, {"padding", padding_2d(w)}, {"dilation", w.dilation},
                            {"groups", c.attr_int("group", 1)}});
@@ -98,6 +103,9 @@ V conv(ConvertCtx& c) {
 V conv_transpose(ConvertCtx& c) {
   int64_t nsp = spatial_dims(c, 0);
   Shape xs = c.static_shape(0), ws = c.static_shape(1);
+  check_same_types(c);
+  if (ws.size() != xs.size())
+    c.fail("weight " + shape_str(ws) + " must have rank " + std::to_string(xs.size()) + " like the input");
   Ints kernel = c.attr_ints("kernel_shape", Ints(ws.begin() + 2, ws.end()));
   Ints stride = c.attr_ints("strides", Ints(static_cast<size_t>(nsp), 1));
   Ints dil = c.attr_ints("dilations", Ints(static_cast<size_t>(nsp), 1));
@@ -155,13 +163,13 @@ int64_t any_spatial_dims(ConvertCtx& c, size_t input) {
 V max_pool_nd(ConvertCtx& c) {
   int64_t nsp = any_spatial_dims(c, 0);
   if (c.attr_int("storage_order", 0) != 0) c.fail("storage_order=1 (column-major indices) is not supported");
-  Window w = window(c, c.static_shape(0), nsp, c.attr_ints("kernel_shape"));
+  Window w = window(c, c.type(0).shape, nsp, c.attr_ints("kernel_shape"));
   return c.emit_multi("max_pool", {c.in(0)}, nd_window_attrs(w, c.attr_int("ceil_mode", 0) != 0));
 }
 
 V avg_pool_nd(ConvertCtx& c) {
   int64_t nsp = any_spatial_dims(c, 0);
-  Window w = window(c, c.static_shape(0), nsp, c.attr_ints("kernel_shape"));
+  Window w = window(c, c.type(0).shape, nsp, c.attr_ints("kernel_shape"));
   Attrs a = nd_window_attrs(w, c.attr_int("ceil_mode", 0) != 0);
   a.set("count_include_pad", c.attr_int("count_include_pad", 0) != 0);
   return {c.emit("avg_pool", {c.in(0)}, a)};
@@ -169,7 +177,7 @@ V avg_pool_nd(ConvertCtx& c) {
 
 V lp_pool(ConvertCtx& c) {
   int64_t nsp = any_spatial_dims(c, 0);
-  Window w = window(c, c.static_shape(0), nsp, c.attr_ints("kernel_shape"));
+  Window w = window(c, c.type(0).shape, nsp, c.attr_ints("kernel_shape"));
   Attrs a = nd_window_attrs(w, c.attr_int("ceil_mode", 0) != 0);
   a.set("p", c.attr_int("p", 2));
   return {c.emit("lp_pool", {c.in(0)}, a)};
@@ -191,7 +199,7 @@ V max_pool(ConvertCtx& c) {
   bool wants_indices = c.node().output_size() > 1 && !c.node().output(1).empty();
   if (c.rank(0) != 4 || wants_indices || c.attr_int("storage_order", 0) != 0) return max_pool_nd(c);
   int64_t nsp = spatial_dims(c, 0);
-  Window w = as_2d(window(c, c.static_shape(0), nsp, c.attr_ints("kernel_shape")));
+  Window w = as_2d(window(c, c.type(0).shape, nsp, c.attr_ints("kernel_shape")));
   // kiln pools floating tensors; 8-bit and i32 values are exact in f64.
   DType dt = c.dtype(0);
   ir::Value* x = is_floating(dt) ? c.in(0) : c.cast(c.in(0), DType::f64);
@@ -206,7 +214,7 @@ V avg_pool(ConvertCtx& c) {
   bool dilated = std::any_of(dil.begin(), dil.end(), [](int64_t d) { return d != 1; });
   if (c.rank(0) != 4 || dilated) return avg_pool_nd(c);
   int64_t nsp = spatial_dims(c, 0);
-  Window w = as_2d(window(c, c.static_shape(0), nsp, c.attr_ints("kernel_shape")));
+  Window w = as_2d(window(c, c.type(0).shape, nsp, c.attr_ints("kernel_shape")));
   ir::Value* out = c.emit("avg_pool2d", {to_2d(c, c.in(0), nsp)},
                           {{"kernel", w.kernel}, {"stride", w.stride}, {"padding", padding_2d(w)},
                            {"ceil_mode", c.attr_int("ceil_mode", 0) != 0},
@@ -456,12 +464,16 @@ V mvn(ConvertCtx& c) {
 
 // ---- matrix products ------------------------------------------------------------------------------------
 V gemm(ConvertCtx& c) {
+  check_same_types(c);
   return {c.emit("gemm", {c.in(0), c.in(1), c.in_or_null(2)},
                  {{"alpha", c.attr_float("alpha", 1.0)}, {"beta", c.attr_float("beta", 1.0)},
                   {"trans_a", c.attr_int("transA", 0) != 0}, {"trans_b", c.attr_int("transB", 0) != 0}})};
 }
 
-V matmul(ConvertCtx& c) { return {c.emit("matmul", {c.in(0), c.in(1)})}; }
+V matmul(ConvertCtx& c) {
+  check_same_types(c);
+  return {c.emit("matmul", {c.in(0), c.in(1)})};
+}
 
 // ---- softmax family ---------------------------------------------------------------------------------------
 // Before opset 13 these coerce the input to 2-D at `axis` (default 1) and work on the second dim.

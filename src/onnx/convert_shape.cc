@@ -3,6 +3,8 @@
 // ConstantOfShape, Range, EyeLike, Trilu, OneHot, CumSum, DepthToSpace/SpaceToDepth.
 // Inputs that kiln takes as attributes must be constant (Note [Folding at import]).
 #include <cmath>
+#include <algorithm>
+#include <map>
 #include <numeric>
 
 #include "onnx/convert.h"
@@ -15,26 +17,72 @@ using V = std::vector<ir::Value*>;
 
 Tensor i64_tensor(const std::vector<int64_t>& v) { return from_vector(v); }
 
+// Reshape's target as dims: 0 copies the input's dim (unless allowzero), -1 is inferred, and
+// symbolic entries come from a symbolic shape value. kiln's reshape takes one unknown (-1), so the
+// -1 entry is solved from the static sizes when every symbol cancels between input and target.
 V reshape(ConvertCtx& c) {
-  std::vector<int64_t> target = c.opset() < 5 ? c.attr_ints("shape") : c.const_ints(1, "shape");
+  std::vector<ir::Dim> target;
+  if (c.opset() < 5) {
+    for (int64_t d : c.attr_ints("shape")) target.push_back(ir::Dim(d));
+  } else {
+    target = c.shape_dims(1, "shape");
+  }
   bool allowzero = c.attr_int("allowzero", 0) != 0;
   const auto& in = c.type(0).shape;
-  int64_t minus_one = 0;
+  int64_t infer_at = -1;
   for (size_t i = 0; i < target.size(); ++i) {
-    if (target[i] == 0 && !allowzero) {
+    if (target[i].is_symbolic()) continue;
+    int64_t d = target[i].size;
+    if (d == 0 && !allowzero) {
       if (i >= in.size()) c.fail("shape[" + std::to_string(i) + "] = 0 copies a dim the input (rank " +
                                  std::to_string(in.size()) + ") does not have");
-      if (in[i].is_symbolic()) c.fail("shape[" + std::to_string(i) + "] = 0 copies symbolic dim " + in[i].symbol);
-      target[i] = in[i].size;
+      target[i] = in[i];
+    } else if (d == -1) {
+      if (infer_at >= 0) c.fail("shape has more than one -1");
+      infer_at = static_cast<int64_t>(i);
+    } else if (d < 0) {
+      c.fail("shape[" + std::to_string(i) + "] = " + std::to_string(d) + " is invalid");
     }
-    if (target[i] == -1) ++minus_one;
-    else if (target[i] < 0) c.fail("shape[" + std::to_string(i) + "] = " + std::to_string(target[i]) + " is invalid");
   }
-  if (minus_one > 1) c.fail("shape has more than one -1");
-  return {c.emit("reshape", {c.in(0)}, {{"shape", target}})};
+  auto symbolic_count = [&] {
+    return std::count_if(target.begin(), target.end(), [](const ir::Dim& d) { return d.is_symbolic(); });
+  };
+  if (infer_at >= 0 && symbolic_count() > 0) {
+    // Solve -1: the symbols must appear equally often in the input and the target.
+    std::map<std::string, int> balance;
+    int64_t in_static = 1, out_static = 1;
+    for (const auto& d : in) d.is_symbolic() ? (void)++balance[d.symbol] : (void)(in_static *= d.size);
+    for (size_t i = 0; i < target.size(); ++i) {
+      if (static_cast<int64_t>(i) == infer_at) continue;
+      target[i].is_symbolic() ? (void)--balance[target[i].symbol] : (void)(out_static *= target[i].size);
+    }
+    bool cancels = std::all_of(balance.begin(), balance.end(), [](const auto& kv) { return kv.second == 0; });
+    if (!cancels || out_static == 0 || in_static % out_static != 0)
+      c.fail("cannot infer the -1 of target " + ir::shape_str(target) + " from input " + ir::shape_str(in) +
+             " (symbolic dims do not cancel)");
+    target[static_cast<size_t>(infer_at)] = ir::Dim(in_static / out_static);
+    infer_at = -1;
+  }
+  if (symbolic_count() > 1 || (symbolic_count() == 1 && infer_at >= 0))
+    c.fail("target shape " + ir::shape_str(target) + " has more than one unknown dim (kiln's reshape infers one)");
+  std::vector<int64_t> ints;
+  for (const auto& d : target) ints.push_back(d.is_symbolic() ? -1 : d.size);
+  return {c.emit("reshape", {c.in(0)}, {{"shape", ints}})};
 }
 
 V shape(ConvertCtx& c) {
+  const auto& sym = c.type(0).shape;
+  bool is_static = std::none_of(sym.begin(), sym.end(), [](const ir::Dim& d) { return d.is_symbolic(); });
+  if (!is_static) {
+    int64_t r = static_cast<int64_t>(sym.size());
+    int64_t start = c.attr_int("start", 0), end = c.attr_int("end", r);
+    if (start < 0) start += r;
+    if (end < 0) end += r;
+    start = std::clamp<int64_t>(start, 0, r);
+    end = std::clamp<int64_t>(end, 0, r);
+    std::vector<ir::Dim> dims(sym.begin() + start, sym.begin() + std::max(start, end));
+    return {c.symbolic_shape(dims)};
+  }
   Shape s = c.static_shape(0);
   int64_t r = static_cast<int64_t>(s.size());
   int64_t start = c.attr_int("start", 0), end = c.attr_int("end", r);
@@ -50,14 +98,21 @@ V shape(ConvertCtx& c) {
 V size(ConvertCtx& c) { return {c.constant(full({}, numel_of(c.static_shape(0)), TensorOptions(DType::i64)))}; }
 
 V flatten(ConvertCtx& c) {
-  Shape s = c.static_shape(0);
+  const auto& s = c.type(0).shape;
   int64_t r = static_cast<int64_t>(s.size());
   int64_t axis = c.attr_int("axis", 1);
   if (axis < 0) axis += r;
   if (axis < 0 || axis > r) c.fail("axis " + std::to_string(c.attr_int("axis", 1)) + " is out of range for rank " + std::to_string(r));
+  // [prod(dims before axis), prod(dims from axis)]; a side holding a symbolic dim becomes -1.
   int64_t outer = 1, inner = 1;
-  for (int64_t i = 0; i < r; ++i) (i < axis ? outer : inner) *= s[static_cast<size_t>(i)];
-  return {c.emit("reshape", {c.in(0)}, {{"shape", std::vector<int64_t>{outer, inner}}})};
+  bool outer_sym = false, inner_sym = false;
+  for (int64_t i = 0; i < r; ++i) {
+    const auto& d = s[static_cast<size_t>(i)];
+    if (d.is_symbolic()) (i < axis ? outer_sym : inner_sym) = true;
+    else (i < axis ? outer : inner) *= d.size;
+  }
+  if (outer_sym && inner_sym) c.fail("both sides of axis " + std::to_string(axis) + " hold symbolic dims of " + ir::shape_str(s));
+  return {c.emit("reshape", {c.in(0)}, {{"shape", std::vector<int64_t>{outer_sym ? -1 : outer, inner_sym ? -1 : inner}}})};
 }
 
 V transpose(ConvertCtx& c) {
@@ -98,9 +153,10 @@ V concat(ConvertCtx& c) {
 }
 
 V split(ConvertCtx& c) {
-  Shape s = c.static_shape(0);
+  const auto& s = c.type(0).shape;
   int64_t axis = c.axis(c.attr_int("axis", 0), static_cast<int64_t>(s.size()));
-  int64_t n = s[static_cast<size_t>(axis)];
+  if (s[static_cast<size_t>(axis)].is_symbolic()) c.fail("splitting symbolic dim " + s[static_cast<size_t>(axis)].symbol);
+  int64_t n = s[static_cast<size_t>(axis)].size;
   std::vector<int64_t> sizes = c.opset() < 13 ? c.attr_ints("split") : (c.has_input(1) ? c.const_ints(1, "split") : std::vector<int64_t>{});
   if (sizes.empty()) {
     int64_t parts = c.opset() >= 18 && c.has_attr("num_outputs") ? c.attr_int("num_outputs") : c.node().output_size();
@@ -150,9 +206,23 @@ V scatter_elements(ConvertCtx& c) {
 }
 
 V expand(ConvertCtx& c) {
-  std::vector<int64_t> shape = c.const_ints(1, "shape");
-  for (int64_t d : shape)
-    if (d < 0) c.fail("shape entry " + std::to_string(d) + " is negative");
+  std::vector<ir::Dim> target = c.shape_dims(1, "shape");
+  const auto& in = c.type(0).shape;
+  std::vector<int64_t> shape;
+  for (size_t i = 0; i < target.size(); ++i) {
+    const ir::Dim& d = target[i];
+    if (d.is_symbolic()) {
+      // kiln's expand keeps the input's dim for -1: right only where the input has this symbol.
+      int64_t j = static_cast<int64_t>(i) - static_cast<int64_t>(target.size() - in.size());
+      if (j < 0 || !(in[static_cast<size_t>(j)] == d))
+        c.fail("Expand to symbolic dim " + d.symbol + " at position " + std::to_string(i) +
+               " where the input does not have it");
+      shape.push_back(-1);
+      continue;
+    }
+    if (d.size < 0) c.fail("shape entry " + std::to_string(d.size) + " is negative");
+    shape.push_back(d.size);
+  }
   return {c.emit("expand", {c.in(0)}, {{"shape", shape}})};
 }
 
@@ -225,8 +295,10 @@ V range(ConvertCtx& c) {
          delta = d.to(DType::f64).item<double>();
   if (delta == 0) c.fail("delta is zero");
   double count = std::ceil((limit - start) / delta);
-  int64_t n = std::max<int64_t>(static_cast<int64_t>(count), 0);
-  if (n > (int64_t{1} << 30)) c.fail("range of " + std::to_string(n) + " elements is too large");
+  if (std::isnan(count) || count > static_cast<double>(c.max_constant_elements()))
+    c.fail("range of " + std::to_string(count) + " elements is over the importer's limit of " +
+           std::to_string(c.max_constant_elements()));
+  int64_t n = count > 0 ? static_cast<int64_t>(count) : 0;
   Tensor out = empty({n}, TensorOptions(DType::f64));
   double* p = out.data<double>();
   for (int64_t i = 0; i < n; ++i) p[i] = start + static_cast<double>(i) * delta;
@@ -238,6 +310,9 @@ V eye_like(ConvertCtx& c) {
   if (s.size() != 2) c.fail("input must be 2-D, got " + shape_str(s));
   DType dt = c.has_attr("dtype") ? from_onnx_dtype(static_cast<int32_t>(c.attr_int("dtype")), "EyeLike's dtype") : c.dtype(0);
   int64_t k = c.attr_int("k", 0);
+  if (s[1] != 0 && s[0] > c.max_constant_elements() / s[1])
+    c.fail("a " + shape_str(s) + " identity is over the importer's limit of " +
+           std::to_string(c.max_constant_elements()) + " elements");
   Tensor out = zeros(s, TensorOptions(DType::f64));
   double* p = out.data<double>();
   for (int64_t i = 0; i < s[0]; ++i) {
@@ -253,7 +328,10 @@ V trilu(ConvertCtx& c) {
 }
 
 V one_hot(ConvertCtx& c) {
-  int64_t depth = static_cast<int64_t>(c.const_floats(1, "depth").at(0));
+  double depth_value = c.const_floats(1, "depth").at(0);
+  if (!(depth_value >= 1 && depth_value <= static_cast<double>(c.max_constant_elements())))
+    c.fail("depth " + std::to_string(depth_value) + " is not in [1, " + std::to_string(c.max_constant_elements()) + "]");
+  int64_t depth = static_cast<int64_t>(depth_value);
   ir::Value* values = c.in(2);
   DType dt = values->type().dtype;
   int64_t axis = c.attr_int("axis", -1);

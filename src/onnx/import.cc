@@ -14,14 +14,24 @@
 // such a value and it depends only on inputs whose values the caller supplied
 // (ImportOptions::known_inputs), the importer binds those inputs as constants and converts the
 // model again; otherwise the error names the inputs the value depends on.
+//
+// Note [Symbolic shape values]
+// With a symbolic dim (dim_param "batch"), Shape cannot fold to plain numbers. Its value becomes a
+// constant in which each symbolic dim is a marker (kSymbolMarker - k for symbol k); ops that only
+// move elements (Gather, Slice, Concat, (Un)Squeeze, Cast, Identity) fold it as usual and the
+// markers travel with the elements. Reshape and Expand read such a shape as dims (ConvertCtx::
+// shape_dims); any other use of a marked value is an error naming the symbols, never a silently
+// wrong number.
 #include <onnx/onnx_pb.h>
 
 #include <algorithm>
 #include <cctype>
 #include <filesystem>
 #include <fstream>
+#include <limits>
 #include <set>
 #include <sstream>
+#include <stdexcept>
 
 #include "kiln/ops/dispatch.h"
 #include "onnx/convert.h"
@@ -49,6 +59,19 @@ bool is_default_domain(const std::string& d) { return d.empty() || d == "ai.onnx
 
 // Model-local functions are inlined; a function calling itself would never end.
 constexpr int kMaxFunctionDepth = 32;
+// Inlining multiplies nodes (a function calling another twice, 40 levels deep, is 2^40 nodes from a
+// few hundred bytes): the total a model may expand to.
+constexpr int64_t kMaxInlinedNodes = int64_t{1} << 20;
+
+// numel of a shape, saturating at INT64_MAX instead of overflowing (hostile declared dims).
+int64_t saturating_numel(const Shape& s) {
+  int64_t n = 1;
+  for (int64_t d : s) {
+    if (d == 0) return 0;
+    n = d > 0 && n > std::numeric_limits<int64_t>::max() / d ? std::numeric_limits<int64_t>::max() : n * d;
+  }
+  return n;
+}
 constexpr int64_t kMaxOpset = 27;
 }  // namespace
 
@@ -67,10 +90,18 @@ class Importer {
   const std::string& base_dir() const { return base_dir_; }
   std::vector<ir::Value*> last_outputs;  // all outputs of the last emit (emit_multi)
 
+  // Note [Symbolic shape values]
+  ir::Value* symbolic_shape(const std::vector<ir::Dim>& dims);
+  bool is_symbolic_shape(const ir::Value* v) const { return symbolic_.count(v) != 0; }
+  std::vector<ir::Dim> decode_dims(const Tensor& t) const;
+  std::string symbols_in(const ir::Value* v) const;
+
  private:
   void import_graph(const ::onnx::GraphProto& g);
   void convert_node(const ::onnx::NodeProto& n, int index, int depth, const std::string& scope);
   void inline_function(const ::onnx::FunctionProto& f, const ::onnx::NodeProto& call, int index, int depth);
+  int64_t inlined_size(const ::onnx::FunctionProto& f, std::set<const ::onnx::FunctionProto*>& active,
+                       const ::onnx::NodeProto& call, int index);
   ir::ValueType input_type(const ::onnx::ValueInfoProto& vi, size_t index);
   ir::Value* lookup(const std::string& scoped_name, const ::onnx::NodeProto& n, int index) const;
   void define(const std::string& onnx_name, ir::Value* v);
@@ -78,6 +109,8 @@ class Importer {
   const ImportOptions& opts_;
   std::string base_dir_;
   std::set<std::string> bound_;  // graph inputs bound to known values (Note [Known inputs])
+  std::map<const ::onnx::FunctionProto*, int64_t> inlined_sizes_;  // memo of inlined_size
+  int64_t inlined_nodes_ = 0, inline_calls_ = 0;
   ir::Graph g_;
   std::map<std::string, ir::Value*> values_;  // ONNX (scoped) name -> value
   std::set<const ir::Value*> named_;          // values already carrying an ONNX name
@@ -86,7 +119,56 @@ class Importer {
   std::map<std::pair<std::string, std::string>, const ::onnx::FunctionProto*> functions_;
   int64_t opset_ = 0;
   int unknown_dims_ = 0;
+  std::set<const ir::Value*> symbolic_;  // constants holding symbol markers
+  std::vector<std::string> symbols_;     // marker index -> symbol name
 };
+
+namespace {
+constexpr int64_t kSymbolMarker = -(int64_t{1} << 40);
+bool is_marker(int64_t v) { return v <= kSymbolMarker && v > kSymbolMarker - (int64_t{1} << 20); }
+
+bool moves_elements_only(const std::string& op_type) {
+  static const std::set<std::string> ops{"Gather", "Slice", "Concat", "Unsqueeze", "Squeeze", "Cast", "Identity",
+                                         "Reshape", "Expand", "Flatten"};
+  return ops.count(op_type) != 0;
+}
+}  // namespace
+
+ir::Value* Importer::symbolic_shape(const std::vector<ir::Dim>& dims) {
+  std::vector<int64_t> v;
+  for (const auto& d : dims) {
+    if (!d.is_symbolic()) {
+      v.push_back(d.size);
+      continue;
+    }
+    auto it = std::find(symbols_.begin(), symbols_.end(), d.symbol);
+    if (it == symbols_.end()) it = symbols_.insert(symbols_.end(), d.symbol);
+    v.push_back(kSymbolMarker - (it - symbols_.begin()));
+  }
+  ir::Value* c = constant(from_vector(v));
+  symbolic_.insert(c);
+  return c;
+}
+
+std::vector<ir::Dim> Importer::decode_dims(const Tensor& t) const {
+  Tensor c = t.to(DType::i64).contiguous();
+  std::vector<ir::Dim> out;
+  for (int64_t i = 0; i < c.numel(); ++i) {
+    int64_t v = c.data<int64_t>()[i];
+    if (is_marker(v)) out.push_back(ir::Dim::sym(symbols_.at(static_cast<size_t>(kSymbolMarker - v))));
+    else out.push_back(ir::Dim(v));
+  }
+  return out;
+}
+
+std::string Importer::symbols_in(const ir::Value* v) const {
+  std::set<std::string> names;
+  for (const auto& d : decode_dims(v->constant()))
+    if (d.is_symbolic()) names.insert(d.symbol);
+  std::string s;
+  for (const auto& n : names) s += (s.empty() ? "" : ", ") + n;
+  return s;
+}
 
 // ---- values -------------------------------------------------------------------------------------
 
@@ -152,8 +234,8 @@ ir::Value* Importer::emit(const OpDef& op, std::vector<ir::Value*> inputs, const
     // Guard folding against hostile declared sizes before anything is allocated.
     auto metas = infer_call(op, ts, bound);
     for (const auto& m : metas)
-      KILN_CHECK(numel_of(m.shape) <= opts_.max_constant_elements, op.name(), ": folding would materialize ",
-                 numel_of(m.shape), " elements (", meta_str(m), "), over the importer's limit of ",
+      KILN_CHECK(saturating_numel(m.shape) <= opts_.max_constant_elements, op.name(), ": folding would materialize ",
+                 saturating_numel(m.shape), " elements (", meta_str(m), "), over the importer's limit of ",
                  opts_.max_constant_elements);
     OpCall call{op, std::move(ts), bound, KILN_HERE, Tensor(), nullptr};
     auto outs = run_kernel(call);
@@ -177,9 +259,14 @@ ir::ValueType Importer::input_type(const ::onnx::ValueInfoProto& vi, size_t inde
   ir::ValueType t;
   t.dtype = from_onnx_dtype(tt.elem_type(), where);
   KILN_CHECK(tt.has_shape(), where, ": the input has no shape (kiln needs its rank)");
+  int64_t static_elements = 1;
   for (const auto& d : tt.shape().dim()) {
     if (d.has_dim_value()) {
       KILN_CHECK(d.dim_value() >= 0, where, ": negative dimension ", d.dim_value());
+      static_elements = d.dim_value() == 0 ? 0 : static_elements;
+      KILN_CHECK(d.dim_value() == 0 || static_elements <= std::numeric_limits<int64_t>::max() / d.dim_value(), where,
+                 ": declared dims overflow int64 element counts (dim ", t.shape.size(), " = ", d.dim_value(), ")");
+      static_elements *= d.dim_value() == 0 ? 1 : d.dim_value();
       t.shape.push_back(ir::Dim(d.dim_value()));
     } else {
       std::string sym = d.has_dim_param() && !d.dim_param().empty() ? sanitize_name(d.dim_param())
@@ -248,7 +335,15 @@ void Importer::inline_function(const ::onnx::FunctionProto& f, const ::onnx::Nod
              kMaxFunctionDepth, " (recursive function '", f.name(), "'?)");
   // The body sees the call's inputs under the function's formal names, its attributes as the
   // call gives them (ref_attr_name), and writes the call's outputs.
-  std::string scope = call.name() + "/" + f.name() + "#" + std::to_string(index) + "/" + std::to_string(depth) + "/";
+  if (depth == 0) {  // the whole expansion of a top-level call, checked before any of it is built
+    std::set<const ::onnx::FunctionProto*> active;
+    inlined_nodes_ += inlined_size(f, active, call, index);
+    KILN_CHECK(inlined_nodes_ <= kMaxInlinedNodes, node_label(call, index), ": inlining model-local function '",
+               f.name(), "' expands the model past ", kMaxInlinedNodes, " nodes");
+  }
+  // A fresh scope per call: two calls of one function in the same body must not share names.
+  std::string scope = call.name() + "/" + f.name() + "#" + std::to_string(index) + "/" +
+                      std::to_string(inline_calls_++) + "/";
   for (int i = 0; i < f.input_size(); ++i) {
     if (i < call.input_size() && !call.input(i).empty()) values_[scope + f.input(i)] = lookup(call.input(i), call, index);
   }
@@ -285,7 +380,33 @@ void Importer::inline_function(const ::onnx::FunctionProto& f, const ::onnx::Nod
   }
 }
 
+// The number of nodes a call of `f` inlines to (saturating past kMaxInlinedNodes); kiln::Error when
+// `f` reaches itself. Memoized, so a function called twice per level costs its levels, not 2^levels.
+int64_t Importer::inlined_size(const ::onnx::FunctionProto& f, std::set<const ::onnx::FunctionProto*>& active,
+                               const ::onnx::NodeProto& call, int index) {
+  auto memo = inlined_sizes_.find(&f);
+  if (memo != inlined_sizes_.end()) return memo->second;
+  KILN_CHECK(active.insert(&f).second, node_label(call, index), ": model-local function '", f.name(),
+             "' calls itself (directly or through other functions); recursive functions cannot be inlined");
+  int64_t n = 0;
+  for (const auto& body : f.node()) {
+    auto callee = functions_.find({body.domain(), body.op_type()});
+    n += callee == functions_.end() ? 1 : inlined_size(*callee->second, active, call, index);
+    n = std::min(n, kMaxInlinedNodes + 1);
+  }
+  active.erase(&f);
+  inlined_sizes_[&f] = n;
+  return n;
+}
+
 void Importer::convert_node(const ::onnx::NodeProto& n, int index, int depth, const std::string& /*scope*/) {
+  for (int i = 0; i < n.output_size(); ++i)
+    KILN_CHECK(n.output(i).empty() || std::find(n.output().begin(), n.output().begin() + i, n.output(i)) ==
+                                          n.output().begin() + i,
+               node_label(n, index), ": output '", n.output(i), "' is listed twice");
+  for (const auto& out : n.output())
+    KILN_CHECK(out.empty() || !values_.count(out), node_label(n, index), ": output '", out,
+               "' is already defined (ONNX values are assigned once)");
   auto fn = functions_.find({n.domain(), n.op_type()});
   if (fn != functions_.end()) {
     inline_function(*fn->second, n, index, depth);
@@ -294,17 +415,25 @@ void Importer::convert_node(const ::onnx::NodeProto& n, int index, int depth, co
   KILN_CHECK(is_default_domain(n.domain()), node_label(n, index), ": operator domain '", n.domain(),
              "' is not supported (kiln imports ai.onnx operators)");
   KILN_CHECK(opset_ > 0, node_label(n, index), ": the model imports no ai.onnx opset");
-  for (const auto& out : n.output())
-    KILN_CHECK(out.empty() || !values_.count(out), node_label(n, index), ": output '", out,
-               "' is already defined (ONNX values are assigned once)");
   const auto& table = converters();
   auto it = table.find(n.op_type());
   KILN_CHECK(it != table.end(), node_label(n, index), ": unsupported operator ", n.op_type(), " (opset ", opset_, ")");
   ConvertCtx ctx(*this, n, opset_, g_);
   std::vector<ir::Value*> outs;
   // Resolve inputs first so a missing one is reported as such, not as a converter error.
-  for (const auto& in : n.input())
-    if (!in.empty()) (void)lookup(in, n, index);
+  bool symbolic_in = false;
+  for (const auto& in : n.input()) {
+    if (in.empty()) continue;
+    ir::Value* v = lookup(in, n, index);
+    if (is_symbolic_shape(v)) {
+      symbolic_in = true;
+      KILN_CHECK(moves_elements_only(n.op_type()), node_label(n, index), ": input '", in,
+                 "' is a shape computed from symbolic dim(s) ", symbols_in(v), "; ", n.op_type(),
+                 " on it is not supported (kiln follows symbolic shapes through Gather, Slice, Concat, "
+                 "(Un)Squeeze, Cast into Reshape and Expand). Bind the dims (ImportOptions::dim_values, "
+                 "`kiln run --dim NAME=SIZE`)");
+    }
+  }
   try {
     outs = it->second(ctx);
   } catch (const NeedsKnownInputs&) {
@@ -315,12 +444,23 @@ void Importer::convert_node(const ::onnx::NodeProto& n, int index, int depth, co
     std::string msg = e.what();
     if (msg.rfind("node #", 0) == 0) throw;
     KILN_FAIL(node_label(n, index), ": ", msg);
+  } catch (const std::out_of_range&) {
+    // A converter read element k of a constant (a scalar k, ratio, depth, ...) that has fewer.
+    KILN_FAIL(node_label(n, index), ": a constant input or attribute holds fewer values than the operator reads");
   }
   KILN_CHECK(outs.size() >= static_cast<size_t>(n.output_size()) ||
                  std::all_of(n.output().begin() + static_cast<long>(outs.size()), n.output().end(),
                              [](const std::string& s) { return s.empty(); }),
              node_label(n, index), ": kiln computes ", outs.size(), " output(s), the node asks for ", n.output_size(),
              " (optional outputs beyond these are not supported)");
+  if (symbolic_in) {
+    // Markers travel through element-moving ops (Note [Symbolic shape values]).
+    for (ir::Value* v : outs) {
+      if (!v || v->kind() != ir::Value::Kind::constant || !is_integral(v->type().dtype)) continue;
+      auto dims = decode_dims(v->constant());
+      if (std::any_of(dims.begin(), dims.end(), [](const ir::Dim& d) { return d.is_symbolic(); })) symbolic_.insert(v);
+    }
+  }
   for (int i = 0; i < n.output_size(); ++i) {
     if (n.output(i).empty()) continue;
     KILN_CHECK(outs[static_cast<size_t>(i)] != nullptr, node_label(n, index), ": output #", i, " '", n.output(i),
@@ -336,6 +476,7 @@ Model Importer::run(const ::onnx::ModelProto& m) {
   if (opsets_.count("ai.onnx")) opsets_[""] = opsets_["ai.onnx"];
   // A model may import only other domains (ai.onnx.ml, training); its nodes then fail by domain.
   opset_ = opsets_.count("") ? opsets_[""] : 0;
+  KILN_CHECK(!opsets_.count("") || opset_ >= 1, "invalid ai.onnx opset version ", opset_);
   KILN_CHECK(opset_ <= kMaxOpset, "unsupported opset ", opset_, ": kiln imports ai.onnx opsets up to ", kMaxOpset,
              " (the newest ONNX 1.22 defines)");
   for (const auto& f : m.functions()) functions_[{f.domain(), f.name()}] = &f;
@@ -393,12 +534,23 @@ Tensor ConvertCtx::const_input(size_t i, const char* what) const {
 
 std::vector<int64_t> ConvertCtx::const_ints(size_t i, const char* what) const {
   Tensor t = const_input(i, what);
+  if (imp_.is_symbolic_shape(in(i)))
+    fail(std::string(what) + " is computed from symbolic dim(s) " + imp_.symbols_in(in(i)) +
+         " and kiln needs its value here; bind the dims (ImportOptions::dim_values, `kiln run --dim NAME=SIZE`)");
   if (!is_integral(t.dtype()) && t.dtype() != DType::boolean)
     fail(std::string(what) + " must be an integer tensor, got " + std::string(dtype_name(t.dtype())));
   Tensor c = t.to(DType::i64).contiguous();
   const int64_t* p = c.data<int64_t>();
   return std::vector<int64_t>(p, p + c.numel());
 }
+
+std::vector<ir::Dim> ConvertCtx::shape_dims(size_t i, const char* what) const {
+  Tensor t = const_input(i, what);
+  if (!is_integral(t.dtype())) fail(std::string(what) + " must be an integer tensor");
+  return imp_.decode_dims(t);
+}
+
+ir::Value* ConvertCtx::symbolic_shape(const std::vector<ir::Dim>& dims) { return imp_.symbolic_shape(dims); }
 
 std::vector<double> ConvertCtx::const_floats(size_t i, const char* what) const {
   Tensor c = const_input(i, what).to(DType::f64).contiguous();
@@ -484,6 +636,8 @@ std::vector<ir::Value*> ConvertCtx::emit_multi(const std::string& op, std::vecto
 ir::Value* ConvertCtx::constant(const Tensor& t) { return imp_.constant(t); }
 
 ir::Value* ConvertCtx::scalar(double v, DType dt) { return imp_.constant(full({}, v, TensorOptions(dt))); }
+
+int64_t ConvertCtx::max_constant_elements() const { return imp_.options().max_constant_elements; }
 
 ir::Value* ConvertCtx::cast(ir::Value* v, DType dt) {
   if (v->type().dtype == dt) return v;
