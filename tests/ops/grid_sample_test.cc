@@ -193,6 +193,7 @@ TEST(GridSample, ErrorsNameTheProblem) {
   EXPECT_KILN_ERROR(grid_sample(x, grid, "linear", "wrap"), "padding_mode must be one of", "'wrap'");
   EXPECT_KILN_ERROR(grid_sample(ones({1, 2, 4, 5}, DType::i32), grid), "x must be floating", "i32");
   EXPECT_KILN_ERROR(grid_sample(ones({4, 5}), zeros({4, 2})), "rank >= 3", "[4, 5]");
+  EXPECT_KILN_ERROR(grid_sample(ones({1, 1, 2, 2, 2, 2, 2}), zeros({1, 1, 1, 1, 1, 1, 5})), "at most 4 spatial dims");
 }
 
 }  // namespace

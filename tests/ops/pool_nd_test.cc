@@ -198,7 +198,9 @@ TEST(PoolNd, MaxPoolGradientGoesToTheSelectedElements) {
 
 TEST(PoolNd, ErrorsNameTheProblem) {
   Tensor x = ones({1, 2, 5, 5});
-  EXPECT_KILN_ERROR(avg_pool(ones({2, 5}), PoolNdOptions{{2}}), "avg_pool", "rank >= 3", "[2, 5]");
+  EXPECT_KILN_ERROR(avg_pool(ones({2, 5}), PoolNdOptions{{2}}), "avg_pool", "rank 3, 4 or 5", "[2, 5]");
+  EXPECT_KILN_ERROR(max_pool(ones({1, 1, 2, 2, 2, 2}), PoolNdOptions{{1, 1, 1, 1}}), "max_pool", "rank 3, 4 or 5",
+                    "[1, 1, 2, 2, 2, 2]");
   EXPECT_KILN_ERROR(avg_pool(x, PoolNdOptions{{2}}), "avg_pool", "kernel must have 2 values", "[1, 2, 5, 5]");
   EXPECT_KILN_ERROR(avg_pool(x, PoolNdOptions{{2, 2}, {1, 0}}), "stride values must be >= 1");
   EXPECT_KILN_ERROR(max_pool(x, PoolNdOptions{{2, 2}, {}, {1, 1}}), "max_pool", "pads must be [begin..., end...]",

@@ -1,7 +1,7 @@
 // Grid sampling kernels behind kernels/cpu/grid_sample.h. Per output location, each spatial dim
 // yields up to 4 taps (input index, weight, d weight / d grid coordinate); the value is the sum
-// over the product of the dims' taps, shared by every channel. Parallel over batch * locations
-// (forward) or over the batch (backward, whose scatters stay inside one image).
+// over the product of the dims' taps, shared by every channel (Note [Grid sample layout]). The
+// backward runs parallel over the batch (its scatters stay inside one image).
 #include "kernels/cpu/grid_sample.h"
 
 #include <cmath>
@@ -155,34 +155,58 @@ void for_each_combo(const std::vector<AxisTaps>& taps, const std::vector<int64_t
   }
 }
 
+// Note [Grid sample layout]
+// The taps of a location are shared by every channel, and a channel's plane is what the samples
+// read: so each image first tabulates every location's taps (flat offsets and weights, at most
+// taps_per_dim^k of them), then each channel walks its plane location by location, which keeps
+// one plane hot in cache however scattered the grid is.
 template <class C>
 void forward(const GridSampleParams& p, const Tensor& x, const Tensor& grid, const Tensor& y) {
   const Geometry g = geometry(x, grid);
   const C* xp = static_cast<const C*>(x.data_ptr());
   const double* gp = static_cast<const double*>(grid.data_ptr());
   C* yp = static_cast<C*>(y.data_ptr());
-  parallel_for(0, g.n * g.locations, std::max<int64_t>(1, 4096 / std::max<int64_t>(1, g.c)), [&](int64_t a, int64_t b) {
-    std::vector<AxisTaps> taps(static_cast<size_t>(g.k));
-    std::vector<C> acc(static_cast<size_t>(g.c));
-    for (int64_t r = a; r < b; ++r) {
-      const int64_t n = r / g.locations, loc = r % g.locations;
-      const double* u = gp + r * g.k;
-      for (int64_t d = 0; d < g.k; ++d) taps[size_t(d)] = axis_taps(p, u[g.k - 1 - d], g.in[size_t(d)]);
-      std::fill(acc.begin(), acc.end(), C(0));
-      const C* xn = xp + n * g.c * g.in_plane;
-      for_each_combo(taps, g.in_stride, [&](int64_t off, double w, const int*) {
-        const C cw = static_cast<C>(w);
-        for (int64_t c = 0; c < g.c; ++c) acc[size_t(c)] += cw * xn[c * g.in_plane + off];
-      });
-      for (int64_t c = 0; c < g.c; ++c) yp[(n * g.c + c) * g.locations + loc] = acc[size_t(c)];
-    }
-  });
+  int64_t stride = 1;
+  const int64_t per_dim = p.mode == Mode::nearest ? 1 : p.mode == Mode::linear ? 2 : 4;
+  for (int64_t d = 0; d < g.k; ++d) stride *= per_dim;
+  std::vector<int64_t> off(static_cast<size_t>(g.locations * stride));
+  std::vector<C> wt(static_cast<size_t>(g.locations * stride));
+  std::vector<int32_t> count(static_cast<size_t>(g.locations));
+  for (int64_t n = 0; n < g.n; ++n) {
+    parallel_for(0, g.locations, 256, [&](int64_t a, int64_t b) {
+      std::vector<AxisTaps> taps(static_cast<size_t>(g.k));
+      for (int64_t loc = a; loc < b; ++loc) {
+        const double* u = gp + (n * g.locations + loc) * g.k;
+        for (int64_t d = 0; d < g.k; ++d) taps[size_t(d)] = axis_taps(p, u[g.k - 1 - d], g.in[size_t(d)]);
+        int32_t m = 0;
+        int64_t* o = off.data() + loc * stride;
+        C* w = wt.data() + loc * stride;
+        for_each_combo(taps, g.in_stride, [&](int64_t offset, double weight, const int*) {
+          o[m] = offset, w[m] = static_cast<C>(weight), ++m;
+        });
+        count[size_t(loc)] = m;
+      }
+    });
+    parallel_for(0, g.c, std::max<int64_t>(1, 16384 / std::max<int64_t>(1, g.locations * stride)), [&](int64_t c0, int64_t c1) {
+      for (int64_t c = c0; c < c1; ++c) {
+        const C* plane = xp + (n * g.c + c) * g.in_plane;
+        C* out = yp + (n * g.c + c) * g.locations;
+        for (int64_t loc = 0; loc < g.locations; ++loc) {
+          const int64_t* o = off.data() + loc * stride;
+          const C* w = wt.data() + loc * stride;
+          C acc = 0;
+          for (int32_t e = 0; e < count[size_t(loc)]; ++e) acc += w[e] * plane[o[e]];
+          out[loc] = acc;
+        }
+      }
+    });
+  }
 }
 
 }  // namespace
 
 void grid_sample(const GridSampleParams& p, const Tensor& x, const Tensor& grid, const Tensor& y) {
-  KILN_ASSERT(x.shape().size() <= 10, "grid_sample: too many spatial dims");
+  KILN_ASSERT(x.shape().size() <= 6, "grid_sample: too many spatial dims");
   if (x.dtype() == DType::f32) forward<float>(p, x, grid, y);
   else forward<double>(p, x, grid, y);
 }

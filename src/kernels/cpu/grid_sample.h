@@ -1,4 +1,4 @@
-// Grid sampling (ONNX GridSample 20, PyTorch grid_sample) over any number of spatial dims: each
+// Grid sampling (ONNX GridSample 20, PyTorch grid_sample) over 1 to 4 spatial dims: each
 // output location reads x at the grid's normalized coordinates with nearest, linear or cubic
 // interpolation and zeros / border / reflection padding. Forward, and the backward for x and grid.
 #pragma once

@@ -1,4 +1,4 @@
-// N-d pooling over contiguous [planes, D1, ..., Dk] tensors (any k >= 1): max (with ONNX's flat
+// N-d pooling over contiguous [planes, D1, ..., Dk] tensors (k = 1, 2 or 3): max (with ONNX's flat
 // argmax indices), average and Lp windows, and the average window's adjoint.
 #pragma once
 

@@ -34,6 +34,27 @@ Tensor resample_pass(const Tensor& cur, const ResampleAxis& t, double outside_va
   std::vector<C> w(t.weight.size());
   for (size_t i = 0; i < w.size(); ++i) w[i] = static_cast<C>(t.weight[i]);
   const C fill = static_cast<C>(outside_value);
+  if (inner == 1) {
+    // The last axis: a gather-and-weigh per output element, parallel over rows.
+    parallel_for(0, outer, grain_for(t.out_len * t.taps), [&](int64_t o0, int64_t o1) {
+      for (int64_t o = o0; o < o1; ++o) {
+        const C* row = src + o * t.in_len;
+        C* d = dst + o * t.out_len;
+        for (int64_t j = 0; j < t.out_len; ++j) {
+          if (!t.outside.empty() && t.outside[static_cast<size_t>(j)]) {
+            d[j] = fill;
+            continue;
+          }
+          const int64_t* idx = t.index.data() + j * t.taps;
+          const C* wj = w.data() + j * t.taps;
+          C acc = wj[0] * row[idx[0]];
+          for (int64_t k = 1; k < t.taps; ++k) acc += wj[k] * row[idx[k]];
+          d[j] = acc;
+        }
+      }
+    });
+    return out;
+  }
   parallel_for(0, outer * t.out_len, grain_for(inner * t.taps), [&](int64_t r0, int64_t r1) {
     for (int64_t r = r0; r < r1; ++r) {
       const int64_t o = r / t.out_len, j = r % t.out_len;

@@ -1,4 +1,4 @@
-// grid_sample (ONNX GridSample 20; PyTorch's grid_sample) over 1 or more spatial dims, and its
+// grid_sample (ONNX GridSample 20; PyTorch's grid_sample) over 1 to 4 spatial dims, and its
 // gradient grid_sample_backward (w.r.t. x and grid).
 #include "kernels/cpu/grid_sample.h"
 #include "kernels/cpu/loops.h"
@@ -35,7 +35,7 @@ Shape check_shapes(const InferCtx& c, const TensorMeta& x, const TensorMeta& gri
   if (!is_floating(grid.dtype)) c.fail("grid must be floating, got " + meta_str(grid));
   if (x.shape.size() < 3) c.fail("x must have rank >= 3 [N, C, D1, ...], got shape " + shape_str(x.shape));
   const int64_t k = static_cast<int64_t>(x.shape.size()) - 2;
-  if (k > 8) c.fail("at most 8 spatial dims are supported, x has shape " + shape_str(x.shape));
+  if (k > 4) c.fail("at most 4 spatial dims are supported, x has shape " + shape_str(x.shape));
   if (grid.shape.size() != x.shape.size() || grid.shape.back() != k)
     c.fail("grid must have shape [N, O1, ..., O" + std::to_string(k) + ", " + std::to_string(k) + "] for x of shape " +
            shape_str(x.shape) + ", got " + shape_str(grid.shape));
@@ -96,7 +96,7 @@ void register_grid_sample_ops(OpRegistry& r) {
                      return dispatch(op("grid_sample_backward"), {g[0], c.inputs[0], c.inputs[1]}, c.attrs);
                    },
                    {0, 1}, {}})
-      .doc("ONNX GridSample 20 over any number of spatial dims: x [N, C, D1..Dk], grid [N, O1..Ok, k] of "
+      .doc("ONNX GridSample 20 over 1 to 4 spatial dims: x [N, C, D1..Dk], grid [N, O1..Ok, k] of "
            "normalized coordinates in [-1, 1], last dim in reverse order (x = width first); nearest rounds half "
            "to even. 16-bit floats compute in f32; coordinates in f64.");
   defs::rules_pending(r.add(std::string("grid_sample_backward(Tensor grad, Tensor x, Tensor grid, ") + kGridAttrs +

@@ -1,4 +1,4 @@
-// N-d pooling with ONNX semantics over [N, C, D1, ..., Dk] (k >= 1): max_pool (MaxPool 12, with
+// N-d pooling with ONNX semantics over [N, C, D1, ..., Dk] (k = 1, 2, 3): max_pool (MaxPool 12, with
 // its Indices output), avg_pool (AveragePool 19, dilations included), lp_pool (LpPool 18), and
 // avg_pool's gradient. Explicit pads [begin..., end...] (the importer resolves auto_pad). The 2-D
 // ops of pool.cc stay as they are (nn and autograd use them).
@@ -30,7 +30,8 @@ std::vector<int64_t> per_axis(const std::string& op, const Attrs& a, const std::
 
 // The geometry of a call, checked; out extents follow Note [Pool output size] (conv.cc).
 PoolNdParams pool_params(const std::string& op, const Shape& x, const Attrs& a) {
-  KILN_CHECK(x.size() >= 3, op, ": x must have rank >= 3 [N, C, D1, ...], got shape ", shape_str(x));
+  KILN_CHECK(x.size() >= 3 && x.size() <= 5, op, ": x must have rank 3, 4 or 5 [N, C, D1 (, D2 (, D3))], got shape ",
+             shape_str(x));
   const size_t k = x.size() - 2;
   PoolNdParams p;
   p.planes = x[0] * x[1];
