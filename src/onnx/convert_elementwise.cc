@@ -18,6 +18,7 @@ Converter unary(std::string kiln_op) {
 
 Converter binary(std::string kiln_op) {
   return [kiln_op](ConvertCtx& c) -> V {
+    check_same_types(c);
     // Before opset 7, broadcasting was opt-in (broadcast=1) with an `axis` where b's dims start
     // inside a's; numpy-style trailing alignment is the case axis = rank(a) - rank(b).
     ir::Value* b = c.in(1);
@@ -36,6 +37,7 @@ Converter binary(std::string kiln_op) {
 // Sum, Mean, Max, Min take any number of inputs (with broadcasting).
 Converter variadic(std::string kiln_op, bool mean) {
   return [kiln_op, mean](ConvertCtx& c) -> V {
+    check_same_types(c);
     ir::Value* acc = c.in(0);
     for (size_t i = 1; i < c.num_inputs(); ++i) acc = c.emit(kiln_op, {acc, c.in(i)});
     if (mean && c.num_inputs() > 1) acc = c.emit("div", {acc, c.scalar(static_cast<double>(c.num_inputs()), acc->type().dtype)});
@@ -155,6 +157,13 @@ V bit_shift(ConvertCtx& c) {
 V where(ConvertCtx& c) { return {c.emit("where", {c.in(0), c.in(1), c.in(2)})}; }
 
 }  // namespace
+
+void check_same_types(const ConvertCtx& c) {
+  for (size_t i = 1; i < c.num_inputs(); ++i)
+    if (c.has_input(i) && c.dtype(i) != c.dtype(0))
+      c.fail("input #" + std::to_string(i) + " is " + std::string(dtype_name(c.dtype(i))) + " but input #0 is " +
+             std::string(dtype_name(c.dtype(0))) + " (" + c.node().op_type() + " takes one element type)");
+}
 
 void add_elementwise_converters(std::map<std::string, Converter>& m) {
   const std::pair<const char*, const char*> unaries[] = {

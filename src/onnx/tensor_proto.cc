@@ -69,8 +69,8 @@ bool is_inside(const fs::path& dir, const fs::path& p) {
 // component, and (after resolving symlinks) still lie inside the folder. Sizes are checked
 // against the file before the tensor is allocated, so a hostile length cannot force a huge
 // allocation.
-void read_external(const TensorProto& proto, const std::string& base_dir, const std::string& label, int64_t nbytes,
-                   Tensor& out) {
+Tensor read_external(const TensorProto& proto, const std::string& base_dir, const std::string& label, int64_t nbytes,
+                     const Shape& shape, DType dtype) {
   std::string location, offset_text, length_text;
   for (const auto& kv : proto.external_data()) {
     if (kv.key() == "location") location = kv.value();
@@ -103,12 +103,13 @@ void read_external(const TensorProto& proto, const std::string& base_dir, const 
   }
   KILN_CHECK(offset <= file_size && nbytes <= file_size - offset, label, ": external data file '", full.string(),
              "' has ", file_size, " bytes; the tensor needs ", nbytes, " from offset ", offset);
-  out = empty(out.shape(), TensorOptions(out.dtype()));
+  Tensor out = empty(shape, TensorOptions(dtype));
   std::ifstream in(full, std::ios::binary);
   KILN_CHECK(in.good(), label, ": cannot open external data file '", full.string(), "'");
   in.seekg(offset);
   in.read(static_cast<char*>(out.data_ptr()), static_cast<std::streamsize>(nbytes));
   KILN_CHECK(in.gcount() == nbytes, label, ": short read from external data file '", full.string(), "'");
+  return out;
 }
 
 // Copies ONNX's int32_data into a tensor of a narrow type, checking each value's range.
@@ -209,13 +210,16 @@ Tensor tensor_from_proto(const TensorProto& proto, const std::string& base_dir, 
   const int sources = typed_sources + (proto.has_raw_data() ? 1 : 0) + (external ? 1 : 0);
   KILN_CHECK(sources <= 1, label, ": holds its data in more than one place (raw_data, typed fields, external)");
 
-  Tensor out = empty(shape, TensorOptions(dtype));
+  // Each branch allocates only once the data is known to fill the declared dims: a hostile proto
+  // declaring a huge shape over a few bytes must not allocate the shape.
+  Tensor out;
   if (external) {
-    read_external(proto, base_dir, label, nbytes, out);
+    out = read_external(proto, base_dir, label, nbytes, shape, dtype);
   } else if (proto.has_raw_data()) {
     const std::string& raw = proto.raw_data();
     KILN_CHECK(static_cast<int64_t>(raw.size()) == nbytes, label, ": raw_data holds ", raw.size(),
                " bytes but dims ", dims_str(proto), " of ", onnx_dtype_name(proto.data_type()), " need ", nbytes);
+    out = empty(shape, TensorOptions(dtype));
     if (nbytes > 0) std::memcpy(out.data_ptr(), raw.data(), static_cast<size_t>(nbytes));
   } else if (typed_sources == 1) {
     const char* field = "int32_data";
@@ -230,6 +234,7 @@ Tensor tensor_from_proto(const TensorProto& proto, const std::string& base_dir, 
                " (or raw_data), not in another typed field");
     KILN_CHECK(n == numel, label, ": ", field, " holds ", n, " values but dims ", dims_str(proto), " need ",
                numel);
+    out = empty(shape, TensorOptions(dtype));
     switch (dtype) {
       case DType::f32: std::memcpy(out.data_ptr(), proto.float_data().data(), sizeof(float) * n); break;
       case DType::f64: std::memcpy(out.data_ptr(), proto.double_data().data(), sizeof(double) * n); break;
@@ -245,6 +250,7 @@ Tensor tensor_from_proto(const TensorProto& proto, const std::string& base_dir, 
   } else {
     KILN_CHECK(numel == 0, label, ": has no data (no raw_data, typed field or external data) for dims ",
                dims_str(proto));
+    out = empty(shape, TensorOptions(dtype));
   }
   if (dtype == DType::boolean && numel > 0) {
     // kiln's bools are 0 or 1; ONNX readers treat any non-zero byte as true.
