@@ -516,7 +516,9 @@ const std::map<std::string, Exporter::Emit>& Exporter::emitters() {
              {"floor", "Floor"}, {"log", "Log"}, {"neg", "Neg"}, {"reciprocal", "Reciprocal"}, {"relu", "Relu"},
              {"round", "Round"}, {"sigmoid", "Sigmoid"}, {"sign", "Sign"}, {"sin", "Sin"}, {"sqrt", "Sqrt"},
              {"tanh", "Tanh"}, {"hardswish", "HardSwish"}, {"clone", "Identity"},
-             {"global_avg_pool", "GlobalAveragePool"}})
+             {"global_avg_pool", "GlobalAveragePool"}, {"tan", "Tan"}, {"asin", "Asin"}, {"acos", "Acos"},
+             {"atan", "Atan"}, {"sinh", "Sinh"}, {"cosh", "Cosh"}, {"asinh", "Asinh"}, {"acosh", "Acosh"},
+             {"atanh", "Atanh"}, {"softsign", "Softsign"}})
       same(k, o);
     for (auto [k, o] : std::initializer_list<std::pair<const char*, const char*>>{
              {"sub", "Sub"}, {"div", "Div"}, {"pow", "Pow"}, {"maximum", "Max"}, {"minimum", "Min"},
@@ -573,6 +575,31 @@ const std::map<std::string, Exporter::Emit>& Exporter::emitters() {
       return {{y, c.dt[0]}};
     };
     m["gelu"] = F::gelu;
+    m["selu"] = [](Exporter& e, const NodeCtx& c) -> R {
+      std::string y = e.op("Selu", {c.in[0]});
+      e.attr_f(e.last(), "alpha", c.a.get_float("alpha"));
+      e.attr_f(e.last(), "gamma", c.a.get_float("gamma"));
+      return {{y, c.dt[0]}};
+    };
+    for (auto [k, o] : std::initializer_list<std::pair<const char*, const char*>>{
+             {"celu", "Celu"}, {"thresholded_relu", "ThresholdedRelu"}})
+      m[k] = [t = std::string(o)](Exporter& e, const NodeCtx& c) -> R {
+        // Celu (12) is defined for float only: other floating types compute in f32.
+        const DType in = t == "Celu" ? DType::f32 : c.dt[0];
+        std::string y = e.op(t, {e.cast(c.in[0], c.dt[0], in)});
+        e.attr_f(e.last(), "alpha", c.a.get_float("alpha"));
+        return {{y, in}};
+      };
+    m["mish"] = [](Exporter& e, const NodeCtx& c) -> R {  // Mish is opset 18: x * tanh(softplus(x))
+      return {{e.op("Mul", {c.in[0], e.op("Tanh", {e.op("Softplus", {c.in[0]})})}), c.dt[0]}};
+    };
+    m["isnan"] = [](Exporter& e, const NodeCtx& c) -> R { return {{e.op("IsNaN", {c.in[0]}), DType::boolean}}; };
+    m["isinf"] = [](Exporter& e, const NodeCtx& c) -> R {
+      std::string y = e.op("IsInf", {c.in[0]});
+      e.attr(e.last(), "detect_positive", int64_t{c.a.get_bool("detect_positive")});
+      e.attr(e.last(), "detect_negative", int64_t{c.a.get_bool("detect_negative")});
+      return {{y, DType::boolean}};
+    };
     m["silu"] = [](Exporter& e, const NodeCtx& c) -> R {
       return {{e.op("Mul", {c.in[0], e.op("Sigmoid", {c.in[0]})}), c.dt[0]}};
     };
@@ -639,6 +666,20 @@ const std::map<std::string, Exporter::Emit>& Exporter::emitters() {
       return {{y, c.dt[0]}};
     };
     m["conv2d"] = F::conv2d;
+    m["conv_transpose2d"] = [](Exporter& e, const NodeCtx& c) -> R {
+      Shape w = e.static_dims(c.in_type(1), "conv_transpose2d's weight");
+      std::vector<std::string> ins{c.in[0], c.in[1]};
+      if (c.has(2)) ins.push_back(c.in[2]);
+      std::string y = e.op("ConvTranspose", ins);
+      NodeProto* n = e.last();
+      e.attr(n, "kernel_shape", std::vector<int64_t>(w.begin() + 2, w.end()));
+      e.attr(n, "strides", c.a.get_ints("stride"));
+      e.attr(n, "pads", c.a.get_ints("padding"));  // crops the full output, as ONNX's pads
+      e.attr(n, "output_padding", c.a.get_ints("output_padding"));
+      e.attr(n, "dilations", c.a.get_ints("dilation"));
+      e.attr(n, "group", c.a.get_int("groups"));
+      return {{y, c.dt[0]}};
+    };
     m["max_pool2d"] = [](Exporter& e, const NodeCtx& c) { return F::pool(e, c, true); };
     m["avg_pool2d"] = [](Exporter& e, const NodeCtx& c) { return F::pool(e, c, false); };
 
@@ -735,6 +776,38 @@ const std::map<std::string, Exporter::Emit>& Exporter::emitters() {
         if (add) e.attr(e.last(), "reduction", std::string("add"));
         return {{y, c.dt[0]}};
       };
+    m["gather_nd"] = [](Exporter& e, const NodeCtx& c) -> R {
+      std::string y = e.op("GatherND", {c.in[0], e.cast(c.in[1], c.dt[1], DType::i64)});
+      e.attr(e.last(), "batch_dims", c.a.get_int("batch_dims"));
+      return {{y, c.dt[0]}};
+    };
+    m["scatter_nd"] = [](Exporter& e, const NodeCtx& c) -> R {
+      const std::string red = c.a.get_string("reduction");
+      KILN_CHECK(red == "none" || red == "add" || red == "mul", e.where(), ": scatter_nd reduction '", red,
+                 "' needs ScatterND 18; kiln writes opset 17");
+      std::string y = e.op("ScatterND", {c.in[0], e.cast(c.in[1], c.dt[1], DType::i64), e.cast(c.in[2], c.dt[2], c.dt[0])});
+      if (red != "none") e.attr(e.last(), "reduction", red);
+      return {{y, c.dt[0]}};
+    };
+    // The Bitwise* ops are opset 18; on bools they are the logical ops.
+    for (auto [k, o] : std::initializer_list<std::pair<const char*, const char*>>{
+             {"bitwise_and", "And"}, {"bitwise_or", "Or"}, {"bitwise_xor", "Xor"}, {"bitwise_not", "Not"}})
+      m[k] = [t = std::string(o), kiln = std::string(k)](Exporter& e, const NodeCtx& c) -> R {
+        for (DType d : c.dt)
+          KILN_CHECK(d == DType::boolean, e.where(), ": ", kiln, " on ", dtype_name(d),
+                     " needs the Bitwise ops of opset 18; kiln writes opset 17 (bool operands only)");
+        return {{e.op(t, c.in), DType::boolean}};
+      };
+    m["bit_shift"] = [](Exporter& e, const NodeCtx& c) -> R {
+      // BitShift takes unsigned types only, and kiln shifts counts >= the width out (C++ would not).
+      KILN_CHECK(c.dt[0] == DType::u8 && c.dt[1] == DType::u8, e.where(), ": bit_shift on ", dtype_name(c.dt[0]),
+                 " has no ONNX form (BitShift takes unsigned integers; kiln's only one is u8)");
+      std::string shift = e.op("Min", {c.in[1], e.scalar(8.0, DType::u8, "width")});
+      std::string y = e.op("BitShift", {c.in[0], shift});
+      e.attr(e.last(), "direction", c.a.get_string("direction") == "left" || c.a.get_string("direction") == "LEFT" ? std::string("LEFT")
+                                                                                           : std::string("RIGHT"));
+      return {{y, DType::u8}};
+    };
     m["one_hot"] = [](Exporter& e, const NodeCtx& c) -> R {
       DType t = c.a.get_dtype("dtype");
       Tensor values = from_vector<double>({0.0, 1.0}).to(t);
