@@ -57,6 +57,15 @@ Node::~Node() {
 std::string Node::site_str() const { return site_of(site_); }
 
 // ---- leaves ----------------------------------------------------------------------------------------
+// Note [Stealing the gradient]: as PyTorch's AccumulateGrad, a leaf's first gradient is kept without
+// a copy when this handle is its only owner and its storage is its own (no other tensor or view
+// shares it), dense and exactly its size; then no one else can write to it or read it later, and
+// the copy would cost a pass over every parameter's gradient each step.
+static bool sole_owner(const Tensor& g) {
+  return g.impl_ptr().use_count() == 1 && g.storage().use_count() == 1 && g.storage_offset() == 0 &&
+         g.is_contiguous() && g.storage()->nbytes() == g.nbytes();
+}
+
 class AccumulateGrad final : public Node {
  public:
   AccumulateGrad(const std::shared_ptr<TensorExtension>& meta, const Tensor& leaf) : meta_(meta) {
@@ -78,11 +87,13 @@ class AccumulateGrad final : public Node {
     auto locked = meta_.lock();
     if (!locked || !grads[0].defined()) return {};
     auto* m = static_cast<AutogradMeta*>(locked.get());
-    Tensor g = run_hooks(grads[0]);
+    Tensor g = run_hooks(std::move(grads[0]));
     if (!m->grad.defined()) {
       // Without create_graph the stored gradient must not alias a tensor the graph passed around
-      // (add's rule hands the same gradient to both inputs), so it is copied once.
-      m->grad = is_grad_enabled() ? g : alias_of(g.clone(), false);
+      // (add's rule hands the same gradient to both inputs), so it is copied once, unless nothing
+      // else can see it (Note [Stealing the gradient]).
+      if (is_grad_enabled()) m->grad = g;
+      else m->grad = alias_of(sole_owner(g) ? g : g.clone(), false);
     } else {
       m->grad = is_grad_enabled() ? m->grad + g : alias_of(m->grad + g, false);
     }

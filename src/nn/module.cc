@@ -141,8 +141,11 @@ Linear::Linear(int64_t in, int64_t out, bool bias, Generator* gen) : in_features
 Tensor Linear::forward(const Tensor& x) {
   KILN_CHECK(x.dim() >= 1 && x.size(-1) == in_features, "Linear(", in_features, ", ", out_features,
              "): expected input with last dim ", in_features, ", got shape ", shape_str(x.shape()));
-  Tensor y = matmul(x, param("weight").t());
   Tensor b = param_or_undefined("bias");
+  // One gemm for [N, in] inputs: bias in its epilogue, and dense weight gradients (Note [Dense gemm
+  // gradients] in src/ops/defs/linalg/matmul.cc).
+  if (x.dim() == 2) return gemm(x, param("weight"), b, 1.0, 1.0, false, true);
+  Tensor y = matmul(x, param("weight").t());
   return b.defined() ? y + b : y;
 }
 

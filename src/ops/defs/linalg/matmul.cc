@@ -334,23 +334,25 @@ std::vector<Tensor> matmul_vjp(const VjpCtx& c, std::span<const Tensor> gs) {
   return r;
 }
 
-// gemm: Y = alpha * op(A) op(B) + beta * C.
+// gemm: Y = alpha * op(A) op(B) + beta * C. Note [Dense gemm gradients]: a transposed operand's
+// gradient is computed in its own layout (dB = g^T op(A) for trans_b, not (op(A)^T g)^T), so it is a
+// dense tensor that autograd can keep without a copy (nn::Linear's weight), and a unit alpha or beta
+// costs no extra pass.
 std::vector<Tensor> gemm_vjp(const VjpCtx& c, std::span<const Tensor> gs) {
   const double alpha = c.attrs.get_float("alpha"), beta = c.attrs.get_float("beta");
   const bool ta = c.attrs.get_bool("trans_a"), tb = c.attrs.get_bool("trans_b");
   const Tensor& g = gs[0];
+  auto scaled = [](const Tensor& t, double s) { return s == 1.0 ? t : t * s; };
   std::vector<Tensor> r(3);
   if (c.needs(0)) {
     Tensor opb = tb ? c.inputs[1].t() : c.inputs[1];
-    Tensor d = matmul(g, opb.t()) * alpha;  // d op(A)
-    r[0] = ta ? d.t() : d;
+    r[0] = scaled(ta ? matmul(opb, g.t()) : matmul(g, opb.t()), alpha);
   }
   if (c.needs(1)) {
     Tensor opa = ta ? c.inputs[0].t() : c.inputs[0];
-    Tensor d = matmul(opa.t(), g) * alpha;  // d op(B)
-    r[1] = tb ? d.t() : d;
+    r[1] = scaled(tb ? matmul(g.t(), opa) : matmul(opa.t(), g), alpha);
   }
-  if (c.needs(2)) r[2] = defs::sum_to(g * beta, c.in_shape(2));
+  if (c.needs(2)) r[2] = defs::sum_to(scaled(g, beta), c.in_shape(2));
   return r;
 }
 
