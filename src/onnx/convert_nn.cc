@@ -123,7 +123,10 @@ V conv_transpose(ConvertCtx& c) {
     if (!out_shape.empty() || auto_pad == "SAME_UPPER" || auto_pad == "SAME_LOWER") {
       int64_t want = !out_shape.empty() ? out_shape[out_shape.size() - static_cast<size_t>(nsp) + u] : in * stride[u];
       int64_t total = natural - want;
-      if (total < 0) c.fail("output_shape is larger than the transposed convolution can produce");
+      if (total < 0) {  // a larger output_shape grows the output padding (at the end)
+        out_pad[u] -= total;
+        total = 0;
+      }
       bool upper = auto_pad != "SAME_LOWER";
       // ONNX: SAME_UPPER puts the extra pad at the end; an explicit output_shape follows SAME_UPPER's split.
       pads[u] = upper ? total / 2 : total - total / 2;

@@ -355,8 +355,9 @@ V cumsum(ConvertCtx& c) {
 
 V cumprod(ConvertCtx& c) {
   int64_t axis = c.axis(c.const_ints(1, "axis").at(0), c.rank(0));
-  return {c.emit("cumprod", {c.in(0)},
-                 {{"axis", axis}, {"exclusive", c.attr_int("exclusive", 0) != 0}, {"reverse", c.attr_int("reverse", 0) != 0}})};
+  ir::Value* y = c.emit("cumprod", {c.in(0)},
+                        {{"axis", axis}, {"exclusive", c.attr_int("exclusive", 0) != 0}, {"reverse", c.attr_int("reverse", 0) != 0}});
+  return {c.cast(y, c.dtype(0))};
 }
 
 V depth_to_space(ConvertCtx& c) {
