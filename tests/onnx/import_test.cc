@@ -1,0 +1,300 @@
+// The ONNX importer on models built here with ONNX's protobuf classes: folding at import, known
+// inputs, symbolic shapes, old opset forms, model-local functions, and errors that name the node.
+// (Hostile files are tests/onnx/hostile_test.cc; ONNX's own test data runs as onnx.Conformance.)
+#include <onnx/onnx_pb.h>
+
+#include <algorithm>
+#include <fstream>
+
+#include "kiln/onnx.h"
+#include "onnx/tensor_proto.h"
+#include "support/testing.h"
+
+namespace kiln {
+namespace {
+
+using testing::random_tensor;
+
+// A small builder for ModelProtos.
+struct ModelBuilder {
+  ::onnx::ModelProto m;
+  ::onnx::GraphProto* g;
+  explicit ModelBuilder(int64_t opset = 17) {
+    m.set_ir_version(8);
+    auto* os = m.add_opset_import();
+    os->set_domain("");
+    os->set_version(opset);
+    g = m.mutable_graph();
+    g->set_name("test");
+  }
+  static void set_type(::onnx::ValueInfoProto* vi, const std::string& name, DType dt, const std::vector<ir::Dim>& dims) {
+    vi->set_name(name);
+    auto* tt = vi->mutable_type()->mutable_tensor_type();
+    tt->set_elem_type(onnx::to_onnx_dtype(dt));
+    auto* shape = tt->mutable_shape();
+    for (const auto& d : dims) {
+      auto* dim = shape->add_dim();
+      if (d.is_symbolic()) dim->set_dim_param(d.symbol);
+      else dim->set_dim_value(d.size);
+    }
+  }
+  ModelBuilder& input(const std::string& name, DType dt, const std::vector<ir::Dim>& dims) {
+    set_type(g->add_input(), name, dt, dims);
+    return *this;
+  }
+  ModelBuilder& output(const std::string& name) {
+    g->add_output()->set_name(name);
+    return *this;
+  }
+  ModelBuilder& init(const std::string& name, const Tensor& t) {
+    auto* tp = g->add_initializer();
+    onnx::tensor_to_proto(t, tp);
+    tp->set_name(name);
+    return *this;
+  }
+  ::onnx::NodeProto* node(const std::string& op, const std::vector<std::string>& ins,
+                          const std::vector<std::string>& outs, const std::string& name = "") {
+    auto* n = g->add_node();
+    n->set_op_type(op);
+    n->set_name(name);
+    for (const auto& i : ins) n->add_input(i);
+    for (const auto& o : outs) n->add_output(o);
+    return n;
+  }
+  static void attr_int(::onnx::NodeProto* n, const std::string& name, int64_t v) {
+    auto* a = n->add_attribute();
+    a->set_name(name);
+    a->set_type(::onnx::AttributeProto::INT);
+    a->set_i(v);
+  }
+  static void attr_ints(::onnx::NodeProto* n, const std::string& name, const std::vector<int64_t>& v) {
+    auto* a = n->add_attribute();
+    a->set_name(name);
+    a->set_type(::onnx::AttributeProto::INTS);
+    for (int64_t x : v) a->add_ints(x);
+  }
+  static void attr_float(::onnx::NodeProto* n, const std::string& name, float v) {
+    auto* a = n->add_attribute();
+    a->set_name(name);
+    a->set_type(::onnx::AttributeProto::FLOAT);
+    a->set_f(v);
+  }
+  onnx::Model import(const onnx::ImportOptions& opt = {}) const {
+    std::string bytes;
+    EXPECT_TRUE(m.SerializeToString(&bytes));
+    return onnx::import_bytes(bytes, "", opt);
+  }
+};
+
+Tensor i64(const std::vector<int64_t>& v) { return from_vector(v); }
+
+std::vector<Tensor> run(const onnx::Model& m, const std::vector<Tensor>& inputs) { return ir::run(m.graph, inputs); }
+
+TEST(OnnxImport, FoldsShapeSubgraphsIntoAttributes) {
+  // Shape -> Gather -> Unsqueeze -> Concat -> Reshape, as exporters write a flatten.
+  ModelBuilder b;
+  b.input("x", DType::f32, {2, 3, 4}).output("y");
+  b.init("zero", full({}, 0, TensorOptions(DType::i64))).init("ax", i64({0})).init("m1", i64({-1}));
+  b.node("Shape", {"x"}, {"s"});
+  ModelBuilder::attr_int(b.node("Gather", {"s", "zero"}, {"n"}), "axis", 0);
+  b.node("Unsqueeze", {"n", "ax"}, {"nu"});
+  ModelBuilder::attr_int(b.node("Concat", {"nu", "m1"}, {"tgt"}), "axis", 0);
+  b.node("Reshape", {"x", "tgt"}, {"y"});
+  onnx::Model m = b.import();
+  ASSERT_EQ(m.graph.num_nodes(), 1u) << ir::print(m.graph);  // only the reshape is left
+  EXPECT_EQ(m.graph.nodes()[0]->op().name(), "reshape");
+  EXPECT_EQ(m.graph.nodes()[0]->attrs().get_ints("shape"), (std::vector<int64_t>{2, -1}));
+  Tensor x = random_tensor({2, 3, 4}, DType::f32, 1);
+  Tensor y = run(m, {x})[0];
+  EXPECT_EQ(y.shape(), (Shape{2, 12}));
+  EXPECT_TRUE(testing::all_close(y, x.reshape({2, 12}), {0, 0}));
+}
+
+TEST(OnnxImport, KnownInputsBecomeConstantsOnlyWhereNeeded) {
+  // `shape` feeds Reshape's attribute position; `x` stays an input.
+  ModelBuilder b;
+  b.input("x", DType::f32, {6}).input("shape", DType::i64, {2}).output("y");
+  b.node("Reshape", {"x", "shape"}, {"y"}, "reshape_node");
+  try {
+    (void)b.import();
+    ADD_FAILURE() << "expected an error";
+  } catch (const Error& e) {
+    std::string msg = e.what();
+    EXPECT_NE(msg.find("node #0 'reshape_node' (Reshape)"), std::string::npos) << msg;
+    EXPECT_NE(msg.find("'shape'"), std::string::npos) << msg;
+    EXPECT_NE(msg.find("known"), std::string::npos) << msg;
+  }
+  onnx::ImportOptions opt;
+  opt.known_inputs["shape"] = i64({3, 2});
+  opt.known_inputs["x"] = random_tensor({6}, DType::f32, 2);  // given but not needed: stays an input
+  onnx::Model m = b.import(opt);
+  ASSERT_EQ(m.input_names, (std::vector<std::string>{"x"}));
+  Tensor x = random_tensor({6}, DType::f32, 3);
+  EXPECT_EQ(run(m, {x})[0].shape(), (Shape{3, 2}));
+}
+
+TEST(OnnxImport, SymbolicBatchFlowsThroughShapeArithmetic) {
+  ModelBuilder b;
+  b.input("x", DType::f32, {ir::Dim::sym("batch"), 4, 6}).output("y");
+  b.init("zero", full({}, 0, TensorOptions(DType::i64))).init("ax", i64({0})).init("rest", i64({2, 12}));
+  b.node("Shape", {"x"}, {"s"});
+  ModelBuilder::attr_int(b.node("Gather", {"s", "zero"}, {"n"}), "axis", 0);
+  b.node("Unsqueeze", {"n", "ax"}, {"nu"});
+  ModelBuilder::attr_int(b.node("Concat", {"nu", "rest"}, {"tgt"}), "axis", 0);
+  b.node("Reshape", {"x", "tgt"}, {"y"});
+  onnx::Model m = b.import();
+  EXPECT_EQ(ir::type_str(m.graph.outputs()[0]->type()), "f32[batch, 2, 12]");
+  for (int64_t batch : {1, 5}) {
+    Tensor x = random_tensor({batch, 4, 6}, DType::f32, 4);
+    Tensor y = run(m, {x})[0];
+    EXPECT_EQ(y.shape(), (Shape{batch, 2, 12}));
+  }
+}
+
+TEST(OnnxImport, SymbolicShapeArithmeticIsAnErrorNotAWrongNumber) {
+  ModelBuilder b;
+  b.input("x", DType::f32, {ir::Dim::sym("batch"), 4}).output("y");
+  b.init("two", i64({1, 1}));
+  b.node("Shape", {"x"}, {"s"});
+  b.node("Mul", {"s", "two"}, {"s2"}, "double_it");
+  b.node("Reshape", {"x", "s2"}, {"y"});
+  EXPECT_KILN_ERROR(b.import(), "symbolic dim(s) batch");
+  onnx::ImportOptions opt;
+  opt.dim_values["batch"] = 3;  // binding the dim makes it static: folds
+  onnx::Model m = b.import(opt);
+  EXPECT_EQ(run(m, {random_tensor({3, 4}, DType::f32, 5)})[0].shape(), (Shape{3, 4}));
+}
+
+TEST(OnnxImport, OldOpsetAttributeForms) {
+  // Opset 9: Slice takes attributes, Upsample scales as an input, Unsqueeze axes as an attribute.
+  ModelBuilder b(9);
+  b.input("x", DType::f32, {4, 6}).output("y");
+  auto* s = b.node("Slice", {"x"}, {"sl"});
+  ModelBuilder::attr_ints(s, "starts", {1, 0});
+  ModelBuilder::attr_ints(s, "ends", {3, 6});
+  ModelBuilder::attr_ints(b.node("Unsqueeze", {"sl"}, {"y"}), "axes", {0});
+  onnx::Model m = b.import();
+  Tensor x = random_tensor({4, 6}, DType::f32, 6);
+  Tensor y = run(m, {x})[0];
+  EXPECT_EQ(y.shape(), (Shape{1, 2, 6}));
+  EXPECT_TRUE(testing::all_close(y, x.slice(0, 1, 3).unsqueeze(0), {0, 0}));
+}
+
+TEST(OnnxImport, ConvBatchNormReluMatchesEagerOps) {
+  ModelBuilder b(13);
+  b.input("x", DType::f32, {2, 3, 9, 9}).output("y");
+  Tensor w = random_tensor({4, 3, 3, 3}, DType::f32, 7), bias = random_tensor({4}, DType::f32, 8);
+  Tensor scale = random_tensor({4}, DType::f32, 9), shift = random_tensor({4}, DType::f32, 10);
+  Tensor mean = random_tensor({4}, DType::f32, 11), var = abs(random_tensor({4}, DType::f32, 12)) + full({}, 0.5f);
+  b.init("w", w).init("b", bias).init("scale", scale).init("shift", shift).init("mean", mean).init("var", var);
+  auto* conv = b.node("Conv", {"x", "w", "b"}, {"c"});
+  ModelBuilder::attr_ints(conv, "pads", {1, 1, 1, 1});
+  ModelBuilder::attr_ints(conv, "strides", {2, 2});
+  ModelBuilder::attr_float(b.node("BatchNormalization", {"c", "scale", "shift", "mean", "var"}, {"bn"}), "epsilon", 1e-3f);
+  b.node("Relu", {"bn"}, {"y"});
+  onnx::Model m = b.import();
+  Tensor x = random_tensor({2, 3, 9, 9}, DType::f32, 13);
+  Tensor want = relu(batch_norm(conv2d(x, w, bias, Conv2dOptions{{2, 2}, {1, 1, 1, 1}, {1, 1}, 1}), mean, var, scale, shift, 1e-3));
+  EXPECT_TRUE(testing::all_close(run(m, {x})[0], want, {1e-5, 1e-5}));
+}
+
+TEST(OnnxImport, ModelLocalFunctionsAreInlined) {
+  ModelBuilder b;
+  b.input("x", DType::f32, {5}).output("y");
+  auto* os = b.m.add_opset_import();
+  os->set_domain("custom");
+  os->set_version(1);
+  auto* f = b.m.add_functions();
+  f->set_name("Square");
+  f->set_domain("custom");
+  f->add_input("a");
+  f->add_output("out");
+  auto* fo = f->add_opset_import();
+  fo->set_domain("");
+  fo->set_version(17);
+  auto* body = f->add_node();
+  body->set_op_type("Mul");
+  body->add_input("a");
+  body->add_input("a");
+  body->add_output("out");
+  auto* call = b.node("Square", {"x"}, {"y"});
+  call->set_domain("custom");
+  onnx::Model m = b.import();
+  Tensor x = random_tensor({5}, DType::f32, 14);
+  EXPECT_TRUE(testing::all_close(run(m, {x})[0], x * x, {0, 0}));
+}
+
+TEST(OnnxImport, ErrorsNameTheNodeAndWhatIsWrong) {
+  {
+    ModelBuilder b;
+    b.input("x", DType::f32, {2}).output("y");
+    b.node("FancyNewOp", {"x"}, {"y"}, "mystery");
+    EXPECT_KILN_ERROR(b.import(), "node #0 'mystery' (FancyNewOp): unsupported operator FancyNewOp");
+  }
+  {
+    ModelBuilder b;
+    b.input("x", DType::f32, {2, 3}).output("y");
+    ModelBuilder::attr_int(b.node("Softmax", {"x"}, {"y"}, "sm"), "axis", 5);
+    EXPECT_KILN_ERROR(b.import(), "node #0 'sm' (Softmax): axis 5 is out of range for rank 2");
+  }
+  {
+    ModelBuilder b;
+    b.input("x", DType::f32, {2, 3}).input("z", DType::f32, {4, 5}).output("y");
+    b.node("Add", {"x", "z"}, {"y"}, "bad_add");
+    EXPECT_KILN_ERROR(b.import(), "node #0 'bad_add' (Add)");
+  }
+  {
+    ModelBuilder b;
+    b.input("x", DType::f32, {2}).output("y");
+    b.node("Relu", {"nowhere"}, {"y"}, "r");
+    EXPECT_KILN_ERROR(b.import(), "input 'nowhere' is not defined");
+  }
+  {
+    ModelBuilder b(30);
+    b.input("x", DType::f32, {2}).output("y");
+    b.node("Relu", {"x"}, {"y"});
+    EXPECT_KILN_ERROR(b.import(), "unsupported opset 30");
+  }
+  {
+    ModelBuilder b;
+    b.input("x", DType::f32, {2}).output("y");
+    auto* a = b.node("Transpose", {"x"}, {"y"}, "t")->add_attribute();
+    a->set_name("perm");
+    a->set_type(::onnx::AttributeProto::STRING);
+    a->set_s("0");
+    EXPECT_KILN_ERROR(b.import(), "attribute 'perm' must be INTS, got STRING");
+  }
+}
+
+TEST(OnnxImport, ModelInfoListsInputsWithoutInitializers) {
+  ModelBuilder b;
+  b.input("x", DType::f32, {2}).input("w", DType::f32, {2}).output("y");
+  b.init("w", random_tensor({2}, DType::f32, 15));
+  b.node("Add", {"x", "w"}, {"y"});
+  std::string path = ::testing::TempDir() + "/kiln_model_info.onnx";
+  {
+    std::string bytes;
+    ASSERT_TRUE(b.m.SerializeToString(&bytes));
+    std::ofstream(path, std::ios::binary) << bytes;
+  }
+  onnx::ModelInfo info = onnx::read_model_info(path);
+  EXPECT_EQ(info.inputs, (std::vector<std::string>{"x"}));
+  EXPECT_EQ(info.outputs, (std::vector<std::string>{"y"}));
+  EXPECT_EQ(info.opset, 17);
+  onnx::Model m = onnx::import_model(path);
+  EXPECT_EQ(m.input_names, (std::vector<std::string>{"x"}));
+  EXPECT_EQ(m.graph.constants().size(), 1u);
+}
+
+TEST(OnnxImport, SupportedOpsCoverTheModelFamilies) {
+  auto ops = onnx::supported_ops();
+  for (const char* op : {"Conv", "BatchNormalization", "Gemm", "MatMul", "LayerNormalization", "Softmax", "Erf",
+                         "Where", "Expand", "Cast", "CastLike", "Slice", "Unsqueeze", "Squeeze", "Transpose", "Reshape",
+                         "Concat", "Shape", "ConstantOfShape", "Range", "HardSigmoid", "HardSwish", "Sum", "Mean", "Max",
+                         "LRN", "Dropout", "Identity", "Constant", "Size", "Mod", "GatherElements", "Trilu",
+                         "NegativeLogLikelihoodLoss", "SoftmaxCrossEntropyLoss", "Resize", "GlobalAveragePool"})
+    EXPECT_NE(std::find(ops.begin(), ops.end(), op), ops.end()) << op;
+}
+
+}  // namespace
+}  // namespace kiln
