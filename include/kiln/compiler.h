@@ -26,6 +26,16 @@ struct PassReport {
   std::string graph_after;  // the text IR after the pass, when keep_graphs
 };
 
+// Adds the compiler's passes (identity, fold, reshape, bn_fold, ...) to ir's pass registry, so
+// ir::make_pass / ir::run_passes / kiln-opt know them. Idempotent; pipeline(), optimize() and
+// run_passes() call it.
+void register_passes();
+
+// Runs the named passes in order (any registered pass), reporting each; the verifier runs after
+// each in debug builds and when verify_each. kiln::Error naming an unknown pass.
+std::vector<PassReport> run_passes(ir::Graph& g, const std::vector<std::string>& names, bool verify_each = false,
+                                   bool keep_graphs = false);
+
 // The pass names run at a level, in order.
 std::vector<std::string> pipeline(int opt_level);
 // Runs the pipeline for options.opt_level on g (kiln::Error naming an unknown disabled pass).

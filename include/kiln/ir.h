@@ -8,6 +8,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <memory>
 #include <optional>
@@ -184,6 +185,10 @@ class Pass {
   virtual PassResult run(Graph& g) = 0;
 };
 std::unique_ptr<Pass> make_pass(const std::string& name);  // kiln::Error listing known passes
+// Higher layers (compiler/) add passes by name; make_pass and pass_names then include them.
+// kiln::InternalError when the name is taken.
+using PassFactory = std::function<std::unique_ptr<Pass>()>;
+void register_pass(const std::string& name, PassFactory factory);
 std::vector<std::string> pass_names();
 // Runs the passes in order; in debug builds (and when verify_each) the verifier runs after each.
 std::vector<PassResult> run_passes(Graph& g, const std::vector<std::string>& names, bool verify_each = false);

@@ -1,14 +1,44 @@
 // Optimization pipelines: which passes run at each -O level, iterated to a fixpoint.
+//   -O0: nothing (the verifier only)
+//   -O1: identity, dce, cse                       (cleanups that never change numerics)
+//   -O2: identity, fold, reshape, bn_fold, cse, dce (+ folding; bn_fold rounds once to f32)
+//   -O3: as -O2 (fusion passes join here as they land)
 #include <algorithm>
+#include <mutex>
 
+#include "compiler/passes/common.h"
 #include "kiln/compiler.h"
 
 namespace kiln::compiler {
 
+void register_passes() {
+  static std::once_flag once;
+  std::call_once(once, [] {
+    ir::register_pass("identity", passes::make_identity);
+    ir::register_pass("fold", passes::make_fold);
+    ir::register_pass("reshape", passes::make_reshape);
+    ir::register_pass("bn_fold", passes::make_bn_fold);
+  });
+}
+
 std::vector<std::string> pipeline(int opt_level) {
+  register_passes();
   KILN_CHECK(opt_level >= 0 && opt_level <= 3, "optimization level -O", opt_level, " is not one of 0..3");
   if (opt_level == 0) return {};
-  return {"cse", "dce"};
+  if (opt_level == 1) return {"identity", "dce", "cse"};
+  return {"identity", "fold", "reshape", "bn_fold", "cse", "dce"};
+}
+
+std::vector<PassReport> run_passes(ir::Graph& g, const std::vector<std::string>& names, bool verify_each,
+                                   bool keep_graphs) {
+  register_passes();
+  for (const auto& n : names) (void)ir::make_pass(n);  // unknown names fail before any pass runs
+  std::vector<PassReport> reports;
+  for (const auto& n : names) {
+    auto r = ir::run_passes(g, {n}, verify_each);
+    reports.push_back(PassReport{n, 0, r[0].changed, r[0].report, keep_graphs ? ir::print(g) : std::string()});
+  }
+  return reports;
 }
 
 std::vector<PassReport> optimize(ir::Graph& g, const PassOptions& options, bool keep_graphs) {

@@ -1,0 +1,146 @@
+// BatchNorm folding: inference batch_norm over channel dim 1 right after a conv2d, gemm or
+// matmul whose weights are constants becomes part of that op:
+//   scale = gamma / sqrt(var + eps)
+//   conv2d:  w'[oc, ...] = w[oc, ...] * scale[oc],   bias' = (bias - mean) * scale + beta
+//   gemm:    op(b)' columns scaled, c' = scale * (beta_gemm * c - mean) + beta, beta_gemm' = 1
+//   matmul (2-D result): becomes gemm(a, b * scale, c = beta - mean * scale)
+// Folding happens in float64 and rounds once to the weight dtype. The producer must have no
+// other reader (its unnormalized output would change) and all statistics must be constants.
+#include <cmath>
+
+#include "compiler/passes/common.h"
+
+namespace kiln::compiler::passes {
+namespace {
+
+struct BnParams {
+  std::vector<double> scale, shift;  // y = x * scale + shift per channel
+};
+
+std::optional<BnParams> bn_params(const ir::Node* bn, int64_t channels) {
+  const auto& in = bn->inputs();
+  for (size_t i = 1; i < in.size(); ++i)
+    if (in[i] && !is_const(in[i])) return std::nullopt;
+  auto mean = const_values(in[1]), var = const_values(in[2]);
+  auto c = static_cast<size_t>(channels);
+  if (mean.size() != c || var.size() != c) return std::nullopt;
+  std::vector<double> gamma(c, 1.0), beta(c, 0.0);
+  if (in.size() > 3 && in[3]) gamma = const_values(in[3]);
+  if (in.size() > 4 && in[4]) beta = const_values(in[4]);
+  if (gamma.size() != c || beta.size() != c) return std::nullopt;
+  double eps = bn->attrs().get_float("eps");
+  BnParams p;
+  for (size_t i = 0; i < c; ++i) {
+    double s = gamma[i] / std::sqrt(var[i] + eps);
+    p.scale.push_back(s);
+    p.shift.push_back(beta[i] - mean[i] * s);
+  }
+  return p;
+}
+
+bool floating_const(const ir::Value* v) { return is_const(v) && is_floating(v->type().dtype); }
+
+class BnFoldPass : public ir::Pass {
+ public:
+  std::string name() const override { return "bn_fold"; }
+  ir::PassResult run(ir::Graph& g) override {
+    std::vector<std::string> items;
+    bool appended = false;
+    auto uses = g.uses();
+    for (ir::Node* bn : g.nodes()) {
+      if (bn->op().name() != "batch_norm") continue;
+      ir::Value* x = bn->inputs()[0];
+      ir::Node* p = x->producer();
+      if (!p || use_count(uses, x) != 1 || is_graph_output(g, x) || !is_floating(x->type().dtype)) continue;
+      if (x->type().shape.size() < 2 || x->type().shape[1].is_symbolic()) continue;
+      int64_t ch = x->type().shape[1].size;
+      auto bp = bn_params(bn, ch);
+      if (!bp) continue;
+      const std::string& op = p->op().name();
+      std::string before = p->str() + " + " + bn->str();
+      ir::Value* result = nullptr;
+      if (op == "conv2d" && floating_const(p->inputs()[1]) && (!p->inputs()[2] || floating_const(p->inputs()[2]))) {
+        const ir::Value* w = p->inputs()[1];
+        Shape ws = w->constant().shape();
+        if (ws.empty() || ws[0] != ch) continue;
+        auto wv = const_values(w);
+        size_t per = wv.size() / static_cast<size_t>(ch);
+        for (size_t i = 0; i < wv.size(); ++i) wv[i] *= bp->scale[i / per];
+        std::vector<double> b(static_cast<size_t>(ch), 0.0);
+        if (p->inputs()[2]) b = const_values(p->inputs()[2]);
+        for (size_t i = 0; i < b.size(); ++i) b[i] = b[i] * bp->scale[i] + bp->shift[i];
+        DType dt = w->type().dtype;
+        p->set_input(1, g.add_constant(g.fresh_name(w->name() + "_bn"), tensor_from(wv, ws, dt)));
+        p->set_input(2, g.add_constant(g.fresh_name("bias_bn"), tensor_from(b, {ch}, dt)));
+        result = x;
+      } else if (op == "gemm" && x->type().shape.size() == 2 && floating_const(p->inputs()[1]) &&
+                 (!p->inputs()[2] || floating_const(p->inputs()[2]))) {
+        const ir::Value* w = p->inputs()[1];
+        bool tb = p->attrs().get_bool("trans_b");
+        Shape ws = w->constant().shape();
+        auto wv = const_values(w);
+        // op(b) is K x N: b is [N, K] when transposed, else [K, N].
+        for (int64_t r = 0; r < ws[0]; ++r)
+          for (int64_t c = 0; c < ws[1]; ++c) wv[static_cast<size_t>(r * ws[1] + c)] *= bp->scale[static_cast<size_t>(tb ? r : c)];
+        double beta = p->attrs().get_float("beta");
+        Shape cs{ch};
+        std::vector<double> cv(static_cast<size_t>(ch), 0.0);
+        if (p->inputs()[2]) {
+          Tensor c = p->inputs()[2]->constant();
+          Shape s = c.shape();
+          if (s.size() == 2) cs = {s[0], ch};
+          Tensor cb = c.to(DType::f64).broadcast_to(cs).contiguous();
+          const double* d = cb.data<double>();
+          cv.assign(d, d + cb.numel());
+        }
+        for (size_t i = 0; i < cv.size(); ++i) {
+          size_t j = i % static_cast<size_t>(ch);
+          cv[i] = bp->scale[j] * (beta * cv[i]) + bp->shift[j];
+        }
+        DType dt = w->type().dtype;
+        p->set_input(1, g.add_constant(g.fresh_name(w->name() + "_bn"), tensor_from(wv, ws, dt)));
+        p->set_input(2, g.add_constant(g.fresh_name("bias_bn"), tensor_from(cv, cs, dt)));
+        Attrs a = p->attrs();
+        a.set("beta", 1.0);
+        p->set_attrs(a);
+        result = x;
+      } else if (op == "matmul" && x->type().shape.size() == 2 && p->inputs()[0]->type().shape.size() == 2 &&
+                 floating_const(p->inputs()[1]) && p->inputs()[1]->type().shape.size() == 2) {
+        const ir::Value* w = p->inputs()[1];
+        Shape ws = w->constant().shape();
+        auto wv = const_values(w);
+        for (size_t i = 0; i < wv.size(); ++i) wv[i] *= bp->scale[i % static_cast<size_t>(ws[1])];
+        DType dt = w->type().dtype;
+        ir::Value* nw = g.add_constant(g.fresh_name(w->name() + "_bn"), tensor_from(wv, ws, dt));
+        ir::Value* nc = g.add_constant(g.fresh_name("bias_bn"), tensor_from(bp->shift, {ch}, dt));
+        ir::Node* gm = g.add_node(kiln::op("gemm"), {p->inputs()[0], nw, nc});
+        if (!(gm->output()->type() == x->type())) {
+          g.erase_nodes({gm});
+          continue;
+        }
+        appended = true;
+        result = gm->output();
+      } else {
+        continue;
+      }
+      std::string out_name = bn->output()->name();
+      g.replace_all_uses(bn->output(), result);
+      g.erase_nodes({bn});
+      if (result != x) {
+        // matmul -> gemm: the matmul is dead now; the gemm takes the batch_norm's name.
+        g.erase_nodes({p});
+      }
+      g.rename(result, out_name);
+      items.push_back(before + " -> " + result->producer()->str());
+      uses = g.uses();
+    }
+    if (appended) topo_reorder(g);
+    return report("bn_fold", "folded", items, "no batch_norm to fold");
+  }
+};
+
+}  // namespace
+
+std::unique_ptr<ir::Pass> make_bn_fold() { return std::make_unique<BnFoldPass>(); }
+
+}  // namespace kiln::compiler::passes

@@ -1,0 +1,88 @@
+// Helpers shared by the compiler's passes.
+#include "compiler/passes/common.h"
+
+#include <algorithm>
+#include <functional>
+#include <set>
+
+namespace kiln::compiler::passes {
+
+bool is_graph_output(const ir::Graph& g, const ir::Value* v) {
+  return std::find(g.outputs().begin(), g.outputs().end(), v) != g.outputs().end();
+}
+
+size_t use_count(const std::map<const ir::Value*, std::vector<ir::Use>>& uses, const ir::Value* v) {
+  auto it = uses.find(v);
+  return it == uses.end() ? 0 : it->second.size();
+}
+
+std::vector<double> const_values(const ir::Value* v) {
+  KILN_ASSERT(is_const(v), "const_values: %", v ? v->name() : "?", " is not a constant");
+  Tensor t = v->constant().to(DType::f64).contiguous();
+  const double* p = t.data<double>();
+  return std::vector<double>(p, p + t.numel());
+}
+
+Tensor tensor_from(const std::vector<double>& values, const Shape& shape, DType dtype) {
+  return from_vector<double>(values, shape).to(dtype);
+}
+
+void topo_reorder(ir::Graph& g) {
+  auto nodes = g.nodes();
+  bool ordered = true;
+  {
+    std::set<const ir::Value*> defined(g.inputs().begin(), g.inputs().end());
+    defined.insert(g.constants().begin(), g.constants().end());
+    for (const ir::Node* n : nodes) {
+      for (const ir::Value* v : n->inputs()) ordered = ordered && (!v || defined.count(v));
+      for (const ir::Value* v : n->outputs()) defined.insert(v);
+    }
+  }
+  if (ordered) return;
+  // Post-order DFS from each node in the current order: producers are emitted first.
+  std::vector<const ir::Node*> order;
+  std::set<const ir::Node*> done, active;
+  std::function<void(const ir::Node*)> visit = [&](const ir::Node* n) {
+    if (done.count(n)) return;
+    KILN_ASSERT(!active.count(n), "topo_reorder: cycle through ", n->str());
+    active.insert(n);
+    for (const ir::Value* v : n->inputs())
+      if (v && v->producer()) visit(v->producer());
+    active.erase(n);
+    done.insert(n);
+    order.push_back(n);
+  };
+  for (const ir::Node* n : nodes) visit(n);
+  ir::Graph out;
+  out.name = g.name;
+  std::map<const ir::Value*, ir::Value*> map;
+  for (const ir::Value* v : g.inputs()) map[v] = out.add_input(v->name(), v->type());
+  for (const ir::Value* v : g.constants()) map[v] = out.add_constant(v->name(), v->constant());
+  for (const ir::Node* n : order) {
+    std::vector<ir::Value*> ins;
+    for (const ir::Value* v : n->inputs()) ins.push_back(v ? map.at(v) : nullptr);
+    std::vector<std::pair<std::string, ir::ValueType>> outs;
+    for (const ir::Value* v : n->outputs()) outs.emplace_back(v->name(), v->type());
+    ir::Node* c = out.add_node_raw(n->op(), std::move(ins), n->attrs(), outs);
+    for (size_t i = 0; i < n->outputs().size(); ++i) map[n->outputs()[i]] = c->outputs()[i];
+  }
+  std::vector<ir::Value*> outs;
+  for (const ir::Value* v : g.outputs()) outs.push_back(map.at(v));
+  out.set_outputs(std::move(outs));
+  g = std::move(out);
+}
+
+ir::PassResult report(const std::string& pass, const std::string& verb, const std::vector<std::string>& items,
+                      const std::string& nothing) {
+  ir::PassResult r;
+  r.changed = !items.empty();
+  if (!r.changed) {
+    r.report = pass + ": " + nothing;
+    return r;
+  }
+  r.report = pass + ": " + verb + " " + std::to_string(items.size()) + ":";
+  for (size_t i = 0; i < items.size(); ++i) r.report += (i ? "; " : " ") + items[i];
+  return r;
+}
+
+}  // namespace kiln::compiler::passes

@@ -1,0 +1,38 @@
+// Helpers shared by the compiler's passes (src/compiler/passes/*.cc): constants, use counts,
+// topological re-ordering after a pass appends replacement nodes, and report lines.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "kiln/compiler.h"
+
+namespace kiln::compiler::passes {
+
+inline bool is_const(const ir::Value* v) { return v && v->kind() == ir::Value::Kind::constant; }
+bool is_graph_output(const ir::Graph& g, const ir::Value* v);
+// How many node inputs and graph outputs read v.
+size_t use_count(const std::map<const ir::Value*, std::vector<ir::Use>>& uses, const ir::Value* v);
+
+// Values of a constant (any dtype) as doubles, in row-major order.
+std::vector<double> const_values(const ir::Value* v);
+// A tensor of `dtype` and `shape` from doubles.
+Tensor tensor_from(const std::vector<double>& values, const Shape& shape, DType dtype);
+
+// Re-orders g's nodes topologically, keeping the current order where it already is one. Passes
+// that append a replacement node (Graph::add_node appends) call this before returning.
+// Note [Appending then re-ordering]: the Graph API only appends nodes; rebuilding the graph in a
+// dependency-respecting order keeps every value name and type, so reports and tests stay stable.
+void topo_reorder(ir::Graph& g);
+
+// A report line: "<pass>: <verb> N node(s): item; item" or "<pass>: <nothing>".
+ir::PassResult report(const std::string& pass, const std::string& verb, const std::vector<std::string>& items,
+                      const std::string& nothing);
+
+// Pass factories (one file each).
+std::unique_ptr<ir::Pass> make_fold();
+std::unique_ptr<ir::Pass> make_identity();
+std::unique_ptr<ir::Pass> make_reshape();
+std::unique_ptr<ir::Pass> make_bn_fold();
+
+}  // namespace kiln::compiler::passes

@@ -1,0 +1,136 @@
+// Reshape / transpose simplification:
+//   reshape(reshape(x, s1), s2)          -> reshape(x, s2)   (also through squeeze/unsqueeze)
+//   permute(permute(x, p1), p2)          -> permute(x, p1[p2]) (dropped when that is the identity)
+//   permute that only moves size-1 dims  -> reshape (then merges with neighbouring reshapes)
+//   reshape(x, ...) back to x's own type -> x
+// The inner node stays when something else reads it (dce removes it otherwise).
+#include "compiler/passes/common.h"
+
+namespace kiln::compiler::passes {
+namespace {
+
+bool is_reshape_like(const ir::Node* n) {
+  const std::string& op = n->op().name();
+  return op == "reshape" || op == "squeeze" || op == "unsqueeze";
+}
+
+std::vector<int64_t> norm_perm(const std::vector<int64_t>& p) {
+  std::vector<int64_t> out(p);
+  for (auto& d : out)
+    if (d < 0) d += static_cast<int64_t>(p.size());
+  return out;
+}
+
+// A permutation keeps the relative order of the non-1 dims: it is a reshape.
+bool moves_only_unit_dims(const ir::ValueType& in, const std::vector<int64_t>& perm) {
+  int64_t last = -1;
+  for (int64_t d : perm) {
+    const ir::Dim& dim = in.shape.at(static_cast<size_t>(d));
+    if (!dim.is_symbolic() && dim.size == 1) continue;
+    if (d < last) return false;
+    last = d;
+  }
+  return true;
+}
+
+// The reshape target for an output type: static dims as they are, at most one symbolic dim as -1.
+std::optional<std::vector<int64_t>> target_of(const ir::ValueType& t) {
+  std::vector<int64_t> s;
+  int syms = 0;
+  for (const auto& d : t.shape) {
+    if (d.is_symbolic()) ++syms;
+    s.push_back(d.is_symbolic() ? -1 : d.size);
+  }
+  if (syms > 1) return std::nullopt;
+  return s;
+}
+
+class ReshapePass : public ir::Pass {
+ public:
+  std::string name() const override { return "reshape"; }
+  ir::PassResult run(ir::Graph& g) override {
+    std::vector<std::string> items;
+    std::vector<ir::Node*> dead;
+    bool appended = false;
+    for (ir::Node* n : g.nodes()) {
+      if (n->inputs().empty() || !n->inputs()[0]) continue;
+      ir::Value* x = n->inputs()[0];
+      ir::Node* p = x->producer();
+      const std::string& op = n->op().name();
+      if (op == "permute") {
+        auto perm = norm_perm(n->attrs().get_ints("dims"));
+        if (p && p->op().name() == "permute") {
+          auto inner = norm_perm(p->attrs().get_ints("dims"));
+          std::vector<int64_t> comp(perm.size());
+          for (size_t i = 0; i < perm.size(); ++i) comp[i] = inner[static_cast<size_t>(perm[i])];
+          std::string before = n->str();
+          n->set_input(0, p->inputs()[0]);
+          Attrs a = n->attrs();
+          a.set("dims", comp);
+          n->set_attrs(a);
+          items.push_back(before + " -> " + n->str());
+          x = n->inputs()[0];
+          p = x->producer();
+          perm = comp;
+        }
+        if (moves_only_unit_dims(x->type(), perm) && target_of(n->output()->type())) {
+          // Re-emit as a reshape with the same output name.
+          std::string before = n->str();
+          std::string out_name = n->output()->name();
+          ir::Node* r = g.add_node(kiln::op("reshape"), {x}, {{"shape", *target_of(n->output()->type())}});
+          if (!(r->output()->type() == n->output()->type())) {
+            g.erase_nodes({r});
+            continue;
+          }
+          g.replace_all_uses(n->output(), r->output());
+          g.erase_nodes({n});
+          g.rename(r->output(), out_name);
+          items.push_back(before + " -> " + r->str());
+          appended = true;
+          n = r;
+          p = x->producer();
+        } else {
+          continue;
+        }
+      }
+      if (!is_reshape_like(n)) continue;
+      if (p && is_reshape_like(p) && n->op().name() == "reshape") {
+        std::string before = n->str();
+        n->set_input(0, p->inputs()[0]);
+        items.push_back(before + " -> " + n->str());
+        x = n->inputs()[0];
+      } else if (p && is_reshape_like(p) && target_of(n->output()->type())) {
+        // squeeze/unsqueeze of a reshape: one reshape to the final type.
+        std::string before = n->str();
+        std::string out_name = n->output()->name();
+        ir::Node* r = g.add_node(kiln::op("reshape"), {p->inputs()[0]}, {{"shape", *target_of(n->output()->type())}});
+        if (!(r->output()->type() == n->output()->type())) {
+          g.erase_nodes({r});
+          continue;
+        }
+        g.replace_all_uses(n->output(), r->output());
+        g.erase_nodes({n});
+        g.rename(r->output(), out_name);
+        items.push_back(before + " -> " + r->str());
+        appended = true;
+        n = r;
+        x = r->inputs()[0];
+      }
+      if (x->type() == n->output()->type() &&
+          !(is_graph_output(g, n->output()) && x->kind() != ir::Value::Kind::node_output)) {
+        items.push_back("removed " + n->str());
+        g.replace_all_uses(n->output(), x);
+        dead.push_back(n);
+      }
+    }
+    g.erase_nodes(dead);
+    if (appended) topo_reorder(g);
+    return report("reshape", "simplified", items, "nothing to simplify");
+  }
+};
+
+}  // namespace
+
+std::unique_ptr<ir::Pass> make_reshape() { return std::make_unique<ReshapePass>(); }
+
+}  // namespace kiln::compiler::passes

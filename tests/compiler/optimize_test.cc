@@ -1,0 +1,182 @@
+// The compiler's pipelines on whole models: each model is built here as kiln IR, exported to ONNX
+// and imported back (so the graph has the importer's shape), then optimized at -O0..-O3; the
+// optimized graph's outputs must equal the unoptimized graph's within f32 tolerance, and the
+// passes each level promises must have fired (no batch_norm left at -O2, fewer nodes, ...).
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <unistd.h>
+
+#include "kiln/compiler.h"
+#include "kiln/ir.h"
+#include "kiln/onnx.h"
+#include "support/testing.h"
+
+namespace kiln {
+namespace {
+
+using testing::random_positive;
+using testing::random_tensor;
+
+// Reassociation tolerance: bn_fold rounds scaled weights once to f32 and fold/reshape change no
+// arithmetic, so results agree to a few f32 ulps of the sums' magnitude.
+constexpr testing::Tol kTol{1e-4, 1e-4};
+
+ir::Value* node(ir::Graph& g, const std::string& op_name, std::vector<ir::Value*> ins, const Attrs& a = {}) {
+  return g.add_node(op(op_name), std::move(ins), a)->output();
+}
+
+ir::Value* bn(ir::Graph& g, ir::Value* x, int64_t c, uint64_t seed) {
+  return node(g, "batch_norm",
+              {x, g.add_constant("", random_tensor({c}, DType::f32, seed, -0.5, 0.5)),
+               g.add_constant("", random_positive({c}, DType::f32, seed + 1, 0.5, 2.0)),
+               g.add_constant("", random_tensor({c}, DType::f32, seed + 2, 0.5, 1.5)),
+               g.add_constant("", random_tensor({c}, DType::f32, seed + 3))},
+              {{"eps", 1e-5}});
+}
+
+// conv-bn-relu, conv-bn + residual add, relu, flatten through a reshape chain, a linear head
+// whose weight is transposed by a constant permute, and a no-op reshape.
+ir::Graph make_cnn() {
+  ir::Graph g;
+  g.name = "cnn";
+  ir::Value* x = g.add_input("x", {DType::f32, {2, 3, 7, 7}});
+  Attrs conv{{"padding", std::vector<int64_t>{1, 1, 1, 1}}};
+  ir::Value* c1 = node(g, "conv2d", {x, g.add_constant("w1", random_tensor({8, 3, 3, 3}, DType::f32, 1, -0.5, 0.5)),
+                                     g.add_constant("b1", random_tensor({8}, DType::f32, 2))}, conv);
+  ir::Value* r1 = node(g, "relu", {bn(g, c1, 8, 10)});
+  ir::Value* c2 = node(g, "conv2d", {r1, g.add_constant("w2", random_tensor({8, 8, 3, 3}, DType::f32, 3, -0.3, 0.3)),
+                                     nullptr}, conv);
+  ir::Value* res = node(g, "add", {bn(g, c2, 8, 20), r1});
+  ir::Value* r2 = node(g, "relu", {res});
+  ir::Value* same = node(g, "reshape", {r2}, {{"shape", std::vector<int64_t>{2, 8, 7, 7}}});
+  ir::Value* f1 = node(g, "reshape", {same}, {{"shape", std::vector<int64_t>{2, 8, 49}}});
+  ir::Value* f2 = node(g, "reshape", {f1}, {{"shape", std::vector<int64_t>{2, 392}}});
+  ir::Value* wt = node(g, "permute", {g.add_constant("wh", random_tensor({5, 392}, DType::f32, 4, -0.1, 0.1))},
+                       {{"dims", std::vector<int64_t>{1, 0}}});
+  ir::Value* logits = node(g, "gemm", {f2, wt, g.add_constant("bh", random_tensor({5}, DType::f32, 5))});
+  g.add_output(logits);
+  return g;
+}
+
+// matmul + bias, bn, relu, gemm(trans_b) + bn, sigmoid, a permute pair that cancels, x * 1.
+ir::Graph make_mlp() {
+  ir::Graph g;
+  g.name = "mlp";
+  ir::Value* x = g.add_input("x", {DType::f32, {6, 17}});
+  ir::Value* h = node(g, "matmul", {x, g.add_constant("w1", random_tensor({17, 32}, DType::f32, 30, -0.4, 0.4))});
+  h = node(g, "relu", {bn(g, h, 32, 40)});
+  h = node(g, "gemm", {h, g.add_constant("w2", random_tensor({11, 32}, DType::f32, 31, -0.3, 0.3)),
+                       g.add_constant("b2", random_tensor({11}, DType::f32, 32))},
+           {{"trans_b", true}, {"beta", 0.5}});
+  h = node(g, "sigmoid", {bn(g, h, 11, 50)});
+  h = node(g, "permute", {h}, {{"dims", std::vector<int64_t>{1, 0}}});
+  h = node(g, "permute", {h}, {{"dims", std::vector<int64_t>{1, 0}}});
+  h = node(g, "mul", {h, g.add_constant("one", full({}, 1.0, TensorOptions(DType::f32)))});
+  g.add_output(node(g, "tanh", {h}));
+  return g;
+}
+
+// Through ONNX when the onnx layer is built: export, then import the file.
+ir::Graph via_onnx(const ir::Graph& g) {
+#if defined(KILN_HAS_ONNX)
+  auto dir = std::filesystem::temp_directory_path() / ("kiln_opt_" + std::to_string(::getpid()));
+  std::filesystem::create_directories(dir);
+  std::string path = (dir / (g.name + ".onnx")).string();
+  onnx::save(g, path);
+  ir::Graph out = onnx::import_model(path).graph;
+  std::filesystem::remove_all(dir);
+  return out;
+#else
+  return g.clone();
+#endif
+}
+
+int count_op(const ir::Graph& g, const std::string& name) {
+  int n = 0;
+  for (const ir::Node* nd : g.nodes()) n += nd->op().name() == name;
+  return n;
+}
+
+void check_levels(const ir::Graph& model, const std::vector<Tensor>& inputs) {
+  ir::Graph base = via_onnx(model);
+  ir::verify(base);
+  std::vector<Tensor> want = ir::run(base, inputs);
+  size_t prev_nodes = base.num_nodes() + 1;
+  for (int level = 0; level <= 3; ++level) {
+    SCOPED_TRACE("-O" + std::to_string(level) + " on " + model.name);
+    ir::Graph g = base.clone();
+    compiler::PassOptions opts;
+    opts.opt_level = level;
+    opts.verify_each = true;
+    auto reports = compiler::optimize(g, opts);
+    ir::verify(g);
+    std::vector<Tensor> got = ir::run(g, inputs);
+    ASSERT_EQ(got.size(), want.size());
+    for (size_t i = 0; i < got.size(); ++i) EXPECT_TRUE(testing::all_close(got[i], want[i], kTol)) << ir::print(g);
+    EXPECT_LE(g.num_nodes(), prev_nodes);
+    prev_nodes = g.num_nodes();
+    if (level == 0) {
+      EXPECT_EQ(g.num_nodes(), base.num_nodes());
+    }
+    if (level >= 2) {
+      EXPECT_EQ(count_op(g, "batch_norm"), 0) << ir::print(g);
+      EXPECT_EQ(count_op(g, "permute"), 0) << ir::print(g);
+      EXPECT_LT(g.num_nodes(), base.num_nodes());
+      bool any_changed = false;
+      for (const auto& r : reports) {
+        EXPECT_FALSE(r.report.empty()) << r.pass;
+        any_changed = any_changed || r.changed;
+      }
+      EXPECT_TRUE(any_changed);
+    }
+  }
+}
+
+TEST(Optimize, CnnConvBnReluResidualMatchesAtEveryLevel) {
+  check_levels(make_cnn(), {random_tensor({2, 3, 7, 7}, DType::f32, 100)});
+}
+
+TEST(Optimize, MlpMatchesAtEveryLevel) { check_levels(make_mlp(), {random_tensor({6, 17}, DType::f32, 101)}); }
+
+TEST(Optimize, NonContiguousInputsAgree) {
+  ir::Graph g = make_mlp();
+  Tensor x = testing::noncontiguous(random_tensor({6, 17}, DType::f32, 102));
+  auto want = ir::run(g, {x});
+  compiler::PassOptions opts;
+  opts.opt_level = 3;
+  compiler::optimize(g, opts);
+  EXPECT_TRUE(testing::all_close(ir::run(g, {x})[0], want[0], kTol));
+}
+
+TEST(Optimize, PipelinesAndBisection) {
+  EXPECT_TRUE(compiler::pipeline(0).empty());
+  EXPECT_EQ(compiler::pipeline(1), (std::vector<std::string>{"identity", "dce", "cse"}));
+  auto o2 = compiler::pipeline(2);
+  for (const char* p : {"fold", "reshape", "bn_fold"})
+    EXPECT_NE(std::find(o2.begin(), o2.end(), p), o2.end()) << p;
+  EXPECT_KILN_ERROR(compiler::pipeline(4), "-O4");
+  ir::Graph g = make_cnn();
+  compiler::PassOptions opts;
+  opts.disabled = {"bn_fold"};
+  compiler::optimize(g, opts);
+  EXPECT_EQ(count_op(g, "batch_norm"), 2);
+  opts.disabled = {"no_such_pass"};
+  EXPECT_KILN_ERROR(compiler::optimize(g, opts), "unknown pass 'no_such_pass'");
+}
+
+TEST(Optimize, ReportsNameWhatChanged) {
+  ir::Graph g = make_mlp();
+  auto reps = compiler::run_passes(g, {"bn_fold", "reshape", "identity", "dce"}, true, true);
+  ASSERT_EQ(reps.size(), 4u);
+  EXPECT_TRUE(reps[0].changed);
+  EXPECT_NE(reps[0].report.find("bn_fold: folded 2:"), std::string::npos) << reps[0].report;
+  EXPECT_NE(reps[0].report.find("batch_norm"), std::string::npos) << reps[0].report;
+  EXPECT_TRUE(reps[1].changed) << reps[1].report;
+  EXPECT_NE(reps[2].report.find("mul"), std::string::npos) << reps[2].report;
+  EXPECT_EQ(reps[3].graph_after, ir::print(g));
+  EXPECT_KILN_ERROR(compiler::run_passes(g, {"dce", "bogus"}), "unknown pass 'bogus'");
+}
+
+}  // namespace
+}  // namespace kiln
