@@ -1,0 +1,141 @@
+// The runtime (DESIGN.md: runtime/): engines and the executor that runs them.
+//
+// An Engine is what the compiler leaves behind: steps (an op, its attributes, the values it reads
+// and writes), packed constants, the memory plan (every intermediate at a fixed offset in one
+// arena), the input/output signature with the compiled batch range, and the target it was built
+// for. It serializes to a checksummed file (Note [Engine file format] in src/runtime/engine_file.cc)
+// and loads back without the compiler. An Executor makes one arena allocation and runs an engine's
+// steps through the dispatcher's run_kernel into arena views, optionally timing every step.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "kiln/compiler.h"
+#include "kiln/core/tensor.h"
+#include "kiln/ir.h"
+#include "kiln/ops/op_def.h"
+
+namespace kiln::runtime {
+
+inline constexpr uint32_t kEngineFormatVersion = 1;
+
+// A value the steps read or write.
+struct EngineValue {
+  enum class Kind : uint8_t { input, constant, arena, view };
+  std::string name;
+  Kind kind = Kind::arena;
+  DType dtype = DType::f32;
+  ir::SymShape shape;    // dims static or the batch symbol
+  int64_t index = 0;     // input: position in the signature; constant: index into constants
+  int64_t offset = 0;    // arena: byte offset
+  int64_t bytes = 0;     // arena: bytes reserved (at the largest batch)
+};
+
+struct EngineStep {
+  std::string name;                 // the node's first output, for profiles
+  const OpDef* op = nullptr;
+  Attrs attrs;                      // bound
+  std::vector<int32_t> inputs;      // value indices; -1: absent optional input
+  std::vector<int32_t> outputs;     // value indices
+};
+
+struct BatchRange {
+  std::string symbol;  // empty: the engine has only static shapes
+  int64_t min = 1;
+  int64_t max = 1;
+};
+
+struct MemoryStats {
+  int64_t arena_bytes = 0;
+  int64_t sum_bytes = 0;     // every intermediate in its own buffer
+  int64_t lower_bound = 0;   // the largest live set
+  int64_t buffers = 0;
+  int64_t inplace = 0;
+  int64_t views = 0;
+  std::string summary() const;
+};
+
+struct Engine {
+  std::string name = "main";
+  std::string target;        // "x86_64-avx512"
+  std::string kiln_version;  // of the compiler that built it
+  std::vector<EngineValue> values;
+  std::vector<EngineStep> steps;
+  std::vector<Tensor> constants;       // contiguous
+  std::vector<int32_t> inputs;         // value indices, signature order
+  std::vector<int32_t> outputs;        // value indices
+  std::vector<std::string> input_names;   // what users call them (ONNX names)
+  std::vector<std::string> output_names;
+  BatchRange batch;
+  MemoryStats memory;
+
+  std::string signature_str() const;   // "inputs: x f32[batch, 3] ...", with the batch range
+  std::string steps_str() const;       // one line per step with its slots
+  // Checks every index, offset and op of the engine (what load() relies on); kiln::Error naming the problem.
+  void validate() const;
+
+  std::string serialize() const;
+  void save(const std::string& path) const;
+  // kiln::Error naming what is wrong for a corrupt, truncated, wrong-version or wrong-target file.
+  static Engine deserialize(const std::string& bytes, const std::string& source = "<memory>");
+  static Engine load(const std::string& path);
+};
+
+// This machine's target string: "<arch>-<isa of the CPU kernels>", e.g. "x86_64-avx512".
+std::string host_target();
+// Whether engines built for `target` run here (kiln::Error explaining why not, when `why` is null).
+bool target_runs_here(const std::string& target, std::string* why = nullptr);
+
+// ---- building (uses the compiler) ------------------------------------------------------------------
+struct CompileOptions {
+  compiler::PassOptions passes;
+  int64_t batch_min = 0;   // 0: the graph's own (symbolic batch: 1..1)
+  int64_t batch_max = 0;
+  std::vector<std::string> input_names;   // user-facing names (default: the graph's)
+  std::vector<std::string> output_names;
+};
+struct CompileResult {
+  Engine engine;
+  std::vector<compiler::PassReport> passes;
+  std::string memory_summary;
+};
+// Optimizes a copy of g, plans its memory and packs it into an engine. The batch symbol is the
+// only symbolic dim allowed (the first input's leading dim, or the graph's only symbol).
+CompileResult compile(const ir::Graph& g, const CompileOptions& options = {});
+
+// ---- running ---------------------------------------------------------------------------------------
+struct LayerTime {
+  std::string name;
+  std::string op;
+  double ms = 0;  // summed over the profiled runs
+  int64_t runs = 0;
+};
+
+class Executor {
+ public:
+  explicit Executor(std::shared_ptr<const Engine> engine);
+  const Engine& engine() const { return *engine_; }
+
+  // Inputs in signature order, or by (user-facing or graph) name. Any batch in the compiled range.
+  // Returns the outputs in signature order; they own their memory (no arena aliasing).
+  std::vector<Tensor> run(const std::vector<Tensor>& inputs);
+  std::vector<Tensor> run(const std::map<std::string, Tensor>& inputs);
+
+  void set_profiling(bool on) { profiling_ = on; }
+  const std::vector<LayerTime>& profile() const { return profile_; }  // one entry per step
+  void reset_profile();
+
+ private:
+  std::shared_ptr<const Engine> engine_;
+  Storage arena_;
+  std::vector<Tensor> env_;
+  bool profiling_ = false;
+  std::vector<LayerTime> profile_;
+};
+
+}  // namespace kiln::runtime

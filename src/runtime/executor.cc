@@ -1,0 +1,135 @@
+// The executor: one arena per instance, every step through run_kernel into arena views.
+#include <chrono>
+#include <cstring>
+
+#include "kiln/ops/dispatch.h"
+#include "kiln/runtime.h"
+
+namespace kiln::runtime {
+
+Executor::Executor(std::shared_ptr<const Engine> engine) : engine_(std::move(engine)) {
+  KILN_CHECK(engine_ != nullptr, "Executor: no engine");
+  // Note [One arena]: the plan's offsets hold at the largest batch, and every dim is static or the
+  // batch, so a smaller batch's tensors fit in the same slots; one allocation serves every run.
+  arena_ = std::make_shared<StorageImpl>(static_cast<size_t>(std::max<int64_t>(engine_->memory.arena_bytes, 64)),
+                                         Device::cpu());
+  env_.resize(engine_->values.size());
+  for (size_t i = 0; i < engine_->values.size(); ++i) {
+    const EngineValue& v = engine_->values[i];
+    if (v.kind == EngineValue::Kind::constant) env_[i] = engine_->constants[static_cast<size_t>(v.index)];
+  }
+  reset_profile();
+}
+
+void Executor::reset_profile() {
+  profile_.clear();
+  for (const EngineStep& st : engine_->steps) profile_.push_back(LayerTime{st.name, st.op->name(), 0, 0});
+}
+
+std::vector<Tensor> Executor::run(const std::map<std::string, Tensor>& inputs) {
+  const Engine& e = *engine_;
+  std::vector<Tensor> ordered(e.inputs.size());
+  for (const auto& [name, t] : inputs) {
+    bool found = false;
+    for (size_t i = 0; i < e.inputs.size() && !found; ++i)
+      if (e.input_names[i] == name || e.values[static_cast<size_t>(e.inputs[i])].name == name) {
+        ordered[i] = t;
+        found = true;
+      }
+    if (!found) {
+      std::string names;
+      for (const auto& n : e.input_names) names += (names.empty() ? "" : ", ") + n;
+      KILN_FAIL("engine '", e.name, "': no input named '", name, "' (its inputs: ", names.empty() ? "none" : names, ")");
+    }
+  }
+  for (size_t i = 0; i < ordered.size(); ++i)
+    KILN_CHECK(ordered[i].defined(), "engine '", e.name, "': input '", e.input_names[i], "' was not given");
+  return run(ordered);
+}
+
+std::vector<Tensor> Executor::run(const std::vector<Tensor>& inputs) {
+  const Engine& e = *engine_;
+  KILN_CHECK(inputs.size() == e.inputs.size(), "engine '", e.name, "': expected ", e.inputs.size(), " inputs, got ",
+             inputs.size());
+  int64_t batch = -1;
+  for (size_t i = 0; i < inputs.size(); ++i) {
+    const Tensor& t = inputs[i];
+    const EngineValue& v = e.values[static_cast<size_t>(e.inputs[i])];
+    std::string what = "engine '" + e.name + "': input '" + e.input_names[i] + "' (" +
+                       ir::type_str(ir::ValueType{v.dtype, v.shape}) + ")";
+    KILN_CHECK(t.defined(), what, " is an undefined tensor");
+    KILN_CHECK(t.device().type == DeviceType::cpu, what, " is on ", t.device().str(), "; this engine runs on the CPU");
+    KILN_CHECK(t.dtype() == v.dtype, what, ": got dtype ", dtype_name(t.dtype()));
+    KILN_CHECK(t.dim() == static_cast<int64_t>(v.shape.size()), what, ": got shape ", shape_str(t.shape()));
+    for (size_t d = 0; d < v.shape.size(); ++d) {
+      int64_t got = t.shape()[d];
+      if (!v.shape[d].is_symbolic()) {
+        KILN_CHECK(got == v.shape[d].size, what, ": dim ", d, " must be ", v.shape[d].size, ", got shape ",
+                   shape_str(t.shape()));
+        continue;
+      }
+      KILN_CHECK(got >= e.batch.min && got <= e.batch.max, what, ": batch ", got, " (dim ", d,
+                 ") is outside the compiled range [", e.batch.min, ", ", e.batch.max,
+                 "]; recompile with kiln compile --batch MIN:MAX");
+      KILN_CHECK(batch < 0 || batch == got, what, ": batch ", got, " differs from ", batch, " given by an earlier input");
+      batch = got;
+    }
+    env_[static_cast<size_t>(e.inputs[i])] = t;
+  }
+
+  using Clock = std::chrono::steady_clock;
+  std::vector<Tensor> ins, outs;
+  for (size_t s = 0; s < e.steps.size(); ++s) {
+    const EngineStep& st = e.steps[s];
+    Clock::time_point t0;
+    if (profiling_) t0 = Clock::now();
+    ins.clear();
+    for (int32_t id : st.inputs) ins.push_back(id < 0 ? Tensor() : env_[static_cast<size_t>(id)]);
+    OpCall call{*st.op, ins, st.attrs, KILN_HERE, Tensor(), nullptr};
+    try {
+      if (st.op->is_view()) {
+        outs = run_kernel(call);
+      } else {
+        std::vector<TensorMeta> metas = infer_call(*st.op, call.inputs, st.attrs);
+        KILN_CHECK(metas.size() == st.outputs.size(), "produces ", metas.size(), " outputs, the engine has ",
+                   st.outputs.size());
+        outs.clear();
+        for (size_t k = 0; k < metas.size(); ++k) {
+          const EngineValue& v = e.values[static_cast<size_t>(st.outputs[k])];
+          int64_t nbytes = static_cast<int64_t>(dtype_size(metas[k].dtype));
+          for (int64_t d : metas[k].shape) nbytes *= d;
+          KILN_CHECK(metas[k].dtype == v.dtype && nbytes <= v.bytes, "output %", v.name, " is ", meta_str(metas[k]),
+                     " but the engine reserved ", v.bytes, " bytes of ", dtype_name(v.dtype));
+          outs.push_back(make_tensor(arena_, v.offset / static_cast<int64_t>(dtype_size(v.dtype)), metas[k].shape,
+                                     contiguous_strides(metas[k].shape), v.dtype));
+        }
+        std::vector<Tensor> slots = outs;
+        outs = run_kernel(call, std::move(outs));
+        for (size_t k = 0; k < outs.size(); ++k)
+          if (outs[k].data_ptr() != slots[k].data_ptr()) slots[k].copy_(outs[k]);  // a kernel that allocated anyway
+        outs = std::move(slots);
+      }
+    } catch (const Error& err) {
+      KILN_FAIL("engine '", e.name, "': step #", s, " '", st.name, "' (", st.op->name(), ") failed: ", err.what());
+    }
+    KILN_CHECK(outs.size() == st.outputs.size(), "engine '", e.name, "': step #", s, " '", st.name, "' produced ",
+               outs.size(), " outputs, the engine has ", st.outputs.size());
+    for (size_t k = 0; k < outs.size(); ++k) env_[static_cast<size_t>(st.outputs[k])] = std::move(outs[k]);
+    if (profiling_) {
+      profile_[s].ms += std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
+      ++profile_[s].runs;
+    }
+  }
+  std::vector<Tensor> result;
+  for (int32_t id : e.outputs) {
+    const EngineValue& v = e.values[static_cast<size_t>(id)];
+    // Outputs must outlive the next run (which reuses the arena) and must not expose constants.
+    result.push_back(v.kind == EngineValue::Kind::input ? env_[static_cast<size_t>(id)]
+                                                        : env_[static_cast<size_t>(id)].clone());
+  }
+  for (size_t i = 0; i < e.values.size(); ++i)
+    if (e.values[i].kind != EngineValue::Kind::constant) env_[i] = Tensor();
+  return result;
+}
+
+}  // namespace kiln::runtime
