@@ -83,13 +83,19 @@ bool target_runs_here(const std::string& target, std::string* why) {
 }
 
 std::string MemoryStats::summary() const {
-  auto mib = [](int64_t b) { return static_cast<double>(b) / (1024.0 * 1024.0); };
-  char buf[320];
+  auto mib = [](int64_t b) {
+    char s[32];
+    if (b < 10 * 1024) std::snprintf(s, sizeof s, "%lld B", static_cast<long long>(b));
+    else if (b < 10 * 1024 * 1024) std::snprintf(s, sizeof s, "%.1f KiB", static_cast<double>(b) / 1024.0);
+    else std::snprintf(s, sizeof s, "%.2f MiB", static_cast<double>(b) / (1024.0 * 1024.0));
+    return std::string(s);
+  };
+  char buf[400];
   std::snprintf(buf, sizeof buf,
-                "arena %.2f MiB = %.1f%% of %.2f MiB of intermediates (lower bound, the largest live set: %.2f MiB); "
+                "arena %s = %.1f%% of %s of intermediates (lower bound, the largest live set: %s); "
                 "%lld buffers, %lld outputs in place, %lld views",
-                mib(arena_bytes), sum_bytes ? 100.0 * static_cast<double>(arena_bytes) / static_cast<double>(sum_bytes) : 0.0,
-                mib(sum_bytes), mib(lower_bound), static_cast<long long>(buffers), static_cast<long long>(inplace),
+                mib(arena_bytes).c_str(), sum_bytes ? 100.0 * static_cast<double>(arena_bytes) / static_cast<double>(sum_bytes) : 0.0,
+                mib(sum_bytes).c_str(), mib(lower_bound).c_str(), static_cast<long long>(buffers), static_cast<long long>(inplace),
                 static_cast<long long>(views));
   return buf;
 }

@@ -5,6 +5,7 @@
 #include <iostream>
 #include <map>
 
+#include "engine_commands.h"
 #include "graph_commands.h"
 #include "model_file.h"
 #include "kiln/kiln.h"
@@ -20,6 +21,7 @@ CLI::App* add_inspect_command(CLI::App& app, InspectOptions& opt) {
 }
 
 int inspect_graph_command(const InspectOptions& opt) {
+  if (is_engine_file(opt.graph)) return inspect_engine_file(opt.graph);
   LoadedGraph lg = load_graph_file(opt.graph, parse_tensor_args(opt.known, "--known"));
   const kiln::ir::Graph& g = lg.graph;
   auto errs = kiln::ir::verify_errors(g);

@@ -5,6 +5,7 @@
 
 #include "conformance.h"
 #include "demo.h"
+#include "engine_commands.h"
 #include "graph_commands.h"
 #include "train.h"
 #include "kiln/kiln.h"
@@ -31,6 +32,10 @@ int main(int argc, char** argv) {
   auto* train = add_train_command(app, train_opt);
   ConformanceOptions conf_opt;
   auto* conformance = add_conformance_command(app, conf_opt);
+  CompileCommandOptions compile_opt;
+  auto* compile = add_compile_command(app, compile_opt);
+  BenchOptions bench_opt;
+  auto* bench = add_bench_command(app, bench_opt);
 
   int rc = 0;
   try {
@@ -40,6 +45,8 @@ int main(int argc, char** argv) {
     if (inspect->parsed()) rc = inspect_graph_command(inspect_opt);
     if (train->parsed()) rc = run_train_command(train_opt);
     if (conformance->parsed()) rc = run_conformance_command(conf_opt);
+    if (compile->parsed()) rc = run_compile_command(compile_opt);
+    if (bench->parsed()) rc = run_bench_command(bench_opt);
   } catch (const CLI::ParseError& e) {
     return app.exit(e);
   } catch (const kiln::Error& e) {

@@ -9,12 +9,13 @@
 #include <iostream>
 #include <map>
 
+#include "engine_commands.h"
 #include "graph_commands.h"
 #include "model_file.h"
 #include "kiln/kiln.h"
 
 CLI::App* add_run_command(CLI::App& app, RunOptions& opt) {
-  auto* c = app.add_subcommand("run", "Run a graph (text IR .kir, or an ONNX model .onnx) on inputs from .npy or .pb files");
+  auto* c = app.add_subcommand("run", "Run a graph (text IR .kir, an ONNX model .onnx, or an engine .kiln) on inputs from .npy or .pb files");
   c->add_option("graph", opt.graph, "graph file (.kir or .onnx)")->required()->check(CLI::ExistingFile);
   c->add_option("--input,-i", opt.inputs, "an input as name=file.npy or name=file.pb (repeat for each input)");
   c->add_option("--known", opt.known, "ONNX: an input kiln needs at compile time (a shape tensor), name=file");
@@ -43,6 +44,10 @@ std::string summary(const kiln::Tensor& t) {
 }  // namespace
 
 int run_graph_command(const RunOptions& opt) {
+  if (is_engine_file(opt.graph)) {
+    KILN_CHECK(opt.known.empty() && opt.dims.empty(), "--known and --dim apply to models, not engines");
+    return run_engine_file(opt.graph, parse_tensor_args(opt.inputs, "--input"), opt.output_dir, opt.pb_outputs);
+  }
   std::map<std::string, int64_t> dims;
   for (const auto& spec : opt.dims) {
     auto eq = spec.find('=');
