@@ -80,9 +80,12 @@ int64_t value_bytes(const ir::ValueType& t, const std::map<std::string, int64_t>
                  d.symbol, "=N)");
       size = it->second;
     }
-    n *= size;
+    KILN_CHECK(!__builtin_mul_overflow(n, size, &n), "memory plan: ", ir::type_str(t),
+               " overflows 64-bit sizes at the symbols' largest values");
   }
-  return n * static_cast<int64_t>(dtype_size(t.dtype));
+  KILN_CHECK(!__builtin_mul_overflow(n, static_cast<int64_t>(dtype_size(t.dtype)), &n), "memory plan: ",
+             ir::type_str(t), " overflows 64-bit sizes at the symbols' largest values");
+  return n;
 }
 
 bool op_allows_inplace(const std::string& op_name) {

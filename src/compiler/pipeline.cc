@@ -1,8 +1,9 @@
 // Optimization pipelines: which passes run at each -O level, iterated to a fixpoint.
 //   -O0: nothing (the verifier only)
 //   -O1: identity, dce, cse                       (cleanups that never change numerics)
-//   -O2: identity, fold, reshape, bn_fold, cse, dce (+ folding; bn_fold rounds once to f32)
-//   -O3: as -O2 (fusion passes join here as they land)
+//   -O2: identity, fold, reshape, bn_fold, epilogue, cse, dce
+//        (+ folding and epilogue fusion; bn_fold rounds folded weights once to the weight dtype)
+//   -O3: as -O2 (elementwise-chain fusion joins here when it lands)
 #include <algorithm>
 #include <mutex>
 
@@ -18,6 +19,7 @@ void register_passes() {
     ir::register_pass("fold", passes::make_fold);
     ir::register_pass("reshape", passes::make_reshape);
     ir::register_pass("bn_fold", passes::make_bn_fold);
+    ir::register_pass("epilogue", passes::make_epilogue);
   });
 }
 
@@ -26,7 +28,7 @@ std::vector<std::string> pipeline(int opt_level) {
   KILN_CHECK(opt_level >= 0 && opt_level <= 3, "optimization level -O", opt_level, " is not one of 0..3");
   if (opt_level == 0) return {};
   if (opt_level == 1) return {"identity", "dce", "cse"};
-  return {"identity", "fold", "reshape", "bn_fold", "cse", "dce"};
+  return {"identity", "fold", "reshape", "bn_fold", "epilogue", "cse", "dce"};
 }
 
 std::vector<PassReport> run_passes(ir::Graph& g, const std::vector<std::string>& names, bool verify_each,

@@ -1,7 +1,8 @@
 // The compiler's pipelines on whole models: each model is built here as kiln IR, exported to ONNX
 // and imported back (so the graph has the importer's shape), then optimized at -O0..-O3; the
 // optimized graph's outputs must equal the unoptimized graph's within f32 tolerance, and the
-// passes each level promises must have fired (no batch_norm left at -O2, fewer nodes, ...).
+// passes each level promises must have fired (no batch_norm left at -O2, conv/gemm + bias +
+// activation + residual fused, fewer nodes, ...).
 #include <gtest/gtest.h>
 
 #include <filesystem>
@@ -59,7 +60,7 @@ ir::Graph make_cnn() {
   return g;
 }
 
-// matmul + bias, bn, relu, gemm(trans_b) + bn, sigmoid, a permute pair that cancels, x * 1.
+// matmul, bn, relu, gemm(trans_b, beta 0.5) + bn, sigmoid, a permute pair that cancels, x * 1.
 ir::Graph make_mlp() {
   ir::Graph g;
   g.name = "mlp";
@@ -98,7 +99,7 @@ int count_op(const ir::Graph& g, const std::string& name) {
   return n;
 }
 
-void check_levels(const ir::Graph& model, const std::vector<Tensor>& inputs) {
+void check_levels(const ir::Graph& model, const std::vector<Tensor>& inputs, int fused_nodes) {
   ir::Graph base = via_onnx(model);
   ir::verify(base);
   std::vector<Tensor> want = ir::run(base, inputs);
@@ -122,6 +123,8 @@ void check_levels(const ir::Graph& model, const std::vector<Tensor>& inputs) {
     if (level >= 2) {
       EXPECT_EQ(count_op(g, "batch_norm"), 0) << ir::print(g);
       EXPECT_EQ(count_op(g, "permute"), 0) << ir::print(g);
+      EXPECT_EQ(count_op(g, "fused_conv2d") + count_op(g, "fused_gemm"), fused_nodes) << ir::print(g);
+      EXPECT_EQ(count_op(g, "relu"), 0) << ir::print(g);
       EXPECT_LT(g.num_nodes(), base.num_nodes());
       bool any_changed = false;
       for (const auto& r : reports) {
@@ -134,10 +137,10 @@ void check_levels(const ir::Graph& model, const std::vector<Tensor>& inputs) {
 }
 
 TEST(Optimize, CnnConvBnReluResidualMatchesAtEveryLevel) {
-  check_levels(make_cnn(), {random_tensor({2, 3, 7, 7}, DType::f32, 100)});
+  check_levels(make_cnn(), {random_tensor({2, 3, 7, 7}, DType::f32, 100)}, 2);
 }
 
-TEST(Optimize, MlpMatchesAtEveryLevel) { check_levels(make_mlp(), {random_tensor({6, 17}, DType::f32, 101)}); }
+TEST(Optimize, MlpMatchesAtEveryLevel) { check_levels(make_mlp(), {random_tensor({6, 17}, DType::f32, 101)}, 2); }
 
 TEST(Optimize, NonContiguousInputsAgree) {
   ir::Graph g = make_mlp();
@@ -153,7 +156,7 @@ TEST(Optimize, PipelinesAndBisection) {
   EXPECT_TRUE(compiler::pipeline(0).empty());
   EXPECT_EQ(compiler::pipeline(1), (std::vector<std::string>{"identity", "dce", "cse"}));
   auto o2 = compiler::pipeline(2);
-  for (const char* p : {"fold", "reshape", "bn_fold"})
+  for (const char* p : {"fold", "reshape", "bn_fold", "epilogue"})
     EXPECT_NE(std::find(o2.begin(), o2.end(), p), o2.end()) << p;
   EXPECT_KILN_ERROR(compiler::pipeline(4), "-O4");
   ir::Graph g = make_cnn();
@@ -176,6 +179,45 @@ TEST(Optimize, ReportsNameWhatChanged) {
   EXPECT_NE(reps[2].report.find("mul"), std::string::npos) << reps[2].report;
   EXPECT_EQ(reps[3].graph_after, ir::print(g));
   EXPECT_KILN_ERROR(compiler::run_passes(g, {"dce", "bogus"}), "unknown pass 'bogus'");
+}
+
+
+// Every epilogue shape the pass fuses, run before and after on random inputs.
+TEST(Optimize, EpilogueFusionKeepsNumerics) {
+  const char* text = R"(graph f(%x: f32[2, 3, 5, 5], %m: f32[7, 6], %res: f32[7, 4], %cres: f32[2, 4, 5, 5]) {
+  %w: f32[4, 3, 1, 1] = constant [0.5, -1, 2, 1.5, 0.25, -0.75, 1, 1, -2, 0.5, 0.5, 3]
+  %cb: f32[1, 4, 1, 1] = constant [0.5, -0.5, 1, -1]
+  %b: f32[6, 4] = constant [1, -2, 3, 0.5, 1, 2, -1, 0.25, 0.5, 0.5, 1, -1, 2, 1, 0.5, -0.5, 1, 1, 1, 1, -1, 2, 0.5, 3]
+  %gb: f32[1, 4] = constant [1, -1, 0.5, 2]
+  %c: f32[2, 4, 7, 7] = conv2d(%x, %w) {padding=[1, 1, 1, 1], stride=[1, 1]}
+  %c0: f32[2, 4, 5, 5] = conv2d(%x, %w) {padding=[0, 0, 0, 0]}
+  %cpb: f32[2, 4, 5, 5] = add(%c0, %cb)
+  %cg: f32[2, 4, 5, 5] = gelu(%cpb) {approximate="tanh"}
+  %cr: f32[2, 4, 5, 5] = add(%cg, %cres)
+  %mm: f32[7, 4] = matmul(%m, %b)
+  %mb: f32[7, 4] = add(%gb, %mm)
+  %h: f32[7, 4] = gelu(%mb)
+  %g: f32[7, 4] = gemm(%m, %b, %gb) {alpha=0.5, beta=2}
+  %g6: f32[7, 4] = clip(%g) {min=0, max=6}
+  %s: f32[7, 4] = add(%g6, %res)
+  %k: f32[7, 4] = gemm(%m, %b)
+  %kr: f32[7, 4] = add(%res, %k)
+  %t: f32[7, 4] = silu(%kr)
+  %u: f32[7, 4] = tanh(%h)
+  return %c, %cr, %h, %s, %t, %u
+})";
+  ir::Graph g = ir::parse(text);
+  ir::verify(g);
+  std::vector<Tensor> in{random_tensor({2, 3, 5, 5}, DType::f32, 7), random_tensor({7, 6}, DType::f32, 8),
+                         random_tensor({7, 4}, DType::f32, 9), random_tensor({2, 4, 5, 5}, DType::f32, 10)};
+  auto want = ir::run(g, in);
+  auto reps = compiler::run_passes(g, {"epilogue", "dce"}, true);
+  EXPECT_NE(reps[0].report.find("epilogue: fused 4:"), std::string::npos) << reps[0].report;
+  EXPECT_EQ(count_op(g, "fused_conv2d"), 1) << ir::print(g);  // a bare conv2d stays
+  EXPECT_EQ(count_op(g, "fused_gemm"), 3) << ir::print(g);
+  EXPECT_EQ(count_op(g, "tanh"), 1) << ir::print(g);  // %h is a graph output: the chain ends at gelu
+  auto got = ir::run(g, in);
+  for (size_t i = 0; i < got.size(); ++i) EXPECT_TRUE(testing::all_close(got[i], want[i], kTol)) << i;
 }
 
 }  // namespace

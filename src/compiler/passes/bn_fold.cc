@@ -4,6 +4,7 @@
 //   conv2d:  w'[oc, ...] = w[oc, ...] * scale[oc],   bias' = (bias - mean) * scale + beta
 //   gemm:    op(b)' columns scaled, c' = scale * (beta_gemm * c - mean) + beta, beta_gemm' = 1
 //   matmul (2-D result): becomes gemm(a, b * scale, c = beta - mean * scale)
+// The folded op is a new node (appended, then the graph is re-ordered) named like the batch_norm.
 // Folding happens in float64 and rounds once to the weight dtype. The producer must have no
 // other reader (its unnormalized output would change) and all statistics must be constants.
 #include <cmath>
@@ -40,6 +41,24 @@ std::optional<BnParams> bn_params(const ir::Node* bn, int64_t channels) {
 
 bool floating_const(const ir::Value* v) { return is_const(v) && is_floating(v->type().dtype); }
 
+// Appends op(x, w, bias) with attrs (x: the producer's first input unless given), or nullptr when
+// its type would differ from `want`. Appending (not editing in place) also covers producers whose
+// optional bias slot is absent in the text IR.
+ir::Value* emit(ir::Graph& g, const ir::Node& p, ir::Value* w, ir::Value* bias, const Attrs& attrs,
+                const ir::ValueType& want) {
+  ir::Node* r = g.add_node(p.op(), {p.inputs()[0], w, bias}, attrs);
+  if (r->output()->type() == want) return r->output();
+  g.erase_nodes({r});
+  return nullptr;
+}
+ir::Value* emit(ir::Graph& g, const OpDef& op, ir::Value* w, ir::Value* bias, const Attrs& attrs,
+                const ir::ValueType& want, ir::Value* x) {
+  ir::Node* r = g.add_node(op, {x, w, bias}, attrs);
+  if (r->output()->type() == want) return r->output();
+  g.erase_nodes({r});
+  return nullptr;
+}
+
 class BnFoldPass : public ir::Pass {
  public:
   std::string name() const override { return "bn_fold"; }
@@ -59,7 +78,7 @@ class BnFoldPass : public ir::Pass {
       const std::string& op = p->op().name();
       std::string before = p->str() + " + " + bn->str();
       ir::Value* result = nullptr;
-      if (op == "conv2d" && floating_const(p->inputs()[1]) && (!p->inputs()[2] || floating_const(p->inputs()[2]))) {
+      if (op == "conv2d" && floating_const(p->inputs()[1]) && (!input_at(p, 2) || floating_const(input_at(p, 2)))) {
         const ir::Value* w = p->inputs()[1];
         Shape ws = w->constant().shape();
         if (ws.empty() || ws[0] != ch) continue;
@@ -67,14 +86,13 @@ class BnFoldPass : public ir::Pass {
         size_t per = wv.size() / static_cast<size_t>(ch);
         for (size_t i = 0; i < wv.size(); ++i) wv[i] *= bp->scale[i / per];
         std::vector<double> b(static_cast<size_t>(ch), 0.0);
-        if (p->inputs()[2]) b = const_values(p->inputs()[2]);
+        if (input_at(p, 2)) b = const_values(input_at(p, 2));
         for (size_t i = 0; i < b.size(); ++i) b[i] = b[i] * bp->scale[i] + bp->shift[i];
         DType dt = w->type().dtype;
-        p->set_input(1, g.add_constant(g.fresh_name(w->name() + "_bn"), tensor_from(wv, ws, dt)));
-        p->set_input(2, g.add_constant(g.fresh_name("bias_bn"), tensor_from(b, {ch}, dt)));
-        result = x;
+        result = emit(g, *p, g.add_constant(g.fresh_name(w->name() + "_bn"), tensor_from(wv, ws, dt)),
+                      g.add_constant(g.fresh_name("bias_bn"), tensor_from(b, {ch}, dt)), p->attrs(), x->type());
       } else if (op == "gemm" && x->type().shape.size() == 2 && floating_const(p->inputs()[1]) &&
-                 (!p->inputs()[2] || floating_const(p->inputs()[2]))) {
+                 (!input_at(p, 2) || floating_const(input_at(p, 2)))) {
         const ir::Value* w = p->inputs()[1];
         bool tb = p->attrs().get_bool("trans_b");
         Shape ws = w->constant().shape();
@@ -85,8 +103,8 @@ class BnFoldPass : public ir::Pass {
         double beta = p->attrs().get_float("beta");
         Shape cs{ch};
         std::vector<double> cv(static_cast<size_t>(ch), 0.0);
-        if (p->inputs()[2]) {
-          Tensor c = p->inputs()[2]->constant();
+        if (input_at(p, 2)) {
+          Tensor c = input_at(p, 2)->constant();
           Shape s = c.shape();
           if (s.size() == 2) cs = {s[0], ch};
           Tensor cb = c.to(DType::f64).broadcast_to(cs).contiguous();
@@ -98,12 +116,10 @@ class BnFoldPass : public ir::Pass {
           cv[i] = bp->scale[j] * (beta * cv[i]) + bp->shift[j];
         }
         DType dt = w->type().dtype;
-        p->set_input(1, g.add_constant(g.fresh_name(w->name() + "_bn"), tensor_from(wv, ws, dt)));
-        p->set_input(2, g.add_constant(g.fresh_name("bias_bn"), tensor_from(cv, cs, dt)));
         Attrs a = p->attrs();
         a.set("beta", 1.0);
-        p->set_attrs(a);
-        result = x;
+        result = emit(g, *p, g.add_constant(g.fresh_name(w->name() + "_bn"), tensor_from(wv, ws, dt)),
+                      g.add_constant(g.fresh_name("bias_bn"), tensor_from(cv, cs, dt)), a, x->type());
       } else if (op == "matmul" && x->type().shape.size() == 2 && p->inputs()[0]->type().shape.size() == 2 &&
                  floating_const(p->inputs()[1]) && p->inputs()[1]->type().shape.size() == 2) {
         const ir::Value* w = p->inputs()[1];
@@ -113,23 +129,15 @@ class BnFoldPass : public ir::Pass {
         DType dt = w->type().dtype;
         ir::Value* nw = g.add_constant(g.fresh_name(w->name() + "_bn"), tensor_from(wv, ws, dt));
         ir::Value* nc = g.add_constant(g.fresh_name("bias_bn"), tensor_from(bp->shift, {ch}, dt));
-        ir::Node* gm = g.add_node(kiln::op("gemm"), {p->inputs()[0], nw, nc});
-        if (!(gm->output()->type() == x->type())) {
-          g.erase_nodes({gm});
-          continue;
-        }
-        appended = true;
-        result = gm->output();
+        result = emit(g, kiln::op("gemm"), nw, nc, {}, x->type(), p->inputs()[0]);
       } else {
         continue;
       }
+      if (!result) continue;
+      appended = true;
       std::string out_name = bn->output()->name();
       g.replace_all_uses(bn->output(), result);
-      g.erase_nodes({bn});
-      if (result != x) {
-        // matmul -> gemm: the matmul is dead now; the gemm takes the batch_norm's name.
-        g.erase_nodes({p});
-      }
+      g.erase_nodes({bn, p});  // the replacement takes the batch_norm's name
       g.rename(result, out_name);
       items.push_back(before + " -> " + result->producer()->str());
       uses = g.uses();

@@ -10,6 +10,8 @@
 namespace kiln::compiler::passes {
 
 inline bool is_const(const ir::Value* v) { return v && v->kind() == ir::Value::Kind::constant; }
+// Input i of n, or nullptr when absent (the text IR may omit trailing optional inputs).
+inline ir::Value* input_at(const ir::Node* n, size_t i) { return i < n->inputs().size() ? n->inputs()[i] : nullptr; }
 bool is_graph_output(const ir::Graph& g, const ir::Value* v);
 // How many node inputs and graph outputs read v.
 size_t use_count(const std::map<const ir::Value*, std::vector<ir::Use>>& uses, const ir::Value* v);
@@ -34,5 +36,6 @@ std::unique_ptr<ir::Pass> make_fold();
 std::unique_ptr<ir::Pass> make_identity();
 std::unique_ptr<ir::Pass> make_reshape();
 std::unique_ptr<ir::Pass> make_bn_fold();
+std::unique_ptr<ir::Pass> make_epilogue();
 
 }  // namespace kiln::compiler::passes

@@ -2,6 +2,8 @@
 
 namespace kiln {
 
+void register_fused_ops(OpRegistry& r);  // defs/fused/fused.cc (fused_gemm, fused_conv2d: compiler epilogues)
+
 void register_builtin_ops(OpRegistry& r) {
   register_view_ops(r);
   register_copy_ops(r);
@@ -15,6 +17,7 @@ void register_builtin_ops(OpRegistry& r) {
   register_conv_ops(r);
   register_index_ops(r);
   register_resample_ops(r);
+  register_fused_ops(r);
 }
 
 }  // namespace kiln

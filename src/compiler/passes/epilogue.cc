@@ -1,0 +1,174 @@
+// Epilogue fusion: conv2d, gemm or 2-D matmul followed by a bias add, an activation (relu,
+// relu6 = clip(0, 6), sigmoid, tanh, silu, gelu) and a residual add, in the orders
+//   anchor [+ bias] [+ residual] [act]      (residual_before_activation = true)
+//   anchor [+ bias] [act] [+ residual]
+// becomes one fused_conv2d / fused_gemm node (src/ops/defs/fused/fused.cc) that applies them
+// while the GEMM tile is in cache. Each fused intermediate must have exactly one reader and not be
+// a graph output; a bias add needs a constant broadcast per output channel ([C,1,1] / [1,C,1,1]
+// for conv, [N] / [1,N] for gemm and matmul). Only f32 and f64 graphs fuse (the fused kernels'
+// dtypes). A bare anchor with nothing to fuse stays as it is.
+#include <algorithm>
+#include <set>
+
+#include "compiler/passes/common.h"
+
+namespace kiln::compiler::passes {
+namespace {
+
+std::optional<std::string> activation_of(const ir::Node* n) {
+  const std::string& op = n->op().name();
+  if (op == "relu" || op == "sigmoid" || op == "tanh" || op == "silu") return op;
+  if (op == "gelu") return n->attrs().get_string("approximate") == "tanh" ? "gelu_tanh" : "gelu";
+  if (op == "clip" && n->inputs().size() == 1 && n->attrs().has("min") && n->attrs().has("max") &&
+      n->attrs().get_float("min") == 0.0 && n->attrs().get_float("max") == 6.0)
+    return "relu6";
+  return std::nullopt;
+}
+
+// The per-channel values of a constant bias operand (shape [C,1,1]/[1,C,1,1] for conv, [N]/[1,N]
+// for gemm), or nullopt.
+std::optional<std::vector<double>> channel_bias(const ir::Value* c, int64_t channels, bool conv) {
+  if (!is_const(c) || !is_floating(c->type().dtype)) return std::nullopt;
+  Shape s = c->constant().shape();
+  std::vector<Shape> ok = conv ? std::vector<Shape>{{channels, 1, 1}, {1, channels, 1, 1}}
+                               : std::vector<Shape>{{channels}, {1, channels}};
+  if (std::find(ok.begin(), ok.end(), s) == ok.end()) return std::nullopt;
+  return const_values(c);
+}
+
+class EpiloguePass : public ir::Pass {
+ public:
+  std::string name() const override { return "epilogue"; }
+  ir::PassResult run(ir::Graph& g) override {
+    std::vector<std::string> items;
+    std::set<const ir::Node*> erased;
+    auto uses = g.uses();
+    for (ir::Node* n : g.nodes()) {
+      if (erased.count(n)) continue;
+      const std::string& op = n->op().name();
+      bool conv = op == "conv2d";
+      if (!conv && op != "gemm" && op != "matmul") continue;
+      ir::Value* cur = n->output();
+      const ir::ValueType type = cur->type();
+      if (type.dtype != DType::f32 && type.dtype != DType::f64) continue;
+      if (type.shape.size() != (conv ? 4u : 2u) || type.shape[1].is_symbolic()) continue;
+      if (!std::all_of(n->inputs().begin(), n->inputs().end(),
+                       [&](const ir::Value* v) { return !v || v->type().dtype == type.dtype; }))
+        continue;
+      {
+        const int64_t ch = type.shape[1].size;
+        if (op == "matmul" && n->inputs()[0]->type().shape.size() != 2) continue;
+        if (op == "matmul" && n->inputs()[1]->type().shape.size() != 2) continue;
+        // The anchor's own bias.
+        std::optional<std::vector<double>> bias;
+        ir::Value* conv_bias = nullptr;
+        if (conv) {
+          conv_bias = input_at(n, 2);
+        } else if (op == "gemm" && input_at(n, 2)) {
+          const ir::Value* c = input_at(n, 2);
+          if (!is_const(c)) continue;
+          Shape s = c->constant().shape();
+          bool per_col = s.empty() || s == Shape{1} || s == Shape{ch} || s == Shape{1, ch} || s == Shape{1, 1};
+          if (!per_col) continue;
+          Tensor cb = c->constant().to(DType::f64).reshape({-1}).broadcast_to({ch}).contiguous();
+          double beta = n->attrs().get_float("beta");
+          bias = std::vector<double>(static_cast<size_t>(ch));
+          for (int64_t j = 0; j < ch; ++j) (*bias)[static_cast<size_t>(j)] = beta * cb.data<double>()[j];
+        }
+        auto sole_user = [&](const ir::Value* v) -> ir::Node* {
+          auto it = uses.find(v);
+          if (it == uses.end() || it->second.size() != 1 || !it->second[0].node) return nullptr;
+          ir::Node* u = it->second[0].node;
+          return u->outputs().size() == 1 && u->output()->type() == type ? u : nullptr;
+        };
+        std::vector<ir::Node*> chain;
+        std::vector<std::string> what;
+        // 1. bias add
+        if (ir::Node* u = sole_user(cur); u && u->op().name() == "add") {
+          ir::Value* other = u->inputs()[0] == cur ? u->inputs()[1] : u->inputs()[0];
+          auto cb = channel_bias(other, ch, conv);
+          if (cb && (!conv_bias || is_const(conv_bias))) {
+            if (conv && conv_bias) {
+              auto old = const_values(conv_bias);
+              for (size_t i = 0; i < cb->size(); ++i) (*cb)[i] += old[i];
+            }
+            if (bias)
+              for (size_t i = 0; i < cb->size(); ++i) (*cb)[i] += (*bias)[i];
+            bias = cb;
+            chain.push_back(u);
+            what.push_back("bias");
+            cur = u->output();
+          }
+        }
+        // 2. residual and activation, in either order
+        ir::Value* residual = nullptr;
+        bool before = false;
+        std::string act = "none";
+        auto take_residual = [&]() {
+          ir::Node* u = sole_user(cur);
+          if (!u || u->op().name() != "add" || u->inputs()[0] == u->inputs()[1]) return false;
+          ir::Value* other = u->inputs()[0] == cur ? u->inputs()[1] : u->inputs()[0];
+          if (!(other->type() == type)) return false;
+          residual = other;
+          chain.push_back(u);
+          what.push_back("residual %" + other->name());
+          cur = u->output();
+          return true;
+        };
+        before = take_residual();
+        if (ir::Node* u = sole_user(cur)) {
+          if (auto a = activation_of(u)) {
+            act = *a;
+            chain.push_back(u);
+            what.push_back(act);
+            cur = u->output();
+          }
+        }
+        if (!residual) take_residual();
+        if (chain.empty()) continue;
+        // Build the fused node.
+        std::vector<ir::Value*> ins{n->inputs()[0], n->inputs()[1], nullptr, residual};
+        Attrs a{{"activation", act}, {"residual_before_activation", before && act != "none"}};
+        if (bias) {
+          ins[2] = g.add_constant(g.fresh_name("epi_bias"), tensor_from(*bias, {ch}, type.dtype));
+        } else if (conv) {
+          ins[2] = conv_bias;
+        }
+        if (conv) {
+          for (const char* k : {"stride", "padding", "dilation"}) a.set(k, n->attrs().get_ints(k));
+          a.set("groups", n->attrs().get_int("groups"));
+        } else if (op == "gemm") {
+          a.set("alpha", n->attrs().get_float("alpha"));
+          a.set("trans_a", n->attrs().get_bool("trans_a"));
+          a.set("trans_b", n->attrs().get_bool("trans_b"));
+        }
+        ir::Node* f = g.add_node(kiln::op(conv ? "fused_conv2d" : "fused_gemm"), ins, a);
+        if (!(f->output()->type() == type)) {
+          g.erase_nodes({f});
+          continue;
+        }
+        std::string before_str = n->str();
+        for (const ir::Node* c : chain) before_str += " + " + c->str();
+        std::string out_name = cur->name();
+        g.replace_all_uses(cur, f->output());
+        std::vector<ir::Node*> dead(chain.rbegin(), chain.rend());
+        dead.push_back(n);
+        g.erase_nodes(dead);
+        erased.insert(dead.begin(), dead.end());
+        g.rename(f->output(), out_name);
+        std::string list;
+        for (const auto& w : what) list += (list.empty() ? "" : ", ") + w;
+        items.push_back(op + " + " + list + " -> " + f->str());
+        uses = g.uses();
+      }
+    }
+    if (!items.empty()) topo_reorder(g);
+    return report("epilogue", "fused", items, "nothing to fuse");
+  }
+};
+
+}  // namespace
+
+std::unique_ptr<ir::Pass> make_epilogue() { return std::make_unique<EpiloguePass>(); }
+
+}  // namespace kiln::compiler::passes

@@ -1,0 +1,237 @@
+// Fused inference ops the compiler's epilogue pass emits (src/compiler/passes/epilogue.cc):
+//   fused_gemm(a, b, bias?, residual?)   y = act(alpha * op(a) @ op(b) + bias [+ residual]) [+ residual]
+//   fused_conv2d(x, w, bias?, residual?) y = act(conv2d(x, w, bias) [+ residual]) [+ residual]
+// `residual_before_activation` says on which side of the activation the residual is added.
+// Activations: none, relu, relu6, sigmoid, tanh, silu, gelu (erf), gelu_tanh.
+//
+// Note [Fused kernels]: f32 fused_gemm runs the packed GEMM with its epilogue hook, so bias,
+// residual and the activation are applied to each tile while it is still in L1 (relu6, which the
+// hook lacks, is one extra pass). fused_conv2d runs conv2d's kernel (bias included) into the
+// output, then applies residual and activation in one pass over it. f64 runs the plain GEMM then
+// one pass. These ops exist for engines: no derivative (differentiate the unfused graph), no
+// batching rule and no ONNX form (export the unfused graph).
+#include <cmath>
+
+#include "kernels/cpu/gemm.h"
+#include "kernels/cpu/loops.h"
+#include "kiln/core/thread_pool.h"
+#include "kiln/ops/dispatch.h"
+#include "kiln/ops/op_def.h"
+
+namespace kiln {
+namespace {
+
+enum class Act { none, relu, relu6, sigmoid, tanh, silu, gelu, gelu_tanh };
+
+std::optional<Act> parse_act(const std::string& s) {
+  if (s == "none") return Act::none;
+  if (s == "relu") return Act::relu;
+  if (s == "relu6") return Act::relu6;
+  if (s == "sigmoid") return Act::sigmoid;
+  if (s == "tanh") return Act::tanh;
+  if (s == "silu") return Act::silu;
+  if (s == "gelu") return Act::gelu;
+  if (s == "gelu_tanh") return Act::gelu_tanh;
+  return std::nullopt;
+}
+
+constexpr const char* kActs = "none, relu, relu6, sigmoid, tanh, silu, gelu, gelu_tanh";
+
+template <class T>
+T activate(T y, Act a) {
+  switch (a) {
+    case Act::none: return y;
+    case Act::relu: return y > T(0) ? y : (y == y ? T(0) : y);
+    case Act::relu6: return y != y ? y : std::min(std::max(y, T(0)), T(6));
+    case Act::sigmoid: return T(1) / (T(1) + std::exp(-y));
+    case Act::tanh: return std::tanh(y);
+    case Act::silu: return y / (T(1) + std::exp(-y));
+    case Act::gelu: return T(0.5) * y * (T(1) + std::erf(y * T(0.70710678118654752440)));
+    case Act::gelu_tanh:
+      return T(0.5) * y * (T(1) + std::tanh(T(0.79788456080286535588) * (y + T(0.044715) * y * y * y)));
+  }
+  return y;
+}
+
+// y[i] = act(y[i] + bias[col] + (residual before)) + (residual after), over a contiguous m x n
+// block (bias per column when bias_per_col, per channel `(i / inner) % channels` otherwise).
+template <class T>
+void epilogue_pass(T* y, int64_t total, const T* bias, int64_t bias_len, int64_t bias_inner, const T* res,
+                   bool res_before, Act act) {
+  parallel_for(0, total, 1 << 14, [&](int64_t b, int64_t e) {
+    for (int64_t i = b; i < e; ++i) {
+      T v = y[i];
+      if (bias) v += bias[(i / bias_inner) % bias_len];
+      if (res && res_before) v += res[i];
+      v = activate(v, act);
+      if (res && !res_before) v += res[i];
+      y[i] = v;
+    }
+  });
+}
+
+Act act_of(const Attrs& a) {
+  auto act = parse_act(a.get_string("activation"));
+  KILN_ASSERT(act.has_value(), "fused op: activation '", a.get_string("activation"), "' passed inference");
+  return *act;
+}
+
+void check_act(const InferCtx& c) {
+  if (!parse_act(c.attrs.get_string("activation")))
+    c.fail("unknown activation '" + c.attrs.get_string("activation") + "' (one of " + kActs + ")");
+}
+
+void check_residual(const InferCtx& c, const TensorMeta& out) {
+  if (c.has(3) && c.in(3).shape != out.shape)
+    c.fail("residual of shape " + shape_str(c.in(3).shape) + " must have the output's shape " + shape_str(out.shape));
+}
+
+Attrs gemm_attrs(const Attrs& a) {
+  return op("gemm").bind_attrs({{"alpha", a.get_float("alpha")},
+                                {"beta", 0.0},
+                                {"trans_a", a.get_bool("trans_a")},
+                                {"trans_b", a.get_bool("trans_b")}});
+}
+
+Attrs conv_attrs(const Attrs& a) {
+  return op("conv2d").bind_attrs({{"stride", a.get_ints("stride")},
+                                  {"padding", a.get_ints("padding")},
+                                  {"dilation", a.get_ints("dilation")},
+                                  {"groups", a.get_int("groups")}});
+}
+
+std::vector<TensorMeta> infer_fused_gemm(const InferCtx& c) {
+  check_act(c);
+  auto out = op("gemm").infer_meta({c.in(0), c.in(1), std::nullopt}, gemm_attrs(c.attrs));
+  const int64_t n = out[0].shape[1];
+  if (c.has(2)) {
+    const Shape& bs = c.in(2).shape;
+    bool ok = (bs.size() == 1 && bs[0] == n) || (bs.size() == 2 && bs[0] == 1 && bs[1] == n);
+    if (!ok) c.fail("bias of shape " + shape_str(bs) + " must be [" + std::to_string(n) + "] (one per output column)");
+  }
+  for (size_t i = 2; i < 4; ++i)
+    if (c.has(i)) out[0].dtype = promote_types(out[0].dtype, c.in(i).dtype);
+  check_residual(c, out[0]);
+  return out;
+}
+
+std::vector<TensorMeta> infer_fused_conv2d(const InferCtx& c) {
+  check_act(c);
+  std::vector<std::optional<TensorMeta>> ins{c.in(0), c.in(1), c.has(2) ? c.inputs[2] : std::nullopt};
+  auto out = op("conv2d").infer_meta(ins, conv_attrs(c.attrs));
+  if (c.has(3)) out[0].dtype = promote_types(out[0].dtype, c.in(3).dtype);
+  check_residual(c, out[0]);
+  return out;
+}
+
+template <class T>
+const T* ptr_or_null(const Tensor& t) {
+  return t.defined() ? static_cast<const T*>(t.data_ptr()) : nullptr;
+}
+
+void fused_gemm_kernel(const KernelCall& k) {
+  const Tensor& out = k.out(0);
+  if (out.numel() == 0) return;
+  const DType dt = out.dtype();
+  const Tensor& a = k.in(0);
+  const Tensor& b = k.in(1);
+  Tensor bias = k.inputs.size() > 2 && k.in(2).defined() ? k.in(2).contiguous() : Tensor();
+  Tensor res = k.inputs.size() > 3 && k.in(3).defined() ? k.in(3).contiguous() : Tensor();
+  const bool ta = k.attrs.get_bool("trans_a"), tb = k.attrs.get_bool("trans_b");
+  const bool before = k.attrs.get_bool("residual_before_activation");
+  const double alpha = k.attrs.get_float("alpha");
+  const Act act = act_of(k.attrs);
+  const int64_t m = out.shape()[0], n = out.shape()[1], kk = ta ? a.shape()[0] : a.shape()[1];
+  const int64_t a_rs = ta ? a.strides()[1] : a.strides()[0], a_cs = ta ? a.strides()[0] : a.strides()[1];
+  const int64_t b_rs = tb ? b.strides()[1] : b.strides()[0], b_cs = tb ? b.strides()[0] : b.strides()[1];
+  Tensor y = out.is_contiguous() ? out : empty(out.shape(), TensorOptions(dt, out.device()));
+  if (dt == DType::f32) {
+    using kernels::cpu::GemmActivation;
+    kernels::cpu::GemmEpilogue ep;
+    if (bias.defined()) {
+      ep.bias_kind = kernels::cpu::GemmBias::per_col;
+      ep.bias = ptr_or_null<float>(bias);
+    }
+    bool post = false;  // relu6: the hook has no clamp; finish in one pass
+    switch (act) {
+      case Act::none: ep.activation = GemmActivation::none; break;
+      case Act::relu: ep.activation = GemmActivation::relu; break;
+      case Act::sigmoid: ep.activation = GemmActivation::sigmoid; break;
+      case Act::tanh: ep.activation = GemmActivation::tanh; break;
+      case Act::silu: ep.activation = GemmActivation::silu; break;
+      case Act::gelu: ep.activation = GemmActivation::gelu; break;
+      case Act::gelu_tanh: ep.activation = GemmActivation::gelu_tanh; break;
+      case Act::relu6: post = true; break;
+    }
+    if (res.defined() && (!post || before)) {
+      ep.residual = ptr_or_null<float>(res);
+      ep.ldr = n;
+      ep.residual_before_activation = before;
+    }
+    float* yp = static_cast<float*>(y.data_ptr());
+    kernels::cpu::gemm_f32(m, n, kk, static_cast<float>(alpha), static_cast<const float*>(a.data_ptr()), a_rs, a_cs,
+                           static_cast<const float*>(b.data_ptr()), b_rs, b_cs, 0.0f, yp, n, ep);
+    if (post)
+      epilogue_pass<float>(yp, m * n, nullptr, 1, 1, before ? nullptr : ptr_or_null<float>(res), false, act);
+  } else {
+    KILN_ASSERT(dt == DType::f64, "fused_gemm: kernel registered for f32/f64 only, got ", dtype_name(dt));
+    double* yp = static_cast<double*>(y.data_ptr());
+    kernels::cpu::gemm_f64(m, n, kk, alpha, static_cast<const double*>(a.data_ptr()), a_rs, a_cs,
+                           static_cast<const double*>(b.data_ptr()), b_rs, b_cs, 0.0, yp, n);
+    epilogue_pass<double>(yp, m * n, ptr_or_null<double>(bias), n, 1, ptr_or_null<double>(res), before, act);
+  }
+  if (!y.is_same(out)) kernels::cpu::copy_into(out, y);
+}
+
+void fused_conv2d_kernel(const KernelCall& k) {
+  const Tensor& out = k.out(0);
+  if (out.numel() == 0) return;
+  const DType dt = out.dtype();
+  Tensor y = out.is_contiguous() ? out : empty(out.shape(), TensorOptions(dt, out.device()));
+  Tensor bias = k.inputs.size() > 2 ? k.in(2) : Tensor();
+  OpCall conv{op("conv2d"), {k.in(0), k.in(1), bias}, conv_attrs(k.attrs), KILN_HERE, Tensor(), nullptr};
+  run_kernel(conv, {y});
+  Tensor res = k.inputs.size() > 3 && k.in(3).defined() ? k.in(3).contiguous() : Tensor();
+  const bool before = k.attrs.get_bool("residual_before_activation");
+  const Act act = act_of(k.attrs);
+  if (act != Act::none || res.defined()) {
+    if (dt == DType::f32)
+      epilogue_pass<float>(static_cast<float*>(y.data_ptr()), y.numel(), nullptr, 1, 1, ptr_or_null<float>(res),
+                           before, act);
+    else
+      epilogue_pass<double>(static_cast<double*>(y.data_ptr()), y.numel(), nullptr, 1, 1, ptr_or_null<double>(res),
+                            before, act);
+  }
+  if (!y.is_same(out)) kernels::cpu::copy_into(out, y);
+}
+
+constexpr const char* kNoVjp = "compiler-emitted inference op: differentiate the unfused graph";
+constexpr const char* kNoBatch = "compiler-emitted inference op: vmap the unfused graph";
+constexpr const char* kNoOnnx = "compiler-emitted inference op: export the unfused graph";
+
+}  // namespace
+
+void register_fused_ops(OpRegistry& r) {
+  r.add("fused_gemm(Tensor a, Tensor b, Tensor? bias, Tensor? residual, float alpha=1.0, bool trans_a=false, "
+        "bool trans_b=false, str activation=\"none\", bool residual_before_activation=false) -> Tensor")
+      .infer(infer_fused_gemm)
+      .cast_inputs(InputCast::common)
+      .kernel(DeviceType::cpu, DTypeSet{DType::f32, DType::f64}, fused_gemm_kernel, "epilogue")
+      .no_vjp(kNoVjp)
+      .no_batch(kNoBatch)
+      .no_onnx(kNoOnnx)
+      .doc("act(alpha * op(a) @ op(b) + bias (+ residual)) (+ residual); bias per column, residual M x N; "
+           "f32 applies bias/residual/activation in the GEMM epilogue.");
+  r.add("fused_conv2d(Tensor x, Tensor w, Tensor? bias, Tensor? residual, int[] stride=[1,1], "
+        "int[] padding=[0,0,0,0], int[] dilation=[1,1], int groups=1, str activation=\"none\", "
+        "bool residual_before_activation=false) -> Tensor")
+      .infer(infer_fused_conv2d)
+      .cast_inputs(InputCast::common)
+      .kernel(DeviceType::cpu, DTypeSet{DType::f32, DType::f64}, fused_conv2d_kernel)
+      .no_vjp(kNoVjp)
+      .no_batch(kNoBatch)
+      .no_onnx(kNoOnnx)
+      .doc("act(conv2d(x, w, bias) (+ residual)) (+ residual), NCHW; residual has the output's shape.");
+}
+
+}  // namespace kiln
