@@ -165,9 +165,10 @@ int64_t any_spatial_dims(ConvertCtx& c, size_t input) {
 
 V max_pool_nd(ConvertCtx& c) {
   int64_t nsp = any_spatial_dims(c, 0);
-  if (c.attr_int("storage_order", 0) != 0) c.fail("storage_order=1 (column-major indices) is not supported");
   Window w = window(c, c.type(0).shape, nsp, c.attr_ints("kernel_shape"));
-  return c.emit_multi("max_pool", {c.in(0)}, nd_window_attrs(w, c.attr_int("ceil_mode", 0) != 0));
+  Attrs a = nd_window_attrs(w, c.attr_int("ceil_mode", 0) != 0);
+  a.set("storage_order", c.attr_int("storage_order", 0));
+  return c.emit_multi("max_pool", {c.in(0)}, a);
 }
 
 V avg_pool_nd(ConvertCtx& c) {
