@@ -3,7 +3,8 @@
 //   -O1: identity, dce, cse                       (cleanups that never change numerics)
 //   -O2: identity, fold, reshape, bn_fold, epilogue, cse, dce
 //        (+ folding and epilogue fusion; bn_fold rounds folded weights once to the weight dtype)
-//   -O3: as -O2 (elementwise-chain fusion joins here when it lands)
+//   -O3: -O2, then eltwise (pointwise chains -> fused_elementwise; runs after epilogue so the
+//        conv/gemm epilogues keep their activations)
 #include <algorithm>
 #include <mutex>
 
@@ -20,6 +21,7 @@ void register_passes() {
     ir::register_pass("reshape", passes::make_reshape);
     ir::register_pass("bn_fold", passes::make_bn_fold);
     ir::register_pass("epilogue", passes::make_epilogue);
+    ir::register_pass("eltwise", passes::make_eltwise);
   });
 }
 
@@ -28,7 +30,8 @@ std::vector<std::string> pipeline(int opt_level) {
   KILN_CHECK(opt_level >= 0 && opt_level <= 3, "optimization level -O", opt_level, " is not one of 0..3");
   if (opt_level == 0) return {};
   if (opt_level == 1) return {"identity", "dce", "cse"};
-  return {"identity", "fold", "reshape", "bn_fold", "epilogue", "cse", "dce"};
+  if (opt_level == 2) return {"identity", "fold", "reshape", "bn_fold", "epilogue", "cse", "dce"};
+  return {"identity", "fold", "reshape", "bn_fold", "epilogue", "cse", "dce", "eltwise"};
 }
 
 std::vector<PassReport> run_passes(ir::Graph& g, const std::vector<std::string>& names, bool verify_each,

@@ -11,6 +11,7 @@
 #include "kiln/compiler.h"
 #include "kiln/ir.h"
 #include "kiln/onnx.h"
+#include "kiln/ops/dispatch.h"
 #include "support/testing.h"
 
 namespace kiln {
@@ -218,6 +219,70 @@ TEST(Optimize, EpilogueFusionKeepsNumerics) {
   EXPECT_EQ(count_op(g, "tanh"), 1) << ir::print(g);  // %h is a graph output: the chain ends at gelu
   auto got = ir::run(g, in);
   for (size_t i = 0; i < got.size(); ++i) EXPECT_TRUE(testing::all_close(got[i], want[i], kTol)) << i;
+}
+
+// Pointwise chains with broadcasts fuse into fused_elementwise (-O3) and compute the same values,
+// for every program op, in f32 and f64, on a non-contiguous input.
+TEST(Optimize, EltwiseFusionKeepsNumerics) {
+  for (const char* dt : {"f32", "f64"}) {
+    SCOPED_TRACE(dt);
+    std::string text = R"(graph f(%x: T[2, 3, 5], %r: T[3, 1]) {
+  %one: T[] = constant [1]
+  %half: T[] = constant [0.5]
+  %b: T[5] = constant [0.25, -0.5, 1, 2, -1]
+  %a0: T[2, 3, 5] = abs(%x)
+  %a1: T[2, 3, 5] = add(%a0, %one)
+  %a2: T[2, 3, 5] = log(%a1)
+  %a3: T[2, 3, 5] = sqrt(%a1)
+  %a4: T[2, 3, 5] = rsqrt(%a1)
+  %a5: T[2, 3, 5] = mul(%a2, %a3)
+  %a6: T[2, 3, 5] = sub(%a5, %a4)
+  %a7: T[2, 3, 5] = pow(%a1, %half)
+  %a8: T[2, 3, 5] = div(%a6, %a7)
+  %a9: T[2, 3, 5] = maximum(%a8, %r)
+  %b0: T[2, 3, 5] = minimum(%a9, %b)
+  %b1: T[2, 3, 5] = exp(%b0)
+  %b2: T[2, 3, 5] = reciprocal(%b1)
+  %b3: T[2, 3, 5] = sin(%b2)
+  %b4: T[2, 3, 5] = cos(%b3)
+  %b5: T[2, 3, 5] = neg(%b4)
+  %b6: T[2, 3, 5] = tanh(%b5)
+  %b7: T[2, 3, 5] = sigmoid(%b6)
+  %b8: T[2, 3, 5] = silu(%b7)
+  %b9: T[2, 3, 5] = gelu(%b8)
+  %c0: T[2, 3, 5] = erf(%b9)
+  %c1: T[2, 3, 5] = relu(%c0)
+  %c2: T[2, 3, 5] = add(%c1, %x)
+  %c3: T[2, 3, 5] = gelu(%c2) {approximate="tanh"}
+  return %c3
+})";
+    for (size_t p = text.find('T'); p != std::string::npos; p = text.find('T', p + 1))
+      if (text[p + 1] == '[') text.replace(p, 1, dt);
+    ir::Graph g = ir::parse(text);
+    ir::verify(g);
+    DType d = std::string(dt) == "f32" ? DType::f32 : DType::f64;
+    std::vector<Tensor> in{testing::noncontiguous(random_tensor({2, 3, 5}, d, 11)), random_tensor({3, 1}, d, 12)};
+    auto want = ir::run(g, in);
+    compiler::PassOptions opts;
+    opts.opt_level = 3;
+    opts.verify_each = true;
+    auto reps = compiler::optimize(g, opts);
+    EXPECT_EQ(count_op(g, "fused_elementwise"), 1) << ir::print(g);
+    EXPECT_EQ(g.num_nodes(), 1u) << ir::print(g);
+    EXPECT_TRUE(testing::all_close(ir::run(g, in)[0], want[0], d == DType::f32 ? kTol : testing::Tol{1e-12, 1e-12}));
+  }
+  EXPECT_EQ(compiler::pipeline(3).back(), "eltwise");
+}
+
+TEST(Optimize, FusedElementwiseRejectsBadPrograms) {
+  Tensor x = random_tensor({4}, DType::f32, 1);
+  auto call = [&](const std::string& prog) { return dispatch1(op("fused_elementwise"), {x, x}, {{"program", prog}}); };
+  EXPECT_KILN_ERROR(call("frob 0"), "unknown op 'frob'");
+  EXPECT_KILN_ERROR(call("add 0 5"), "second operand must be a register below 2");
+  EXPECT_KILN_ERROR(call("exp 0 1"), "trailing '1'");
+  EXPECT_KILN_ERROR(call(""), "empty program");
+  EXPECT_KILN_ERROR(dispatch1(op("fused_elementwise"), {x, random_tensor({4}, DType::f64, 2)}, {{"program", "add 0 1"}}),
+                    "all inputs share one dtype");
 }
 
 }  // namespace

@@ -37,5 +37,6 @@ std::unique_ptr<ir::Pass> make_identity();
 std::unique_ptr<ir::Pass> make_reshape();
 std::unique_ptr<ir::Pass> make_bn_fold();
 std::unique_ptr<ir::Pass> make_epilogue();
+std::unique_ptr<ir::Pass> make_eltwise();
 
 }  // namespace kiln::compiler::passes

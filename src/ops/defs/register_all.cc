@@ -3,6 +3,7 @@
 namespace kiln {
 
 void register_fused_ops(OpRegistry& r);  // defs/fused/fused.cc (fused_gemm, fused_conv2d: compiler epilogues)
+void register_fused_elementwise_ops(OpRegistry& r);  // defs/fused/elementwise.cc (fused_elementwise)
 
 void register_builtin_ops(OpRegistry& r) {
   register_view_ops(r);
@@ -18,6 +19,7 @@ void register_builtin_ops(OpRegistry& r) {
   register_index_ops(r);
   register_resample_ops(r);
   register_fused_ops(r);
+  register_fused_elementwise_ops(r);
 }
 
 }  // namespace kiln

@@ -1,0 +1,207 @@
+// fused_elementwise(xs..., program): a chain of pointwise ops the compiler's eltwise pass fused
+// (src/compiler/passes/eltwise.cc), run as one pass over memory.
+//
+// Note [Elementwise programs]: `program` is a list of instructions "op a b;" over registers:
+// r0..r(n-1) hold the inputs (broadcast to the output shape) and instruction i writes register
+// n + i; the last instruction's register is the output. Ops: unary neg abs exp log sqrt rsqrt
+// reciprocal sin cos tanh sigmoid relu silu gelu gelu_tanh erf; binary add sub mul div maximum
+// minimum pow. All inputs and the output share one dtype (f32 or f64), so no promotion happens
+// inside. The kernel walks the output in rows of its last dim and blocks of kBlock elements:
+// each instruction runs over a block held in registers, so every input element is read once and
+// the output written once.
+#include <algorithm>
+#include <cmath>
+#include <sstream>
+
+#include "kernels/cpu/loops.h"
+#include "kiln/core/thread_pool.h"
+#include "kiln/ops/op_def.h"
+
+namespace kiln {
+namespace {
+
+enum class EOp { neg, abs, exp, log, sqrt, rsqrt, reciprocal, sin, cos, tanh, sigmoid, relu, silu, gelu, gelu_tanh,
+                 erf, add, sub, mul, div, maximum, minimum, pow };
+
+struct Instr {
+  EOp op;
+  int a = 0, b = -1;
+};
+
+const std::vector<std::pair<std::string, EOp>>& op_table() {
+  static const std::vector<std::pair<std::string, EOp>> t = {
+      {"neg", EOp::neg},   {"abs", EOp::abs},         {"exp", EOp::exp},
+      {"log", EOp::log},   {"sqrt", EOp::sqrt},       {"rsqrt", EOp::rsqrt},
+      {"reciprocal", EOp::reciprocal}, {"sin", EOp::sin}, {"cos", EOp::cos},
+      {"tanh", EOp::tanh}, {"sigmoid", EOp::sigmoid}, {"relu", EOp::relu},
+      {"silu", EOp::silu}, {"gelu", EOp::gelu},       {"gelu_tanh", EOp::gelu_tanh},
+      {"erf", EOp::erf},   {"add", EOp::add},         {"sub", EOp::sub},
+      {"mul", EOp::mul},   {"div", EOp::div},         {"maximum", EOp::maximum},
+      {"minimum", EOp::minimum}, {"pow", EOp::pow}};
+  return t;
+}
+
+bool is_binary(EOp o) { return o >= EOp::add; }
+
+// Parses and checks a program over n inputs; kiln::Error naming the instruction otherwise.
+std::vector<Instr> parse_program(const std::string& text, int n_inputs) {
+  std::vector<Instr> prog;
+  std::stringstream ss(text);
+  std::string item;
+  while (std::getline(ss, item, ';')) {
+    std::stringstream is(item);
+    std::string name;
+    if (!(is >> name)) continue;
+    const auto& t = op_table();
+    auto it = std::find_if(t.begin(), t.end(), [&](const auto& p) { return p.first == name; });
+    KILN_CHECK(it != t.end(), "fused_elementwise: instruction ", prog.size(), " '", item, "': unknown op '", name, "'");
+    Instr in{it->second};
+    int regs = n_inputs + static_cast<int>(prog.size());
+    KILN_CHECK(static_cast<bool>(is >> in.a) && in.a >= 0 && in.a < regs, "fused_elementwise: instruction ",
+               prog.size(), " '", item, "': operand must be a register below ", regs);
+    if (is_binary(in.op))
+      KILN_CHECK(static_cast<bool>(is >> in.b) && in.b >= 0 && in.b < regs, "fused_elementwise: instruction ",
+                 prog.size(), " '", item, "': second operand must be a register below ", regs);
+    std::string extra;
+    KILN_CHECK(!(is >> extra), "fused_elementwise: instruction ", prog.size(), " '", item, "': trailing '", extra, "'");
+    prog.push_back(in);
+  }
+  KILN_CHECK(!prog.empty(), "fused_elementwise: empty program");
+  KILN_CHECK(prog.size() <= 64, "fused_elementwise: program of ", prog.size(), " instructions (at most 64)");
+  return prog;
+}
+
+template <class T>
+T unary(EOp o, T x) {
+  switch (o) {
+    case EOp::neg: return -x;
+    case EOp::abs: return std::abs(x);
+    case EOp::exp: return std::exp(x);
+    case EOp::log: return std::log(x);
+    case EOp::sqrt: return std::sqrt(x);
+    case EOp::rsqrt: return T(1) / std::sqrt(x);
+    case EOp::reciprocal: return T(1) / x;
+    case EOp::sin: return std::sin(x);
+    case EOp::cos: return std::cos(x);
+    case EOp::tanh: return std::tanh(x);
+    case EOp::sigmoid: return T(1) / (T(1) + std::exp(-x));
+    case EOp::relu: return x > T(0) ? x : (x == x ? T(0) : x);
+    case EOp::silu: return x / (T(1) + std::exp(-x));
+    case EOp::gelu: return T(0.5) * x * (T(1) + std::erf(x * T(0.70710678118654752440)));
+    case EOp::gelu_tanh:
+      return T(0.5) * x * (T(1) + std::tanh(T(0.79788456080286535588) * (x + T(0.044715) * x * x * x)));
+    case EOp::erf: return std::erf(x);
+    default: return x;
+  }
+}
+
+template <class T>
+T binary(EOp o, T a, T b) {
+  switch (o) {
+    case EOp::add: return a + b;
+    case EOp::sub: return a - b;
+    case EOp::mul: return a * b;
+    case EOp::div: return a / b;
+    case EOp::maximum: return a != a || b != b ? a + b : std::max(a, b);  // NaN propagates
+    case EOp::minimum: return a != a || b != b ? a + b : std::min(a, b);
+    case EOp::pow: return std::pow(a, b);
+    default: return a;
+  }
+}
+
+constexpr int64_t kBlock = 256;
+
+template <class T>
+void run_program(const std::vector<Instr>& prog, std::span<const Tensor> ins, T* out, const Shape& shape) {
+  const int64_t rank = static_cast<int64_t>(shape.size());
+  const int64_t inner = rank ? shape.back() : 1;
+  const int64_t rows = inner ? numel_of(shape) / inner : 0;
+  const int n = static_cast<int>(ins.size());
+  std::vector<Tensor> views;
+  for (const Tensor& t : ins) views.push_back(t.broadcast_to(shape));  // stride 0 on broadcast dims
+  parallel_for(0, rows, std::max<int64_t>(1, 4096 / std::max<int64_t>(inner, 1)), [&](int64_t r0, int64_t r1) {
+    std::vector<T> regs(static_cast<size_t>((n + static_cast<int>(prog.size())) * kBlock));
+    std::vector<const T*> base(static_cast<size_t>(n));
+    for (int64_t r = r0; r < r1; ++r) {
+      // Offsets of row r in each input.
+      for (int i = 0; i < n; ++i) {
+        const Tensor& v = views[static_cast<size_t>(i)];
+        int64_t off = 0, rem = r;
+        for (int64_t d = rank - 2; d >= 0; --d) {
+          off += (rem % shape[static_cast<size_t>(d)]) * v.strides()[static_cast<size_t>(d)];
+          rem /= shape[static_cast<size_t>(d)];
+        }
+        base[static_cast<size_t>(i)] = static_cast<const T*>(v.data_ptr()) + off;
+      }
+      for (int64_t j0 = 0; j0 < inner; j0 += kBlock) {
+        const int64_t len = std::min(kBlock, inner - j0);
+        for (int i = 0; i < n; ++i) {
+          const int64_t s = rank ? views[static_cast<size_t>(i)].strides().back() : 0;
+          T* dst = &regs[static_cast<size_t>(i * kBlock)];
+          const T* src = base[static_cast<size_t>(i)] + j0 * s;
+          for (int64_t j = 0; j < len; ++j) dst[j] = src[j * s];
+        }
+        for (size_t p = 0; p < prog.size(); ++p) {
+          const Instr& in = prog[p];
+          T* d = &regs[(static_cast<size_t>(n) + p) * kBlock];
+          const T* a = &regs[static_cast<size_t>(in.a) * kBlock];
+          if (is_binary(in.op)) {
+            const T* b = &regs[static_cast<size_t>(in.b) * kBlock];
+            for (int64_t j = 0; j < len; ++j) d[j] = binary(in.op, a[j], b[j]);
+          } else {
+            for (int64_t j = 0; j < len; ++j) d[j] = unary(in.op, a[j]);
+          }
+        }
+        const T* res = &regs[(static_cast<size_t>(n) + prog.size() - 1) * kBlock];
+        std::copy(res, res + len, out + r * inner + j0);
+      }
+    }
+  });
+}
+
+std::vector<TensorMeta> infer_fused_elementwise(const InferCtx& c) {
+  if (c.num_inputs() == 0) c.fail("needs at least one input");
+  DType dt = c.in(0).dtype;
+  if (dt != DType::f32 && dt != DType::f64) c.fail("inputs must be f32 or f64, got " + std::string(dtype_name(dt)));
+  Shape s = c.in(0).shape;
+  for (size_t i = 1; i < c.num_inputs(); ++i) {
+    if (c.in(i).dtype != dt)
+      c.fail("input " + std::to_string(i) + " is " + std::string(dtype_name(c.in(i).dtype)) + ", input 0 is " +
+             std::string(dtype_name(dt)) + " (all inputs share one dtype)");
+    s = broadcast_shapes(s, c.in(i).shape, "fused_elementwise");
+  }
+  (void)parse_program(c.attrs.get_string("program"), static_cast<int>(c.num_inputs()));
+  return {{dt, s}};
+}
+
+void fused_elementwise_kernel(const KernelCall& k) {
+  const Tensor& out = k.out(0);
+  if (out.numel() == 0) return;
+  auto prog = parse_program(k.attrs.get_string("program"), static_cast<int>(k.inputs.size()));
+  Tensor y = out.is_contiguous() ? out : empty(out.shape(), TensorOptions(out.dtype(), out.device()));
+  if (out.dtype() == DType::f32)
+    run_program<float>(prog, k.inputs, static_cast<float*>(y.data_ptr()), out.shape());
+  else
+    run_program<double>(prog, k.inputs, static_cast<double*>(y.data_ptr()), out.shape());
+  if (!y.is_same(out)) kernels::cpu::copy_into(out, y);
+}
+
+}  // namespace
+
+// The program ops, for the compiler's eltwise pass (name in kiln's registry -> program op).
+bool fused_elementwise_supports(const std::string& op_name) {
+  const auto& t = op_table();
+  return std::any_of(t.begin(), t.end(), [&](const auto& p) { return p.first == op_name; });
+}
+
+void register_fused_elementwise_ops(OpRegistry& r) {
+  r.add("fused_elementwise(Tensor[] xs, str program) -> Tensor")
+      .infer(infer_fused_elementwise)
+      .kernel(DeviceType::cpu, DTypeSet{DType::f32, DType::f64}, fused_elementwise_kernel)
+      .no_vjp("compiler-emitted inference op: differentiate the unfused graph")
+      .no_batch("compiler-emitted inference op: vmap the unfused graph")
+      .no_onnx("compiler-emitted inference op: export the unfused graph")
+      .doc("A chain of pointwise ops over broadcast inputs in one pass (Note [Elementwise programs]).");
+}
+
+}  // namespace kiln
