@@ -68,6 +68,18 @@ void BM_matmul_f32(benchmark::State& state) {
 }
 BENCHMARK(BM_matmul_f32)->ArgsProduct({{64, 256, 1024}, {1, 2}})->ArgNames({"n", "threads"})->Unit(benchmark::kMillisecond);
 
+// matmul_ (in place, O(k) extra memory per row panel) against the out-of-place product above;
+// the in-place form should stay within ~0.8x of it.
+void BM_matmul_inplace_f32(benchmark::State& state) {
+  set_threads(state, 1);
+  int64_t n = state.range(0);
+  Tensor a = kiln::randn({n, n}), b = kiln::randn({n, n});
+  for (auto _ : state) benchmark::DoNotOptimize(a.matmul_(b).data_ptr());
+  state.counters["GFLOP/s"] = benchmark::Counter(2.0 * static_cast<double>(n * n * n) * static_cast<double>(state.iterations()),
+                                                 benchmark::Counter::kIsRate, benchmark::Counter::kIs1000);
+}
+BENCHMARK(BM_matmul_inplace_f32)->ArgsProduct({{256, 1024}, {1, 2}})->ArgNames({"n", "threads"})->Unit(benchmark::kMillisecond);
+
 void BM_cumsum_f32(benchmark::State& state) {
   set_threads(state, 1);
   int64_t n = state.range(0);

@@ -1,8 +1,5 @@
 // Version counters and in-place ops under autograd: the saved-tensor error names both ops and
 // both call sites; safe in-place just works; leaves and views are protected; matmul_.
-#include <chrono>
-#include <cstdio>
-
 #include "support/testing.h"
 
 namespace kiln {
@@ -170,26 +167,15 @@ TEST(Inplace, MatmulInplaceAutograd) {
   EXPECT_KILN_ERROR(a2.matmul_(bw), "matmul_", "old value", "overwrite", "'matmul'", ".clone()");
 }
 
-TEST(Inplace, MatmulInplaceSpeed) {
-  // Reported by the issue: >= 0.8x the out-of-place product. Timed loosely here (the machine is
-  // shared); bench numbers come from the command in the report.
-  Tensor a = random_tensor({512, 512}, DType::f32, 24);
-  Tensor b = random_tensor({512, 512}, DType::f32, 25);
-  auto time = [](auto&& f) {
-    double best = 1e9;
-    for (int i = 0; i < 3; ++i) {
-      auto t0 = std::chrono::steady_clock::now();
-      f();
-      best = std::min(best, std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
-    }
-    return best;
-  };
-  double out = time([&] { (void)a.matmul(b); });
+TEST(Inplace, MatmulInplaceLargeMatchesOutOfPlace) {
+  // Larger than one 256-row panel, so the panel loop and its O(k) scratch are exercised; speed is
+  // bench/ops_bench.cc's BM_matmul_inplace_f32 against BM_matmul_f32, not a timed unit test.
+  Tensor a = random_tensor({513, 130}, DType::f32, 24);
+  Tensor b = random_tensor({130, 130}, DType::f32, 25);
+  Tensor want = a.matmul(b);
   Tensor c = a.clone();
-  double in = time([&] { c.matmul_(b); });
-  std::printf("matmul_ 512x512 f32: in-place %.3f ms, out-of-place %.3f ms (ratio %.2f)\n", in * 1e3, out * 1e3,
-              out / in);
-  EXPECT_LT(in, out * 2.0) << "in-place " << in << " s vs out-of-place " << out << " s";
+  c.matmul_(b);
+  EXPECT_TRUE(all_close(c, want));
 }
 
 TEST(Inplace, ScalarFormsMatchTensorFormsAndAreVersionChecked) {
