@@ -184,7 +184,10 @@ void Engine::validate() const {
       }
       case EngineValue::Kind::arena: {
         int64_t max_bytes = static_cast<int64_t>(dtype_size(v.dtype));
-        for (const ir::Dim& d : v.shape) max_bytes *= d.is_symbolic() ? batch.max : d.size;
+        for (const ir::Dim& d : v.shape)
+          KILN_CHECK(!__builtin_mul_overflow(max_bytes, d.is_symbolic() ? batch.max : d.size, &max_bytes), "engine '",
+                     name, "': ", where, " of type ", ir::type_str(ir::ValueType{v.dtype, v.shape}),
+                     " at batch ", batch.max, " overflows 64-bit sizes");
         KILN_CHECK(v.offset >= 0 && v.offset % 64 == 0 && v.bytes >= max_bytes && v.offset <= memory.arena_bytes &&
                        v.bytes <= memory.arena_bytes - v.offset,
                    "engine '", name, "': ", where, " has arena slot [", v.offset, ", +", v.bytes,

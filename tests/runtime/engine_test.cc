@@ -128,6 +128,7 @@ TEST(Engine, CompileRejectsBadBatchRanges) {
   EXPECT_KILN_ERROR(compile(s, opts(2, 1, 8)), "only static shapes");
   ir::Graph two = ir::parse("graph f(%x: f32[n, m]) {\n  %y: f32[n, m] = relu(%x)\n  return %y\n}");
   EXPECT_KILN_ERROR(compile(two, opts(2, 1, 8)), "dim 'm' is symbolic", "--dim m=N");
+  EXPECT_KILN_ERROR(compile(g, opts(2, 1, int64_t{1} << 61)), "overflows 64-bit sizes");
 }
 
 TEST(Engine, ProfilerTimesEveryStep) {
@@ -251,6 +252,11 @@ TEST(EngineValidate, CatchesInconsistentEngines) {
     Engine e = good;
     e.batch.min = 3;
     EXPECT_KILN_ERROR(e.validate(), "batch range");
+  }
+  {
+    Engine e = good;
+    e.batch.max = int64_t{1} << 62;  // every batch-sized slot now overflows
+    EXPECT_KILN_ERROR(e.validate(), "overflows 64-bit sizes");
   }
 }
 

@@ -78,7 +78,9 @@ int run_compile_command(const CompileCommandOptions& opt) {
   int shown = 0;
   for (const auto& p : r.passes) {
     if (!p.changed) continue;
-    std::cout << "  [" << p.iteration << "] " << p.pass << ": " << p.report << "\n";
+    // Reports usually start with the pass's name already.
+    bool named = p.report.rfind(p.pass + ":", 0) == 0;
+    std::cout << "  [" << p.iteration << "] " << (named ? "" : p.pass + ": ") << p.report << "\n";
     ++shown;
   }
   if (shown == 0) std::cout << "  (no pass changed the graph)\n";
