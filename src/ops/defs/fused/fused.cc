@@ -10,6 +10,7 @@
 // output, then applies residual and activation in one pass over it. f64 runs the plain GEMM then
 // one pass. These ops exist for engines: no derivative (differentiate the unfused graph), no
 // batching rule and no ONNX form (export the unfused graph).
+#include <algorithm>
 #include <cmath>
 
 #include "kernels/cpu/gemm.h"
@@ -37,35 +38,50 @@ std::optional<Act> parse_act(const std::string& s) {
 
 constexpr const char* kActs = "none, relu, relu6, sigmoid, tanh, silu, gelu, gelu_tanh";
 
-template <class T>
-T activate(T y, Act a) {
-  switch (a) {
-    case Act::none: return y;
-    case Act::relu: return y > T(0) ? y : (y == y ? T(0) : y);
-    case Act::relu6: return y != y ? y : std::min(std::max(y, T(0)), T(6));
-    case Act::sigmoid: return T(1) / (T(1) + std::exp(-y));
-    case Act::tanh: return std::tanh(y);
-    case Act::silu: return y / (T(1) + std::exp(-y));
-    case Act::gelu: return T(0.5) * y * (T(1) + std::erf(y * T(0.70710678118654752440)));
-    case Act::gelu_tanh:
-      return T(0.5) * y * (T(1) + std::tanh(T(0.79788456080286535588) * (y + T(0.044715) * y * y * y)));
-  }
-  return y;
+template <Act A, class T>
+inline T activate(T y) {
+  if constexpr (A == Act::relu) return y > T(0) ? y : (y == y ? T(0) : y);  // NaN stays NaN
+  else if constexpr (A == Act::relu6) return y != y ? y : std::min(std::max(y, T(0)), T(6));
+  else if constexpr (A == Act::sigmoid) return T(1) / (T(1) + std::exp(-y));
+  else if constexpr (A == Act::tanh) return std::tanh(y);
+  else if constexpr (A == Act::silu) return y / (T(1) + std::exp(-y));
+  else if constexpr (A == Act::gelu) return T(0.5) * y * (T(1) + std::erf(y * T(0.70710678118654752440)));
+  else if constexpr (A == Act::gelu_tanh)
+    return T(0.5) * y * (T(1) + std::tanh(T(0.79788456080286535588) * (y + T(0.044715) * y * y * y)));
+  else return y;
 }
 
-// y[i] = act(y[i] + bias[col] + (residual before)) + (residual after), over a contiguous m x n
-// block (bias per column when bias_per_col, per channel `(i / inner) % channels` otherwise).
+// y[i] = act(y[i] (+ res[i])) (+ res[i]) over [b, e): the activation is a template argument so
+// each loop is branch-free and vectorizable.
+template <Act A, class T>
+void epilogue_range(T* y, int64_t b, int64_t e, const T* res, bool res_before) {
+  if (!res) {
+    for (int64_t i = b; i < e; ++i) y[i] = activate<A>(y[i]);
+  } else if (res_before) {
+    for (int64_t i = b; i < e; ++i) y[i] = activate<A>(y[i] + res[i]);
+  } else {
+    for (int64_t i = b; i < e; ++i) y[i] = activate<A>(y[i]) + res[i];
+  }
+}
+
+// One pass over a contiguous output: y = act(y + bias[col] (+ res)) (+ res), bias per column of
+// an m x n matrix (n = bias_len) when given.
 template <class T>
-void epilogue_pass(T* y, int64_t total, const T* bias, int64_t bias_len, int64_t bias_inner, const T* res,
-                   bool res_before, Act act) {
+void epilogue_pass(T* y, int64_t total, const T* bias, int64_t bias_len, const T* res, bool res_before, Act act) {
+  if (bias)
+    for (int64_t i = 0; i < total; i += bias_len)
+      for (int64_t j = 0; j < bias_len; ++j) y[i + j] += bias[j];
+  if (act == Act::none && !res) return;
   parallel_for(0, total, 1 << 14, [&](int64_t b, int64_t e) {
-    for (int64_t i = b; i < e; ++i) {
-      T v = y[i];
-      if (bias) v += bias[(i / bias_inner) % bias_len];
-      if (res && res_before) v += res[i];
-      v = activate(v, act);
-      if (res && !res_before) v += res[i];
-      y[i] = v;
+    switch (act) {
+      case Act::none: return epilogue_range<Act::none>(y, b, e, res, res_before);
+      case Act::relu: return epilogue_range<Act::relu>(y, b, e, res, res_before);
+      case Act::relu6: return epilogue_range<Act::relu6>(y, b, e, res, res_before);
+      case Act::sigmoid: return epilogue_range<Act::sigmoid>(y, b, e, res, res_before);
+      case Act::tanh: return epilogue_range<Act::tanh>(y, b, e, res, res_before);
+      case Act::silu: return epilogue_range<Act::silu>(y, b, e, res, res_before);
+      case Act::gelu: return epilogue_range<Act::gelu>(y, b, e, res, res_before);
+      case Act::gelu_tanh: return epilogue_range<Act::gelu_tanh>(y, b, e, res, res_before);
     }
   });
 }
@@ -172,13 +188,13 @@ void fused_gemm_kernel(const KernelCall& k) {
     kernels::cpu::gemm_f32(m, n, kk, static_cast<float>(alpha), static_cast<const float*>(a.data_ptr()), a_rs, a_cs,
                            static_cast<const float*>(b.data_ptr()), b_rs, b_cs, 0.0f, yp, n, ep);
     if (post)
-      epilogue_pass<float>(yp, m * n, nullptr, 1, 1, before ? nullptr : ptr_or_null<float>(res), false, act);
+      epilogue_pass<float>(yp, m * n, nullptr, n, before ? nullptr : ptr_or_null<float>(res), false, act);
   } else {
     KILN_ASSERT(dt == DType::f64, "fused_gemm: kernel registered for f32/f64 only, got ", dtype_name(dt));
     double* yp = static_cast<double*>(y.data_ptr());
     kernels::cpu::gemm_f64(m, n, kk, alpha, static_cast<const double*>(a.data_ptr()), a_rs, a_cs,
                            static_cast<const double*>(b.data_ptr()), b_rs, b_cs, 0.0, yp, n);
-    epilogue_pass<double>(yp, m * n, ptr_or_null<double>(bias), n, 1, ptr_or_null<double>(res), before, act);
+    epilogue_pass<double>(yp, m * n, ptr_or_null<double>(bias), n, ptr_or_null<double>(res), before, act);
   }
   if (!y.is_same(out)) kernels::cpu::copy_into(out, y);
 }
@@ -196,10 +212,10 @@ void fused_conv2d_kernel(const KernelCall& k) {
   const Act act = act_of(k.attrs);
   if (act != Act::none || res.defined()) {
     if (dt == DType::f32)
-      epilogue_pass<float>(static_cast<float*>(y.data_ptr()), y.numel(), nullptr, 1, 1, ptr_or_null<float>(res),
-                           before, act);
+      epilogue_pass<float>(static_cast<float*>(y.data_ptr()), y.numel(), nullptr, 1, ptr_or_null<float>(res), before,
+                           act);
     else
-      epilogue_pass<double>(static_cast<double*>(y.data_ptr()), y.numel(), nullptr, 1, 1, ptr_or_null<double>(res),
+      epilogue_pass<double>(static_cast<double*>(y.data_ptr()), y.numel(), nullptr, 1, ptr_or_null<double>(res),
                             before, act);
   }
   if (!y.is_same(out)) kernels::cpu::copy_into(out, y);
