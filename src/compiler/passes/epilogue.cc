@@ -2,8 +2,8 @@
 // relu6 = clip(0, 6), sigmoid, tanh, silu, gelu) and a residual add, in the orders
 //   anchor [+ bias] [+ residual] [act]      (residual_before_activation = true)
 //   anchor [+ bias] [act] [+ residual]
-// becomes one fused_conv2d / fused_gemm node (src/ops/defs/fused/fused.cc) that applies them
-// while the GEMM tile is in cache. Each fused intermediate must have exactly one reader and not be
+// becomes one fused_conv2d / fused_gemm node (src/ops/defs/fused/fused.cc) that applies them in
+// one pass right after the convolution / GEMM (Note [Fused kernels]). Each fused intermediate must have exactly one reader and not be
 // a graph output; a bias add needs a constant broadcast per output channel ([C,1,1] / [1,C,1,1]
 // for conv, [N] / [1,N] for gemm and matmul). Only f32 and f64 graphs fuse (the fused kernels'
 // dtypes). A bare anchor with nothing to fuse stays as it is.

@@ -4,12 +4,12 @@
 // `residual_before_activation` says on which side of the activation the residual is added.
 // Activations: none, relu, relu6, sigmoid, tanh, silu, gelu (erf), gelu_tanh.
 //
-// Note [Fused kernels]: f32 fused_gemm runs the packed GEMM with its epilogue hook, so bias,
-// residual and the activation are applied to each tile while it is still in L1 (relu6, which the
-// hook lacks, is one extra pass). fused_conv2d runs conv2d's kernel (bias included) into the
-// output, then applies residual and activation in one pass over it. f64 runs the plain GEMM then
-// one pass. These ops exist for engines: no derivative (differentiate the unfused graph), no
-// batching rule and no ONNX form (export the unfused graph).
+// Note [Fused kernels]: fused_gemm runs the packed GEMM, then bias, residual and the activation
+// in one templated pass over C (Note [Fused GEMM epilogue] says why not the GEMM's tile epilogue
+// hook yet); fused_conv2d runs conv2d's kernel (bias included) into the output, then residual and
+// activation in one pass over it. Against the unfused ops this saves the intermediate tensors and
+// all but one extra pass over memory. These ops exist for engines: no derivative (differentiate
+// the unfused graph), no batching rule and no ONNX form (export the unfused graph).
 #include <algorithm>
 #include <cmath>
 
@@ -162,33 +162,14 @@ void fused_gemm_kernel(const KernelCall& k) {
   const int64_t b_rs = tb ? b.strides()[1] : b.strides()[0], b_cs = tb ? b.strides()[0] : b.strides()[1];
   Tensor y = out.is_contiguous() ? out : empty(out.shape(), TensorOptions(dt, out.device()));
   if (dt == DType::f32) {
-    using kernels::cpu::GemmActivation;
-    kernels::cpu::GemmEpilogue ep;
-    if (bias.defined()) {
-      ep.bias_kind = kernels::cpu::GemmBias::per_col;
-      ep.bias = ptr_or_null<float>(bias);
-    }
-    bool post = false;  // relu6: the hook has no clamp; finish in one pass
-    switch (act) {
-      case Act::none: ep.activation = GemmActivation::none; break;
-      case Act::relu: ep.activation = GemmActivation::relu; break;
-      case Act::sigmoid: ep.activation = GemmActivation::sigmoid; break;
-      case Act::tanh: ep.activation = GemmActivation::tanh; break;
-      case Act::silu: ep.activation = GemmActivation::silu; break;
-      case Act::gelu: ep.activation = GemmActivation::gelu; break;
-      case Act::gelu_tanh: ep.activation = GemmActivation::gelu_tanh; break;
-      case Act::relu6: post = true; break;
-    }
-    if (res.defined() && (!post || before)) {
-      ep.residual = ptr_or_null<float>(res);
-      ep.ldr = n;
-      ep.residual_before_activation = before;
-    }
+    // Note [Fused GEMM epilogue]: measured on 128x512x512 f32 at one thread, gemm_f32 with the
+    // epilogue hook (bias + residual + relu per tile) took 1.7-2.8 ms against 0.8 ms for the plain
+    // GEMM followed by one templated pass over C, so the kernel uses the latter; switch back
+    // when the hook's tile epilogue is as fast as the separate pass.
     float* yp = static_cast<float*>(y.data_ptr());
     kernels::cpu::gemm_f32(m, n, kk, static_cast<float>(alpha), static_cast<const float*>(a.data_ptr()), a_rs, a_cs,
-                           static_cast<const float*>(b.data_ptr()), b_rs, b_cs, 0.0f, yp, n, ep);
-    if (post)
-      epilogue_pass<float>(yp, m * n, nullptr, n, before ? nullptr : ptr_or_null<float>(res), false, act);
+                           static_cast<const float*>(b.data_ptr()), b_rs, b_cs, 0.0f, yp, n);
+    epilogue_pass<float>(yp, m * n, ptr_or_null<float>(bias), n, ptr_or_null<float>(res), before, act);
   } else {
     KILN_ASSERT(dt == DType::f64, "fused_gemm: kernel registered for f32/f64 only, got ", dtype_name(dt));
     double* yp = static_cast<double*>(y.data_ptr());
@@ -236,8 +217,7 @@ void register_fused_ops(OpRegistry& r) {
       .no_vjp(kNoVjp)
       .no_batch(kNoBatch)
       .no_onnx(kNoOnnx)
-      .doc("act(alpha * op(a) @ op(b) + bias (+ residual)) (+ residual); bias per column, residual M x N; "
-           "f32 applies bias/residual/activation in the GEMM epilogue.");
+      .doc("act(alpha * op(a) @ op(b) + bias (+ residual)) (+ residual); bias per column, residual M x N.");
   r.add("fused_conv2d(Tensor x, Tensor w, Tensor? bias, Tensor? residual, int[] stride=[1,1], "
         "int[] padding=[0,0,0,0], int[] dilation=[1,1], int groups=1, str activation=\"none\", "
         "bool residual_before_activation=false) -> Tensor")
