@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <limits>
 #include <numeric>
 #include <set>
 
@@ -80,12 +81,14 @@ int64_t value_bytes(const ir::ValueType& t, const std::map<std::string, int64_t>
                  d.symbol, "=N)");
       size = it->second;
     }
-    KILN_CHECK(!__builtin_mul_overflow(n, size, &n), "memory plan: ", ir::type_str(t),
+    KILN_CHECK(size == 0 || n <= std::numeric_limits<int64_t>::max() / size, "memory plan: ", ir::type_str(t),
                " overflows 64-bit sizes at the symbols' largest values");
+    n *= size;
   }
-  KILN_CHECK(!__builtin_mul_overflow(n, static_cast<int64_t>(dtype_size(t.dtype)), &n), "memory plan: ",
-             ir::type_str(t), " overflows 64-bit sizes at the symbols' largest values");
-  return n;
+  int64_t elem = static_cast<int64_t>(dtype_size(t.dtype));
+  KILN_CHECK(n <= std::numeric_limits<int64_t>::max() / elem, "memory plan: ", ir::type_str(t),
+             " overflows 64-bit sizes at the symbols' largest values");
+  return n * elem;
 }
 
 bool op_allows_inplace(const std::string& op_name) {

@@ -1,5 +1,6 @@
 // Engines: building one from a graph (compile), describing it, and checking its invariants.
 #include <cstdio>
+#include <limits>
 #include <set>
 #include <sstream>
 
@@ -20,6 +21,14 @@ std::string host_arch() {
 #else
   return "unknown";
 #endif
+}
+
+// a *= b when the product fits in int64 (a, b >= 0); false otherwise. (Division, not
+// __builtin_mul_overflow, which GCC's UBSan instruments as a plain multiply.)
+bool mul_fits(int64_t& a, int64_t b) {
+  if (b != 0 && a > std::numeric_limits<int64_t>::max() / b) return false;
+  a *= b;
+  return true;
 }
 
 std::string value_kind_name(EngineValue::Kind k) {
@@ -185,7 +194,7 @@ void Engine::validate() const {
       case EngineValue::Kind::arena: {
         int64_t max_bytes = static_cast<int64_t>(dtype_size(v.dtype));
         for (const ir::Dim& d : v.shape)
-          KILN_CHECK(!__builtin_mul_overflow(max_bytes, d.is_symbolic() ? batch.max : d.size, &max_bytes), "engine '",
+          KILN_CHECK(mul_fits(max_bytes, d.is_symbolic() ? batch.max : d.size), "engine '",
                      name, "': ", where, " of type ", ir::type_str(ir::ValueType{v.dtype, v.shape}),
                      " at batch ", batch.max, " overflows 64-bit sizes");
         KILN_CHECK(v.offset >= 0 && v.offset % 64 == 0 && v.bytes >= max_bytes && v.offset <= memory.arena_bytes &&
