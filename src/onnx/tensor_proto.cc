@@ -2,6 +2,7 @@
 // (load_tensor / parse_tensor / save_tensor in kiln/onnx.h).
 #include "onnx/tensor_proto.h"
 
+#include <algorithm>
 #include <bit>
 #include <charconv>
 #include <climits>
@@ -190,15 +191,14 @@ Tensor tensor_from_proto(const TensorProto& proto, const std::string& base_dir, 
     shape.push_back(d);
     if (d == 0) has_zero = true;
   }
-  if (has_zero) {
-    numel = 0;
-  } else {
-    for (int64_t d : shape) {
-      KILN_CHECK(numel <= max_elements / d, label, ": dims ", dims_str(proto), " declare more than ", max_elements,
-                 " elements (the limit for a materialized tensor)");
-      numel *= d;
-    }
+  // Bounded over max(d, 1) even when a dim is 0: the strides of [0, 2^40, 2^40] would overflow.
+  for (int64_t d : shape) {
+    const int64_t extent = std::max<int64_t>(d, 1);
+    KILN_CHECK(numel <= max_elements / extent, label, ": dims ", dims_str(proto), " declare more than ",
+               max_elements, " elements (the limit for a materialized tensor)");
+    numel *= extent;
   }
+  if (has_zero) numel = 0;
   const int64_t nbytes = numel * static_cast<int64_t>(dtype_size(dtype));
 
   const TypedFields fields{proto.float_data_size(), proto.int32_data_size(), proto.int64_data_size(),

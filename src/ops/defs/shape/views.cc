@@ -33,6 +33,8 @@ Shape resolve_shape(const char* op, const Shape& in, Shape target) {
       infer_at = static_cast<int64_t>(i);
     } else {
       KILN_CHECK(target[i] >= 0, op, ": invalid dimension ", target[i], " in ", shape_str(target));
+      KILN_CHECK(target[i] == 0 || known <= std::numeric_limits<int64_t>::max() / target[i], op, ": shape ",
+                 shape_str(target), " has more elements than int64 counts");
       known *= target[i];
     }
   }
