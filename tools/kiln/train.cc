@@ -1,10 +1,14 @@
 // `kiln train`: Conv(1->32) ReLU MaxPool Conv(32->64) ReLU MaxPool Flatten Linear(256->10) on the
 // digits, Adam, seeded init and shuffling; a progress line per epoch, the final test accuracy on the
 // fixed 360-row test split, the weights saved as safetensors and, with --export, the model as ONNX.
+// With --engine the whole pipeline follows: the exported ONNX file is imported, compiled into an
+// engine (pass report, memory plan), saved, loaded back and run on the test split; accuracy eager
+// vs engine, latency and the per-layer profile are printed.
 #include "train.h"
 
 #include <CLI/CLI.hpp>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <filesystem>
@@ -14,6 +18,7 @@
 #if KILN_HAS_ONNX
 #include "kiln/onnx.h"
 #endif
+#include "kiln/runtime.h"
 
 using namespace kiln;
 
@@ -36,6 +41,10 @@ CLI::App* add_train_command(CLI::App& app, TrainOptions& opt) {
   c->add_option("--out", opt.out, "where to save the trained weights (safetensors)");
   c->add_option("--export", opt.export_path,
                 "also write the trained model as ONNX (opset 17; input 'image' [batch, 1, 8, 8], output 'logits')");
+  c->add_option("--engine", opt.engine_path,
+                "with --export: compile the ONNX file into this engine, run it on the test split and compare "
+                "with eager (accuracy, latency, per-layer profile, pass report)");
+  c->add_option("-O", opt.opt_level, "optimization level for --engine")->check(CLI::Range(0, 3));
   c->add_option("--epochs", opt.epochs, "passes over the training rows")->check(CLI::Range(int64_t{1}, int64_t{1000}));
   c->add_option("--batch-size", opt.batch_size, "images per step")->check(CLI::Range(int64_t{1}, int64_t{1437}));
   c->add_option("--lr", opt.lr, "Adam learning rate (cosine-decayed to 0)")->check(CLI::PositiveNumber);
@@ -92,6 +101,76 @@ void export_onnx(nn::Module& net, const Tensor& test_x, const std::string& path)
   (void)net;
   (void)test_x;
   KILN_FAIL("kiln train --export '", path, "': this kiln was built without ONNX support (libonnx-dev not found)");
+#endif
+}
+// The pipeline's second half: ONNX file -> kiln IR -> optimized engine on disk -> loaded back and run.
+int engine_stage(const TrainOptions& opt, const Tensor& test_x, const Tensor& test_y, double eager_acc) {
+#if KILN_HAS_ONNX
+  using clock = std::chrono::steady_clock;
+  const int64_t n = test_x.size(0);
+  std::printf("\n== compile %s -> %s (-O%d, batch 1..%lld)\n", opt.export_path.c_str(), opt.engine_path.c_str(),
+              opt.opt_level, static_cast<long long>(n));
+  const auto c0 = clock::now();
+  onnx::Model model = onnx::import_model(opt.export_path);
+  runtime::CompileOptions copt;
+  copt.passes.opt_level = opt.opt_level;
+  copt.batch_min = 1;
+  copt.batch_max = n;
+  copt.input_names = model.input_names;
+  copt.output_names = model.output_names;
+  runtime::CompileResult cr = runtime::compile(model.graph, copt);
+  const double compile_ms = std::chrono::duration<double, std::milli>(clock::now() - c0).count();
+  for (const auto& r : cr.passes)
+    if (r.changed) std::printf("  pass %-10s %s\n", r.pass.c_str(), r.report.c_str());
+  std::printf("  %zu graph nodes -> %zu engine steps, compiled in %.0f ms\n  memory: %s\n", model.graph.num_nodes(),
+              cr.engine.steps.size(), compile_ms, cr.memory_summary.c_str());
+  cr.engine.save(opt.engine_path);
+
+  // Run what was saved, as a deployment would.
+  auto engine = std::make_shared<const runtime::Engine>(runtime::Engine::load(opt.engine_path));
+  runtime::Executor exec(engine);
+  Tensor logits = exec.run({test_x.contiguous()})[0];
+  const double engine_acc = logits.argmax(1).eq(test_y).to(DType::f64).mean().item<double>();
+  std::printf("\n== engine %s (target %s)\n  test accuracy: eager %.2f%%, engine %.2f%% (%lld images)\n",
+              opt.engine_path.c_str(), engine->target.c_str(), 100.0 * eager_acc, 100.0 * engine_acc,
+              static_cast<long long>(n));
+
+  // Latency: median of repeated runs at batch 1 and at the whole test split, then a profiled pass.
+  auto median_ms = [&](const Tensor& x, int reps) {
+    std::vector<double> t;
+    for (int i = 0; i < reps; ++i) {
+      const auto r0 = clock::now();
+      (void)exec.run({x});
+      t.push_back(std::chrono::duration<double, std::milli>(clock::now() - r0).count());
+    }
+    std::sort(t.begin(), t.end());
+    return t[t.size() / 2];
+  };
+  Tensor one = test_x.slice(0, 0, 1).contiguous();
+  (void)median_ms(one, 5);  // warm-up
+  const double ms1 = median_ms(one, 50);
+  const double msn = median_ms(test_x.contiguous(), 20);
+  std::printf("  latency (median): batch 1 %.3f ms; batch %lld %.3f ms (%.0f images/s)\n", ms1,
+              static_cast<long long>(n), msn, 1000.0 * static_cast<double>(n) / msn);
+  exec.set_profiling(true);
+  for (int i = 0; i < 20; ++i) (void)exec.run({test_x.contiguous()});
+  double total = 0;
+  for (const auto& l : exec.profile()) total += l.ms;
+  std::printf("  per-layer profile (batch %lld, 20 runs):\n", static_cast<long long>(n));
+  std::printf("    %-24s %-18s %9s %7s\n", "layer", "op", "ms/run", "share");
+  for (const auto& l : exec.profile())
+    std::printf("    %-24s %-18s %9.3f %6.1f%%\n", l.name.c_str(), l.op.c_str(), l.ms / std::max<int64_t>(l.runs, 1),
+                total > 0 ? 100.0 * l.ms / total : 0.0);
+  if (std::abs(engine_acc - eager_acc) > 1.0 / static_cast<double>(n) + 1e-12) {
+    std::fprintf(stderr, "kiln train: the engine's accuracy differs from eager by more than one image\n");
+    return 1;
+  }
+  return 0;
+#else
+  (void)test_x;
+  (void)test_y;
+  (void)eager_acc;
+  KILN_FAIL("kiln train --engine '", opt.engine_path, "': this kiln was built without ONNX support");
 #endif
 }
 }  // namespace
@@ -151,6 +230,12 @@ int run_train_command(const TrainOptions& opt) {
   std::printf("test accuracy %.2f%% (%lld images)  time %.1f s  saved %s\n", 100.0 * test_acc,
               static_cast<long long>(d.test_x.size(0)), total, opt.out.c_str());
   if (!opt.export_path.empty()) export_onnx(net, d.test_x, opt.export_path);
+  KILN_CHECK(opt.engine_path.empty() || !opt.export_path.empty(),
+             "kiln train --engine needs --export (the engine is compiled from the exported ONNX file)");
+  if (!opt.engine_path.empty()) {
+    NoGradGuard ng;
+    if (int rc = engine_stage(opt, d.test_x, d.test_y, test_acc)) return rc;
+  }
   if (test_acc < opt.min_accuracy) {
     std::fprintf(stderr, "kiln train: test accuracy %.4f is below --min-accuracy %.4f\n", test_acc, opt.min_accuracy);
     return 1;

@@ -12,6 +12,8 @@ struct TrainOptions {
   std::string data;  // empty: default_digits_path()
   std::string out = "digits.safetensors";
   std::string export_path;  // --export: the trained model as ONNX (opset 17), traced in eval mode
+  std::string engine_path;  // --engine: that ONNX file imported, compiled and run on the test split
+  int opt_level = 2;        // -O for --engine
   int64_t epochs = 40;
   int64_t batch_size = 32;
   double lr = 1e-2;
