@@ -72,7 +72,7 @@ std::vector<Instr> parse_program(const std::string& text, int n_inputs) {
 }
 
 template <class T>
-T unary(EOp o, T x) {
+[[gnu::always_inline]] inline T unary(EOp o, T x) {
   switch (o) {
     case EOp::neg: return -x;
     case EOp::abs: return std::abs(x);
@@ -96,7 +96,7 @@ T unary(EOp o, T x) {
 }
 
 template <class T>
-T binary(EOp o, T a, T b) {
+[[gnu::always_inline]] inline T binary(EOp o, T a, T b) {
   switch (o) {
     case EOp::add: return a + b;
     case EOp::sub: return a - b;
@@ -106,6 +106,51 @@ T binary(EOp o, T a, T b) {
     case EOp::minimum: return a != a || b != b ? a + b : std::min(a, b);
     case EOp::pow: return std::pow(a, b);
     default: return a;
+  }
+}
+
+// One instruction over a block: the op is chosen once per block, each loop is branch-free.
+template <EOp O, class T>
+void unary_loop(const T* __restrict a, T* __restrict d, int64_t len) {
+  for (int64_t j = 0; j < len; ++j) d[j] = unary(O, a[j]);
+}
+template <class T>
+void unary_block(EOp o, const T* a, T* d, int64_t len) {
+  switch (o) {
+    case EOp::neg: return unary_loop<EOp::neg>(a, d, len);
+    case EOp::abs: return unary_loop<EOp::abs>(a, d, len);
+    case EOp::exp: return unary_loop<EOp::exp>(a, d, len);
+    case EOp::log: return unary_loop<EOp::log>(a, d, len);
+    case EOp::sqrt: return unary_loop<EOp::sqrt>(a, d, len);
+    case EOp::rsqrt: return unary_loop<EOp::rsqrt>(a, d, len);
+    case EOp::reciprocal: return unary_loop<EOp::reciprocal>(a, d, len);
+    case EOp::sin: return unary_loop<EOp::sin>(a, d, len);
+    case EOp::cos: return unary_loop<EOp::cos>(a, d, len);
+    case EOp::tanh: return unary_loop<EOp::tanh>(a, d, len);
+    case EOp::sigmoid: return unary_loop<EOp::sigmoid>(a, d, len);
+    case EOp::relu: return unary_loop<EOp::relu>(a, d, len);
+    case EOp::silu: return unary_loop<EOp::silu>(a, d, len);
+    case EOp::gelu: return unary_loop<EOp::gelu>(a, d, len);
+    case EOp::gelu_tanh: return unary_loop<EOp::gelu_tanh>(a, d, len);
+    case EOp::erf: return unary_loop<EOp::erf>(a, d, len);
+    default: KILN_ASSERT(false, "fused_elementwise: binary op in a unary slot");
+  }
+}
+template <EOp O, class T>
+void binary_loop(const T* __restrict a, const T* __restrict b, T* __restrict d, int64_t len) {
+  for (int64_t j = 0; j < len; ++j) d[j] = binary(O, a[j], b[j]);
+}
+template <class T>
+void binary_block(EOp o, const T* a, const T* b, T* d, int64_t len) {
+  switch (o) {
+    case EOp::add: return binary_loop<EOp::add>(a, b, d, len);
+    case EOp::sub: return binary_loop<EOp::sub>(a, b, d, len);
+    case EOp::mul: return binary_loop<EOp::mul>(a, b, d, len);
+    case EOp::div: return binary_loop<EOp::div>(a, b, d, len);
+    case EOp::maximum: return binary_loop<EOp::maximum>(a, b, d, len);
+    case EOp::minimum: return binary_loop<EOp::minimum>(a, b, d, len);
+    case EOp::pow: return binary_loop<EOp::pow>(a, b, d, len);
+    default: KILN_ASSERT(false, "fused_elementwise: unary op in a binary slot");
   }
 }
 
@@ -139,18 +184,21 @@ void run_program(const std::vector<Instr>& prog, std::span<const Tensor> ins, T*
           const int64_t s = rank ? views[static_cast<size_t>(i)].strides().back() : 0;
           T* dst = &regs[static_cast<size_t>(i * kBlock)];
           const T* src = base[static_cast<size_t>(i)] + j0 * s;
-          for (int64_t j = 0; j < len; ++j) dst[j] = src[j * s];
+          if (s == 1)
+            std::copy(src, src + len, dst);
+          else if (s == 0)
+            std::fill(dst, dst + len, *src);
+          else
+            for (int64_t j = 0; j < len; ++j) dst[j] = src[j * s];
         }
         for (size_t p = 0; p < prog.size(); ++p) {
           const Instr& in = prog[p];
           T* d = &regs[(static_cast<size_t>(n) + p) * kBlock];
           const T* a = &regs[static_cast<size_t>(in.a) * kBlock];
-          if (is_binary(in.op)) {
-            const T* b = &regs[static_cast<size_t>(in.b) * kBlock];
-            for (int64_t j = 0; j < len; ++j) d[j] = binary(in.op, a[j], b[j]);
-          } else {
-            for (int64_t j = 0; j < len; ++j) d[j] = unary(in.op, a[j]);
-          }
+          if (is_binary(in.op))
+            binary_block(in.op, a, &regs[static_cast<size_t>(in.b) * kBlock], d, len);
+          else
+            unary_block(in.op, a, d, len);
         }
         const T* res = &regs[(static_cast<size_t>(n) + prog.size() - 1) * kBlock];
         std::copy(res, res + len, out + r * inner + j0);
