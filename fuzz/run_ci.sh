@@ -3,9 +3,11 @@
 # its own build dir, writes the seed corpus with
 # fuzz/make_seeds.py and fuzzes for KILN_FUZZ_SECONDS (default 60). Exits non-zero when the build
 # fails or the fuzzer finds a crash, leak, timeout or sanitizer report; the reproducer is left in
-# BUILD/crashes/ (replay: BUILD/build/fuzz/onnx_import_fuzz FILE).
+# BUILD/crashes/ (replay: BUILD/fuzz/onnx_import_fuzz FILE).
 #
-#   fuzz/run_ci.sh [BUILD]      BUILD defaults to build-ci/fuzz; KILN_CI_JOBS (2) build jobs
+#   fuzz/run_ci.sh [BUILD]      BUILD (the CMake build dir; seeds, corpus and crashes go inside it)
+#                               defaults to build-ci/fuzz; KILN_CI_JOBS (2) build jobs. At the same depth
+#                               as CI's ASan build dir, so ccache (CCACHE_BASEDIR) shares their objects.
 #
 # The compiler is the default one (GCC: libFuzzer's mutations without coverage feedback, the
 # libFuzzer archive of an installed clang; Note [Fuzzing with clang or GCC] in fuzz/CMakeLists.txt)
@@ -33,14 +35,14 @@ if command -v ccache >/dev/null 2>&1; then
 fi
 
 mkdir -p "$BUILD"
-if [[ -f "$BUILD/build/CMakeCache.txt" ]] && ! grep -q "CMAKE_GENERATOR:INTERNAL=${GENERATOR[1]:-Unix Makefiles}\$" "$BUILD/build/CMakeCache.txt"; then
-  rm -rf "$BUILD/build"
+if [[ -f "$BUILD/CMakeCache.txt" ]] && ! grep -q "CMAKE_GENERATOR:INTERNAL=${GENERATOR[1]:-Unix Makefiles}\$" "$BUILD/CMakeCache.txt"; then
+  rm -rf "$BUILD"
 fi
-cmake -S "$ROOT" -B "$BUILD/build" "${GENERATOR[@]}" "${LAUNCHER[@]}" "${COMPILERS[@]}" -DKILN_WERROR=ON \
+cmake -S "$ROOT" -B "$BUILD" "${GENERATOR[@]}" "${LAUNCHER[@]}" "${COMPILERS[@]}" -DKILN_WERROR=ON \
   -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCMAKE_CXX_FLAGS_RELWITHDEBINFO="-O1 -g" -DCMAKE_C_FLAGS_RELWITHDEBINFO="-O1 -g" \
   -DKILN_FUZZ=ON -DKILN_SANITIZE=ON -DKILN_CUDA=OFF -DKILN_BUILD_TESTS=OFF -DKILN_BUILD_BENCH=OFF \
   >"$BUILD/configure.log" 2>&1 || { cat "$BUILD/configure.log"; exit 1; }
-cmake --build "$BUILD/build" -j "$JOBS" --target onnx_import_fuzz
+cmake --build "$BUILD" -j "$JOBS" --target onnx_import_fuzz
 
 rm -rf "$BUILD/seeds" "$BUILD/corpus" "$BUILD/crashes"
 mkdir -p "$BUILD/corpus" "$BUILD/crashes"
@@ -52,7 +54,7 @@ export ASAN_OPTIONS=${ASAN_OPTIONS:-detect_leaks=1:abort_on_error=1}
 export UBSAN_OPTIONS=${UBSAN_OPTIONS:-print_stacktrace=1:halt_on_error=1:abort_on_error=1}
 # New inputs go to corpus/ (the seeds stay as written); -timeout flags a single input running
 # longer than 20 s, -rss_limit_mb an allocation the importer should have refused.
-"$BUILD/build/fuzz/onnx_import_fuzz" "$BUILD/corpus" "$BUILD/seeds/corpus" \
+"$BUILD/fuzz/onnx_import_fuzz" "$BUILD/corpus" "$BUILD/seeds/corpus" \
   -max_total_time="$FUZZ_SECONDS" -max_len=16384 -timeout=20 -rss_limit_mb=3072 \
   -artifact_prefix="$BUILD/crashes/" -print_final_stats=1
 echo "fuzz/run_ci.sh: no findings in ${FUZZ_SECONDS} s"

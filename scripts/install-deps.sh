@@ -11,7 +11,7 @@ APT_PACKAGES=(
   libopenblas-dev  # peer for bench/run_gemm_vs_openblas.sh only; kiln never links it
   graphviz python3 python3-pip
   libonnx-dev libprotobuf-dev protobuf-compiler  # ONNX's protobuf classes and checker (src/onnx)
-  clang libclang-rt-14-dev                       # libFuzzer for the ONNX importer's fuzz target
+  libclang-rt-16-dev                             # libFuzzer for the ONNX importer's fuzz target (fuzz/)
 )
 NUMPY_VERSION=2.2.6
 SAFETENSORS_VERSION=0.4.5  # the safetensors interop test (tests/nn/safetensors_test.cc)

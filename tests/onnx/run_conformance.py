@@ -10,6 +10,7 @@
 
 Usage: run_conformance.py --kiln path/to/kiln --passing tests/onnx/passing.txt --work DIR
        [--update] (rewrite the passing list from this run) [--subset node,real,...]
+       [--engine N] (compile each case with kiln's compiler at -ON and run the engine instead)
 """
 import argparse
 import json
@@ -102,6 +103,8 @@ def main():
     ap.add_argument("--update", action="store_true")
     ap.add_argument("--subset", default=",".join(SUITES))
     ap.add_argument("--threads", default="2")
+    ap.add_argument("--engine", type=int, default=-1,
+                    help="compile every case into an engine at -ON and run that (kiln conformance --engine)")
     args = ap.parse_args()
 
     root = data_root()
@@ -113,6 +116,10 @@ def main():
            "--json", report, "--save-outputs", kiln_out]
     if not args.update:
         cmd += ["--expect", args.passing]
+    if args.engine >= 0:
+        if args.update:
+            sys.exit("run_conformance: --update records the reference executor's results; drop --engine")
+        cmd += ["--engine", str(args.engine)]
     print("+", " ".join(cmd), flush=True)
     rc = subprocess.call(cmd)
     with open(report) as f:

@@ -17,11 +17,13 @@
 #include <filesystem>
 #include <fstream>
 #include <iostream>
+#include <memory>
 #include <regex>
 #include <set>
 #include <sstream>
 
 #include "kiln/kiln.h"
+#include "kiln/runtime.h"
 #if KILN_HAS_ONNX
 #include "kiln/onnx.h"
 #endif
@@ -36,6 +38,10 @@ CLI::App* add_conformance_command(CLI::App& app, ConformanceOptions& opt) {
   c->add_option("--expect", opt.expect, "a list of case names that must pass (exit 1 if one does not)");
   c->add_option("--save-outputs", opt.save_outputs, "write kiln's outputs as <dir>/<case>/output_K.pb");
   c->add_option("--threads", opt.threads, "CPU threads (0: all)");
+  c->add_option("--engine", opt.engine_level,
+                "compile every case into an engine at -ON (kiln compile) and run the engine instead of the "
+                "reference executor")
+      ->check(CLI::Range(0, 3));
   c->add_flag("--quiet", opt.quiet, "print only failures and the summary");
   return c;
 }
@@ -221,7 +227,18 @@ Result run_case(const Case& c, const ConformanceOptions& opt) {
         auto pos = std::find(info.inputs.begin(), info.inputs.end(), m.input_names[i]) - info.inputs.begin();
         feed[m.graph.inputs()[i]->name()] = ins[static_cast<size_t>(pos)];
       }
-      std::vector<kiln::Tensor> got = kiln::ir::run(m.graph, feed);
+      std::vector<kiln::Tensor> got;
+      if (opt.engine_level >= 0) {
+        kiln::runtime::CompileOptions copt;
+        copt.passes.opt_level = opt.engine_level;
+        auto engine = std::make_shared<const kiln::runtime::Engine>(kiln::runtime::compile(m.graph, copt).engine);
+        kiln::runtime::Executor exec(engine);
+        std::vector<kiln::Tensor> ordered;
+        for (const auto* v : m.graph.inputs()) ordered.push_back(feed.at(v->name()));
+        got = exec.run(ordered);
+      } else {
+        got = kiln::ir::run(m.graph, feed);
+      }
       if (got.size() != want.size())
         throw kiln::Error("kiln computes " + std::to_string(got.size()) + " outputs, the test stores " +
                           std::to_string(want.size()));

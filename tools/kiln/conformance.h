@@ -15,6 +15,7 @@ struct ConformanceOptions {
   std::string expect;
   std::string save_outputs;
   int threads = 0;
+  int engine_level = -1;  // >= 0: compile each case into an engine at -ON and run that instead
   bool quiet = false;
 };
 

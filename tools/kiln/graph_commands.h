@@ -20,6 +20,8 @@ struct InspectOptions {
   std::string graph;
   std::vector<std::string> known;
   std::string draw;     // picture path (.svg, .png, .pdf, .dot)
+  int passes_level = -1;     // --passes N: the graph after each pass of -ON
+  std::string draw_passes;   // --draw-passes DIR: a picture per pass
   bool no_text = false;
 };
 
