@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <vector>
 
+#include "kernels/cpu/conv_depthwise.h"
 #include "kernels/cpu/gemm.h"
 #include "kiln/core/thread_pool.h"
 
@@ -88,6 +89,7 @@ void conv2d_nchw(const Conv2dParams& p, const T* x, const T* w, const T* bias, T
 }  // namespace
 
 void conv2d_nchw_f32(const Conv2dParams& p, const float* x, const float* w, const float* bias, float* y) {
+  if (is_depthwise(p)) return conv2d_depthwise_f32(p, x, w, bias, y);  // one GEMM row per group otherwise
   conv2d_nchw<float>(p, x, w, bias, y);
 }
 void conv2d_nchw_f64(const Conv2dParams& p, const double* x, const double* w, const double* bias, double* y) {

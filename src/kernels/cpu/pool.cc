@@ -1,10 +1,14 @@
-// Pooling and LRN kernels behind kernels/cpu/pool.h: direct loops, parallel over planes.
+// Pooling and LRN kernels behind kernels/cpu/pool.h, parallel over planes: f32 max / average
+// pooling through the vectorized window kernels (kernels/cpu/window_f32.h), the other dtypes by
+// direct loops.
 #include "kernels/cpu/pool.h"
 
 #include <cmath>
 #include <limits>
 #include <vector>
 
+#include "kernels/cpu/scan.h"
+#include "kernels/cpu/window_f32.h"
 #include "kiln/core/thread_pool.h"
 
 namespace kiln::kernels::cpu {
@@ -79,6 +83,40 @@ void avg_pool_planes(const Pool2dParams& p, const T* x, T* y, int64_t p0, int64_
   }
 }
 
+// f32 max / average pooling over phased planes (Note [Windows over a phased plane]). The average's
+// divisor is (rows counted at oh) * (columns counted at ow), as in avg_pool_planes.
+void pool2d_f32(const Pool2dParams& p, const float* x, float* y, bool max) {
+  const WindowGeom g{p.h, p.w, p.ho, p.wo, p.kh, p.kw, p.stride_h, p.stride_w, p.pad_top, p.pad_left, p.dil_h, p.dil_w};
+  const WindowKernelsF32 k = window_kernels_f32(active_isa());
+  std::vector<float> cols(static_cast<size_t>(p.wo));
+  for (int64_t ow = 0; ow < p.wo; ++ow) {
+    const int64_t w0 = ow * p.stride_w - p.pad_left;
+    cols[static_cast<size_t>(ow)] = static_cast<float>(
+        p.count_include_pad ? taps_inside(w0, p.kw, p.dil_w, -p.pad_left, p.w + p.pad_right) : taps_inside(w0, p.kw, p.dil_w, 0, p.w));
+  }
+  parallel_for(0, p.planes, plane_grain(p.ho * p.wo * p.kh * p.kw), [&](int64_t a, int64_t b) {
+    PhasedPlane plane(g, max ? -std::numeric_limits<float>::infinity() : 0.0f);
+    const std::vector<int64_t>& off = plane.offsets();
+    const int64_t taps = static_cast<int64_t>(off.size());
+    std::vector<float> div(static_cast<size_t>(p.wo));
+    for (int64_t pl = a; pl < b; ++pl) {
+      plane.load(x + pl * p.h * p.w, k);
+      float* yp = y + pl * p.ho * p.wo;
+      for (int64_t oh = 0; oh < p.ho; ++oh) {
+        if (max) {
+          k.max_taps(plane.row(oh), off.data(), taps, yp + oh * p.wo, p.wo);
+          continue;
+        }
+        const int64_t h0 = oh * p.stride_h - p.pad_top;
+        const float rows = static_cast<float>(p.count_include_pad ? taps_inside(h0, p.kh, p.dil_h, -p.pad_top, p.h + p.pad_bottom)
+                                                                  : taps_inside(h0, p.kh, p.dil_h, 0, p.h));
+        for (int64_t ow = 0; ow < p.wo; ++ow) div[static_cast<size_t>(ow)] = rows * cols[static_cast<size_t>(ow)];
+        k.avg_taps(plane.row(oh), off.data(), taps, div.data(), yp + oh * p.wo, p.wo);
+      }
+    }
+  });
+}
+
 template <class F>
 void visit_float(DType t, F&& f) {
   switch (t) {
@@ -93,6 +131,7 @@ void visit_float(DType t, F&& f) {
 }  // namespace
 
 void max_pool2d(const Pool2dParams& p, const Tensor& x, const Tensor& y) {
+  if (x.dtype() == DType::f32) return pool2d_f32(p, x.data<float>(), y.data<float>(), true);
   visit_float(x.dtype(), [&](auto tag) {
     using T = typename decltype(tag)::type;
     const T* xp = static_cast<const T*>(x.data_ptr());
@@ -103,6 +142,7 @@ void max_pool2d(const Pool2dParams& p, const Tensor& x, const Tensor& y) {
 }
 
 void avg_pool2d(const Pool2dParams& p, const Tensor& x, const Tensor& y) {
+  if (x.dtype() == DType::f32) return pool2d_f32(p, x.data<float>(), y.data<float>(), false);
   visit_float(x.dtype(), [&](auto tag) {
     using T = typename decltype(tag)::type;
     const T* xp = static_cast<const T*>(x.data_ptr());
@@ -113,6 +153,19 @@ void avg_pool2d(const Pool2dParams& p, const Tensor& x, const Tensor& y) {
 }
 
 void row_mean(const Tensor& x, const Tensor& y, int64_t rows, int64_t len) {
+  if (x.dtype() == DType::f32) {
+    // The scan kernels' vectorized f64 row sum.
+    const Isa isa = active_isa();
+    const ScanKernelsF32 k = isa == Isa::avx512 ? scan_kernels_f32_avx512()
+                             : isa == Isa::avx2 ? scan_kernels_f32_avx2()
+                                                : scan_kernels_f32_scalar();
+    const float* xp = x.data<float>();
+    float* yp = y.data<float>();
+    parallel_for(0, rows, plane_grain(len), [&](int64_t a, int64_t b) {
+      for (int64_t i = a; i < b; ++i) yp[i] = static_cast<float>(k.sum(xp + i * len, len) / static_cast<double>(len));
+    });
+    return;
+  }
   visit_float(x.dtype(), [&](auto tag) {
     using T = typename decltype(tag)::type;
     const T* xp = static_cast<const T*>(x.data_ptr());

@@ -1,7 +1,9 @@
 // Pooling (max_pool2d: ONNX MaxPool 12; avg_pool2d: ONNX AveragePool 19; global_avg_pool: ONNX
 // GlobalAveragePool 1) and lrn (ONNX LRN 13), NCHW, floating dtypes (16-bit ones compute in f32).
+#include <algorithm>
 #include <cmath>
 #include <limits>
+#include <type_traits>
 
 #include "kernels/cpu/loops.h"
 #include "kernels/cpu/pool.h"
@@ -125,19 +127,30 @@ Attrs pool_attrs(const Pool2dOptions& o, bool max) {
 
 // ---- pooling backward ----------------------------------------------------------------------------------
 // max_pool2d_backward / avg_pool2d_backward(grad, x, <the pool's attributes>) -> dx. They compute
-// in f64 over contiguous copies, parallel over planes (each plane's dx is written by one thread).
+// in T (f32 for f32 grad and x, else f64) over contiguous copies, parallel over planes (each
+// plane's dx is written by one thread).
 // Note [Max pool gradient]: each window's gradient goes to the first maximal element in row-major
 // window order (a NaN counts as the maximum), the element the forward picked.
-void pool_backward_kernel(const KernelCall& k, bool max) {
+template <class T>
+void pool_backward(const KernelCall& k, bool max) {
   const Tensor& out = k.out(0);
-  Tensor g = defs::contiguous_as(k.in(0), DType::f64);
-  Tensor x = defs::contiguous_as(k.in(1), DType::f64);
+  constexpr DType ct = std::is_same_v<T, float> ? DType::f32 : DType::f64;
+  Tensor g = defs::contiguous_as(k.in(0), ct);
+  Tensor x = defs::contiguous_as(k.in(1), ct);
   auto p = pool_params(max ? "max_pool2d" : "avg_pool2d", x.shape(), k.attrs, max);
   p.ho = g.shape()[2], p.wo = g.shape()[3];
-  Tensor dx = zeros(x.shape(), TensorOptions(DType::f64));
-  const double* gp = static_cast<const double*>(g.data_ptr());
-  const double* xp = static_cast<const double*>(x.data_ptr());
-  double* dp = static_cast<double*>(dx.data_ptr());
+  // dx is written in place into out unless out overlaps an input (an engine may reuse buffers).
+  auto overlaps = [&](const Tensor& t) {
+    const char* a = static_cast<const char*>(out.data_ptr());
+    const char* b = static_cast<const char*>(t.data_ptr());
+    return a < b + t.numel() * static_cast<int64_t>(dtype_size(t.dtype())) &&
+           b < a + out.numel() * static_cast<int64_t>(dtype_size(out.dtype()));
+  };
+  const bool direct = out.dtype() == ct && out.is_contiguous() && !overlaps(g) && !overlaps(x);
+  Tensor dx = direct ? out : empty(x.shape(), TensorOptions(ct));
+  const T* gp = static_cast<const T*>(g.data_ptr());
+  const T* xp = static_cast<const T*>(x.data_ptr());
+  T* dp = static_cast<T*>(dx.data_ptr());
   auto taps = [](int64_t start, int64_t n, int64_t dil, int64_t lo, int64_t hi) {
     int64_t c = 0;
     for (int64_t t = 0; t < n; ++t) c += start + t * dil >= lo && start + t * dil < hi;
@@ -145,23 +158,24 @@ void pool_backward_kernel(const KernelCall& k, bool max) {
   };
   parallel_for(0, p.planes, 1, [&](int64_t a, int64_t b) {
     for (int64_t pl = a; pl < b; ++pl) {
-      const double* xpl = xp + pl * p.h * p.w;
-      double* dpl = dp + pl * p.h * p.w;
+      const T* xpl = xp + pl * p.h * p.w;
+      T* dpl = dp + pl * p.h * p.w;
+      std::fill(dpl, dpl + p.h * p.w, T(0));
       for (int64_t oh = 0; oh < p.ho; ++oh) {
         const int64_t h0 = oh * p.stride_h - p.pad_top;
         for (int64_t ow = 0; ow < p.wo; ++ow) {
           const int64_t w0 = ow * p.stride_w - p.pad_left;
-          const double gv = gp[(pl * p.ho + oh) * p.wo + ow];
+          const T gv = gp[(pl * p.ho + oh) * p.wo + ow];
           if (max) {
             int64_t best = -1;
-            double m = -std::numeric_limits<double>::infinity();
+            T m = -std::numeric_limits<T>::infinity();
             for (int64_t r = 0; r < p.kh && !(best >= 0 && std::isnan(m)); ++r) {
               const int64_t ih = h0 + r * p.dil_h;
               if (ih < 0 || ih >= p.h) continue;
               for (int64_t q = 0; q < p.kw; ++q) {
                 const int64_t iw = w0 + q * p.dil_w;
                 if (iw < 0 || iw >= p.w) continue;
-                const double v = xpl[ih * p.w + iw];
+                const T v = xpl[ih * p.w + iw];
                 if (best < 0 || v > m || std::isnan(v)) {
                   m = v;
                   best = ih * p.w + iw;
@@ -173,7 +187,7 @@ void pool_backward_kernel(const KernelCall& k, bool max) {
           } else {
             const int64_t rows = p.count_include_pad ? taps(h0, p.kh, 1, -p.pad_top, p.h + p.pad_bottom) : taps(h0, p.kh, 1, 0, p.h);
             const int64_t cols = p.count_include_pad ? taps(w0, p.kw, 1, -p.pad_left, p.w + p.pad_right) : taps(w0, p.kw, 1, 0, p.w);
-            const double share = gv / static_cast<double>(rows * cols);
+            const T share = gv / static_cast<T>(rows * cols);
             for (int64_t r = 0; r < p.kh; ++r) {
               const int64_t ih = h0 + r;
               if (ih < 0 || ih >= p.h) continue;
@@ -187,7 +201,12 @@ void pool_backward_kernel(const KernelCall& k, bool max) {
       }
     }
   });
-  kernels::cpu::copy_into(out, dx);
+  if (!dx.is_same(out)) kernels::cpu::copy_into(out, dx);
+}
+
+void pool_backward_kernel(const KernelCall& k, bool max) {
+  if (k.in(0).dtype() == DType::f32 && k.in(1).dtype() == DType::f32) pool_backward<float>(k, max);
+  else pool_backward<double>(k, max);
 }
 
 std::vector<TensorMeta> infer_pool_backward(const InferCtx& c) {

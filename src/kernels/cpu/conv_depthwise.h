@@ -1,0 +1,16 @@
+// Direct depthwise 2-D convolution, NCHW f32: groups == C input channels, each producing K / C
+// output channels (the depth multiplier), any kernel, stride, padding and dilation, bias fused.
+#pragma once
+
+#include "kernels/cpu/conv.h"
+
+namespace kiln::kernels::cpu {
+
+// Whether conv2d_depthwise_f32 computes `p` (groups == C and K a multiple of C).
+bool is_depthwise(const Conv2dParams& p);
+// x [N, C, H, W], w [K, 1, R, S], bias [K] or nullptr, y [N, K, Ho, Wo], all contiguous. Parallel
+// over (image, input channel) planes; each plane is copied once, padded and stride-phased (Note
+// [Windows over a phased plane] in window_f32.h), and every output row is one vectorized pass.
+void conv2d_depthwise_f32(const Conv2dParams& p, const float* x, const float* w, const float* bias, float* y);
+
+}  // namespace kiln::kernels::cpu

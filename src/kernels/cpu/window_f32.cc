@@ -1,0 +1,103 @@
+// The phased plane of kernels/cpu/window_f32.h, the scalar row primitives (KILN_ISA=scalar) and the
+// per-ISA choice.
+#include "kernels/cpu/window_f32.h"
+
+#include <algorithm>
+#include <cstring>
+
+#include "kiln/core/error.h"
+
+namespace kiln::kernels::cpu {
+
+namespace {
+
+void max_taps__scalar(const float* base, const int64_t* off, int64_t taps, float* out, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) {
+    float m = base[off[0] + i];
+    for (int64_t t = 1; t < taps; ++t) {
+      const float v = base[off[t] + i];
+      if (v > m || v != v) m = v;
+      if (m != m) break;
+    }
+    out[i] = m;
+  }
+}
+
+void avg_taps__scalar(const float* base, const int64_t* off, int64_t taps, const float* div, float* out, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) {
+    float s = 0;
+    for (int64_t t = 0; t < taps; ++t) s += base[off[t] + i];
+    out[i] = s / div[i];
+  }
+}
+
+void fma_taps__scalar(const float* base, const int64_t* off, const float* w, int64_t taps, float bias, float* out,
+                      int64_t n) {
+  std::fill(out, out + n, bias);
+  for (int64_t t = 0; t < taps; ++t) {
+    const float* src = base + off[t];
+    const float wt = w[t];
+    for (int64_t i = 0; i < n; ++i) out[i] += wt * src[i];
+  }
+}
+
+void deinterleave2__scalar(const float* in, float* even, float* odd, int64_t n) {
+  for (int64_t j = 0; j < n; ++j) {
+    even[j] = in[2 * j];
+    odd[j] = in[2 * j + 1];
+  }
+}
+
+}  // namespace
+
+WindowKernelsF32 window_kernels_f32_scalar() {
+  return {max_taps__scalar, avg_taps__scalar, fma_taps__scalar, deinterleave2__scalar};
+}
+
+WindowKernelsF32 window_kernels_f32(Isa isa) {
+  switch (isa) {
+    case Isa::avx512: return window_kernels_f32_avx512();
+    case Isa::avx2: return window_kernels_f32_avx2();
+    case Isa::scalar: break;
+  }
+  return window_kernels_f32_scalar();
+}
+
+PhasedPlane::PhasedPlane(const WindowGeom& g, float pad_value) : g_(g) {
+  KILN_ASSERT(g.ho >= 1 && g.wo >= 1 && g.kh >= 1 && g.kw >= 1 && g.sh >= 1 && g.sw >= 1, "PhasedPlane: bad geometry");
+  rows_ = (g.ho - 1) * g.sh + (g.kh - 1) * g.dh + 1;
+  int64_t cols = std::max(g.pl + g.w, (g.wo - 1) * g.sw + (g.kw - 1) * g.dw + 1);
+  phase_len_ = (cols + g.sw - 1) / g.sw;
+  row_stride_ = phase_len_ * g.sw;
+  buf_.assign(static_cast<size_t>(rows_ * row_stride_), pad_value);
+  for (int64_t r = 0; r < g.kh; ++r)
+    for (int64_t s = 0; s < g.kw; ++s) {
+      const int64_t o = s * g.dw;
+      offsets_.push_back(r * g.dh * row_stride_ + (o % g.sw) * phase_len_ + o / g.sw);
+    }
+}
+
+void PhasedPlane::load(const float* x, const WindowKernelsF32& k) {
+  const int64_t b0 = std::max<int64_t>(0, g_.pt), b1 = std::min(rows_, g_.pt + g_.h);
+  for (int64_t b = b0; b < b1; ++b) {
+    const float* xr = x + (b - g_.pt) * g_.w;
+    float* dst = buf_.data() + b * row_stride_;
+    if (g_.sw == 1) {
+      std::memcpy(dst + g_.pl, xr, static_cast<size_t>(g_.w) * sizeof(float));
+    } else if (g_.sw == 2) {
+      // Input column c is padded column c + pl: x's even columns land in phase pl % 2.
+      const int64_t pairs = g_.w / 2;
+      float* ev = g_.pl % 2 == 0 ? dst + g_.pl / 2 : dst + phase_len_ + (g_.pl - 1) / 2;
+      float* od = g_.pl % 2 == 0 ? dst + phase_len_ + g_.pl / 2 : dst + (g_.pl + 1) / 2;
+      k.deinterleave2(xr, ev, od, pairs);
+      if (g_.w % 2) ev[pairs] = xr[g_.w - 1];
+    } else {
+      for (int64_t c = 0; c < g_.w; ++c) {
+        const int64_t j = c + g_.pl;
+        dst[(j % g_.sw) * phase_len_ + j / g_.sw] = xr[c];
+      }
+    }
+  }
+}
+
+}  // namespace kiln::kernels::cpu

@@ -1,0 +1,59 @@
+// f32 sliding-window kernels (max / average pooling, depthwise convolution) over NCHW planes: a
+// padded, stride-phased copy of each input plane (Note [Windows over a phased plane]) and per-ISA
+// row primitives that reduce a window's taps for a run of output columns.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "kernels/cpu/isa.h"
+
+namespace kiln::kernels::cpu {
+
+// Row primitives: `n` outputs, tap t of output i reads base[off[t] + i] (taps >= 1).
+struct WindowKernelsF32 {
+  // out[i] = the largest tap, NaN when any tap is NaN.
+  void (*max_taps)(const float* base, const int64_t* off, int64_t taps, float* out, int64_t n);
+  // out[i] = (sum of the taps) / div[i].
+  void (*avg_taps)(const float* base, const int64_t* off, int64_t taps, const float* div, float* out, int64_t n);
+  // out[i] = bias + sum over t of w[t] * tap t.
+  void (*fma_taps)(const float* base, const int64_t* off, const float* w, int64_t taps, float bias, float* out,
+                   int64_t n);
+  // even[j] = in[2j], odd[j] = in[2j + 1] for j < n.
+  void (*deinterleave2)(const float* in, float* even, float* odd, int64_t n);
+};
+WindowKernelsF32 window_kernels_f32_scalar();
+WindowKernelsF32 window_kernels_f32_avx2();
+WindowKernelsF32 window_kernels_f32_avx512();
+WindowKernelsF32 window_kernels_f32(Isa isa);
+
+// One plane's window geometry: input [h, w], output [ho, wo], kernel [kh, kw], stride, begin
+// padding (the end padding is implied by ho, wo) and dilation.
+struct WindowGeom {
+  int64_t h = 1, w = 1, ho = 1, wo = 1, kh = 1, kw = 1;
+  int64_t sh = 1, sw = 1, pt = 0, pl = 0, dh = 1, dw = 1;
+};
+
+// Note [Windows over a phased plane]
+// Every window of a plane is read from a private copy of it that holds all rows and columns any
+// window touches, padding (and a ceil_mode overhang) filled with the op's identity (-inf for max,
+// 0 for sums); so the kernels never test bounds. Each row of the copy is split into `sw` phases
+// (phase p holds padded columns p, p + sw, p + 2 sw, ...): the taps at column offset o of the
+// outputs ow, ow + 1, ... are then consecutive elements of phase o % sw, and every stride reads
+// contiguous vectors. Output row oh reads row(oh) + offsets()[t] + ow for tap t (row-major (r, s)).
+// Padding cells are written once; load() overwrites only the input's cells.
+class PhasedPlane {
+ public:
+  PhasedPlane(const WindowGeom& g, float pad_value);
+  void load(const float* x, const WindowKernelsF32& k);  // x: contiguous [h, w]
+  const float* row(int64_t oh) const { return buf_.data() + oh * g_.sh * row_stride_; }
+  const std::vector<int64_t>& offsets() const { return offsets_; }
+
+ private:
+  WindowGeom g_;
+  int64_t rows_ = 0, row_stride_ = 0, phase_len_ = 0;
+  std::vector<float> buf_;
+  std::vector<int64_t> offsets_;
+};
+
+}  // namespace kiln::kernels::cpu

@@ -1,0 +1,229 @@
+// The vectorized f32 window kernels (kernels/cpu/window_f32.h) under every ISA the machine has:
+// max / average pooling, global average pooling and depthwise convolution against the float64
+// references over odd sizes (1, 7, 33 columns; 1, 3, 17 channels), every stride / padding /
+// dilation / ceil_mode / count_include_pad combination that is valid, non-contiguous inputs, and
+// NaN / infinity propagation. The f32 max pool backward is checked against f64 too.
+//
+// Tolerances: max pooling selects an input, so it must match exactly (NaN where the reference has
+// NaN). Sums (average pooling, depthwise convolution) are checked against eps * (the same
+// operation applied to |x|, |w|, |bias|) with eps = 1e-5, a few f32 roundings per tap.
+#include <limits>
+#include <optional>
+
+#include "kernels/cpu/isa.h"
+#include "support/testing.h"
+
+namespace kiln {
+namespace {
+
+using kernels::cpu::Isa;
+using kernels::cpu::IsaOverride;
+using testing::abs_values;
+using testing::all_close;
+using testing::close_by_magnitude;
+using testing::random_tensor;
+
+class WindowIsaTest : public ::testing::TestWithParam<Isa> {
+ protected:
+  void SetUp() override {
+    if (!kernels::cpu::isa_supported(GetParam())) GTEST_SKIP() << kernels::cpu::isa_name(GetParam()) << " not supported";
+    override_.emplace(GetParam());
+  }
+  std::optional<IsaOverride> override_;
+};
+
+constexpr double kEps = 1e-5;
+
+// Inputs [N, C, H, W] covering 1-wide, odd and longer-than-two-vectors rows.
+const std::vector<Shape> kShapes = {{1, 1, 1, 1}, {2, 3, 7, 7}, {1, 17, 7, 33}, {1, 3, 33, 1}, {1, 1, 12, 70}};
+
+struct Window {
+  std::vector<int64_t> kernel, stride, padding, dilation;
+};
+
+// Every window geometry to try (filtered per input by valid()).
+std::vector<Window> windows(bool dilated) {
+  std::vector<Window> out;
+  for (auto k : std::vector<std::vector<int64_t>>{{1, 1}, {2, 2}, {3, 3}, {3, 2}, {1, 5}, {5, 5}})
+    for (auto s : std::vector<std::vector<int64_t>>{{1, 1}, {2, 2}, {3, 3}, {1, 2}, {2, 3}})
+      for (auto pad : std::vector<std::vector<int64_t>>{{0, 0, 0, 0}, {1, 1, 1, 1}, {0, 1, 1, 0}, {2, 2, 1, 2}})
+        for (auto d : dilated ? std::vector<std::vector<int64_t>>{{1, 1}, {2, 2}, {1, 3}} : std::vector<std::vector<int64_t>>{{1, 1}})
+          out.push_back({k, s, pad, d});
+  return out;
+}
+
+// Whether kiln's pooling accepts the geometry: padding below the (dilated) kernel extent, which
+// fits the padded input.
+bool valid_pool(const Shape& x, const Window& w) {
+  for (int a = 0; a < 2; ++a) {
+    const int64_t span = w.dilation[size_t(a)] * (w.kernel[size_t(a)] - 1) + 1;
+    const int64_t pb = w.padding[size_t(a)], pe = w.padding[size_t(a) + 2];
+    if (std::max(pb, pe) >= span || span > x[size_t(a) + 2] + pb + pe) return false;
+  }
+  return true;
+}
+
+TEST_P(WindowIsaTest, MaxPoolMatchesReferenceExactly) {
+  uint64_t seed = 1, checked = 0;
+  for (const Shape& xs : kShapes) {
+    Tensor x = random_tensor(xs, DType::f32, seed++);
+    for (const Window& w : windows(true)) {
+      if (!valid_pool(xs, w)) continue;
+      for (bool ceil : {false, true}) {
+        Pool2dOptions o{w.kernel, w.stride, w.padding, w.dilation, ceil, false};
+        Tensor want = ref::pool2d(true, x, w.kernel, w.stride, w.padding, w.dilation, ceil, false);
+        ASSERT_TRUE(all_close(max_pool2d(x, o), want, {0, 0}))
+            << shape_str(xs) << " k " << attr_value_str(w.kernel) << " s " << attr_value_str(w.stride) << " p "
+            << attr_value_str(w.padding) << " d " << attr_value_str(w.dilation) << " ceil " << ceil;
+        ++checked;
+      }
+    }
+  }
+  EXPECT_GT(checked, 500u);
+}
+
+TEST_P(WindowIsaTest, AvgPoolMatchesReferenceByMagnitude) {
+  uint64_t seed = 100, checked = 0;
+  for (const Shape& xs : kShapes) {
+    Tensor x = random_tensor(xs, DType::f32, seed++);
+    Tensor ax = abs_values(x);
+    for (const Window& w : windows(false)) {
+      if (!valid_pool(xs, w)) continue;
+      for (bool ceil : {false, true})
+        for (bool cip : {false, true}) {
+          Pool2dOptions o{w.kernel, w.stride, w.padding, w.dilation, ceil, cip};
+          Tensor want = ref::pool2d(false, x, w.kernel, w.stride, w.padding, w.dilation, ceil, cip);
+          Tensor mag = ref::pool2d(false, ax, w.kernel, w.stride, w.padding, w.dilation, ceil, cip);
+          ASSERT_TRUE(close_by_magnitude(avg_pool2d(x, o), want, mag, kEps))
+              << shape_str(xs) << " k " << attr_value_str(w.kernel) << " s " << attr_value_str(w.stride) << " p "
+              << attr_value_str(w.padding) << " ceil " << ceil << " count_include_pad " << cip;
+          ++checked;
+        }
+    }
+  }
+  EXPECT_GT(checked, 500u);
+}
+
+TEST_P(WindowIsaTest, PoolingNonContiguousInputs) {
+  Tensor x = random_tensor({2, 3, 33, 33}, DType::f32, 7);
+  Tensor xn = testing::noncontiguous(x);
+  Pool2dOptions stem{{3, 3}, {2, 2}, {1, 1, 1, 1}};
+  EXPECT_TRUE(all_close(max_pool2d(xn, stem), ref::pool2d(true, x, {3, 3}, {2, 2}, {1, 1, 1, 1}, {1, 1}, false, false), {0, 0}));
+  Tensor want = ref::pool2d(false, x, {3, 3}, {2, 2}, {1, 1, 1, 1}, {1, 1}, false, true);
+  Tensor mag = ref::pool2d(false, abs_values(x), {3, 3}, {2, 2}, {1, 1, 1, 1}, {1, 1}, false, true);
+  stem.count_include_pad = true;
+  EXPECT_TRUE(close_by_magnitude(avg_pool2d(xn, stem), want, mag, kEps));
+  // A channels-last view (permuted strides) as well.
+  Tensor cl = x.permute({0, 2, 3, 1}).contiguous().permute({0, 3, 1, 2});
+  EXPECT_TRUE(all_close(max_pool2d(cl, Pool2dOptions{{2, 2}}), ref::pool2d(true, x, {2, 2}, {}, {0, 0, 0, 0}, {1, 1}, false, false), {0, 0}));
+}
+
+TEST_P(WindowIsaTest, MaxPoolPropagatesNaNAndInfinities) {
+  // Sparse NaN and +-inf at positions that hit the first, middle and last tap of windows and the
+  // vector tails (33 columns).
+  Tensor x = random_tensor({1, 2, 9, 33}, DType::f32, 11);
+  float* p = x.data<float>();
+  const float nan = std::numeric_limits<float>::quiet_NaN(), inf = std::numeric_limits<float>::infinity();
+  for (int64_t i : {0, 5, 40, 64, 100, 297 + 31, 330, 500}) p[i] = nan;
+  for (int64_t i : {3, 70, 200, 400}) p[i] = inf;
+  for (int64_t i : {7, 71, 201, 401, 590}) p[i] = -inf;
+  for (const Window& w : windows(true)) {
+    if (!valid_pool(x.shape(), w)) continue;
+    Pool2dOptions o{w.kernel, w.stride, w.padding, w.dilation, false, false};
+    ASSERT_TRUE(all_close(max_pool2d(x, o), ref::pool2d(true, x, w.kernel, w.stride, w.padding, w.dilation, false, false), {0, 0}))
+        << "k " << attr_value_str(w.kernel) << " s " << attr_value_str(w.stride) << " p " << attr_value_str(w.padding)
+        << " d " << attr_value_str(w.dilation);
+  }
+  // A NaN reaches the average too.
+  Tensor avg = avg_pool2d(x, Pool2dOptions{{3, 3}, {1, 1}, {1, 1, 1, 1}});
+  EXPECT_TRUE(std::isnan(avg.data<float>()[0]));
+}
+
+TEST_P(WindowIsaTest, GlobalAvgPoolMatchesReference) {
+  uint64_t seed = 200;
+  for (const Shape& xs : std::vector<Shape>{{1, 1, 1, 1}, {2, 17, 7, 7}, {3, 5, 33}, {1, 3, 1, 1000}, {2, 2, 3, 5, 7}}) {
+    Tensor x = random_tensor(xs, DType::f32, seed++);
+    EXPECT_TRUE(all_close(global_avg_pool(x), ref::global_avg_pool(x), {1e-6, 1e-6})) << shape_str(xs);
+    EXPECT_TRUE(all_close(global_avg_pool(testing::noncontiguous(x)), ref::global_avg_pool(x), {1e-6, 1e-6}));
+  }
+}
+
+// ---- depthwise convolution ------------------------------------------------------------------------
+
+TEST_P(WindowIsaTest, DepthwiseConvMatchesReference) {
+  uint64_t seed = 300, checked = 0;
+  for (const Shape& xs : std::vector<Shape>{{1, 1, 1, 1}, {2, 3, 7, 7}, {1, 17, 7, 33}, {1, 3, 33, 9}}) {
+    const int64_t c = xs[1];
+    Tensor x = random_tensor(xs, DType::f32, seed++);
+    for (int64_t mult : {1, 2, 3}) {
+      for (const Window& win : windows(true)) {
+        if (win.kernel == std::vector<int64_t>{1, 5}) continue;  // keeps the run short; 5x5 covers it
+        std::vector<int64_t> k = win.kernel;
+        // conv2d allows any padding as long as the dilated kernel fits the padded input.
+        bool ok = true;
+        for (int a = 0; a < 2; ++a)
+          ok &= win.dilation[size_t(a)] * (k[size_t(a)] - 1) + 1 <= xs[size_t(a) + 2] + win.padding[size_t(a)] + win.padding[size_t(a) + 2];
+        if (!ok) continue;
+        Tensor w = random_tensor({c * mult, 1, k[0], k[1]}, DType::f32, seed++);
+        Tensor b = (checked % 2) ? random_tensor({c * mult}, DType::f32, seed++) : Tensor();
+        Conv2dOptions o{win.stride, win.padding, win.dilation, c};
+        Tensor want = ref::conv2d(x, w, b, win.stride, win.padding, win.dilation, c);
+        Tensor mag = ref::conv2d(abs_values(x), abs_values(w), b.defined() ? abs_values(b) : Tensor(), win.stride,
+                                 win.padding, win.dilation, c);
+        ASSERT_TRUE(close_by_magnitude(conv2d(x, w, b, o), want, mag, kEps))
+            << shape_str(xs) << " multiplier " << mult << " k " << attr_value_str(k) << " s " << attr_value_str(win.stride)
+            << " p " << attr_value_str(win.padding) << " d " << attr_value_str(win.dilation) << " bias " << b.defined();
+        ++checked;
+      }
+    }
+  }
+  EXPECT_GT(checked, 500u);
+}
+
+TEST_P(WindowIsaTest, DepthwiseConvNonContiguousAndLarge) {
+  // MobileNetV2-like layers (long rows, several vectors per row) with non-contiguous operands.
+  for (int64_t s : {1, 2}) {
+    Tensor x = random_tensor({2, 24, 40, 75}, DType::f32, 400 + uint64_t(s));
+    Tensor w = random_tensor({24, 1, 3, 3}, DType::f32, 410 + uint64_t(s)), b = random_tensor({24}, DType::f32, 420);
+    Conv2dOptions o{{s, s}, {1, 1, 1, 1}, {1, 1}, 24};
+    Tensor want = ref::conv2d(x, w, b, {s, s}, {1, 1, 1, 1}, {1, 1}, 24);
+    Tensor mag = ref::conv2d(abs_values(x), abs_values(w), abs_values(b), {s, s}, {1, 1, 1, 1}, {1, 1}, 24);
+    EXPECT_TRUE(close_by_magnitude(conv2d(testing::noncontiguous(x), testing::noncontiguous(w), testing::noncontiguous(b), o),
+                                   want, mag, kEps))
+        << "stride " << s;
+  }
+}
+
+TEST_P(WindowIsaTest, DepthwiseConvPropagatesNaN) {
+  Tensor x = random_tensor({1, 2, 5, 21}, DType::f32, 500);
+  x.data<float>()[30] = std::numeric_limits<float>::quiet_NaN();
+  Tensor w = random_tensor({2, 1, 3, 3}, DType::f32, 501);
+  Conv2dOptions o{{1, 1}, {1, 1, 1, 1}, {1, 1}, 2};
+  Tensor y = conv2d(x, w, Tensor(), o);
+  const float* yp = y.data<float>();
+  int nans = 0;
+  for (int64_t i = 0; i < y.numel(); ++i) nans += std::isnan(yp[i]);
+  EXPECT_EQ(nans, 9);  // the NaN's 3x3 neighbourhood in channel 0 only
+}
+
+// ---- max pool backward ----------------------------------------------------------------------------
+
+TEST_P(WindowIsaTest, MaxPoolBackwardF32MatchesF64) {
+  uint64_t seed = 600;
+  for (const Window& w : {Window{{3, 3}, {2, 2}, {1, 1, 1, 1}, {1, 1}}, Window{{2, 2}, {1, 1}, {0, 1, 1, 0}, {2, 1}},
+                          Window{{3, 2}, {2, 3}, {1, 1, 0, 1}, {1, 1}}}) {
+    Tensor x = random_tensor({2, 3, 7, 33}, DType::f32, seed++);
+    Tensor g = random_tensor(max_pool2d(x, Pool2dOptions{w.kernel, w.stride, w.padding, w.dilation}).shape(), DType::f32, seed++);
+    Attrs a{{"kernel", w.kernel}, {"stride", w.stride}, {"padding", w.padding}, {"dilation", w.dilation}, {"ceil_mode", false}};
+    Tensor got = dispatch1(op("max_pool2d_backward"), {g, x}, a);
+    Tensor want = dispatch1(op("max_pool2d_backward"), {g.to(DType::f64), x.to(DType::f64)}, a);
+    EXPECT_EQ(got.dtype(), DType::f32);
+    EXPECT_TRUE(close_by_magnitude(got, want, dispatch1(op("max_pool2d_backward"), {abs_values(g), x.to(DType::f64)}, a), kEps));
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Isa, WindowIsaTest, ::testing::Values(Isa::scalar, Isa::avx2, Isa::avx512),
+                         [](const ::testing::TestParamInfo<Isa>& i) { return std::string(kernels::cpu::isa_name(i.param)); });
+
+}  // namespace
+}  // namespace kiln
