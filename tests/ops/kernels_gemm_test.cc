@@ -119,6 +119,8 @@ TEST_P(GemmIsaTest, LargeAcrossCacheBlocks) {
   // k > kc, m > mc and n spanning several panels, with ragged edges everywhere; threaded.
   check_gemm(1003, 77, 600, 0, 0, 1.0f, 0.0f, {}, 11);
   check_gemm(37, 1001, 520, 1, 0, 0.5f, 1.0f, {}, 12);
+  // Past every AVX-512 block (mc 144, kc 768 in two balanced slices of 400, nc 2048).
+  check_gemm(150, 2050, 800, 0, 0, 1.0f, 0.5f, {}, 13);
 }
 
 TEST_P(GemmIsaTest, TransposesStridesAlphaBeta) {
@@ -171,23 +173,26 @@ TEST_P(GemmIsaTest, Epilogues) {
 }
 
 TEST_P(GemmIsaTest, PrepackedMatchesAndIsReused) {
-  const int64_t k = 531, n = 77;
-  for (int lb : {0, 1, 3}) {
-    Mat b = make_mat(k, n, lb, 31);
-    PackedGemmB packed = pack_gemm_b_f32(k, n, b.buf.data(), b.rs, b.cs);
-    EXPECT_EQ(packed.k(), k);
-    EXPECT_EQ(packed.n(), n);
-    for (int64_t m : {1, 6, 50, 301}) {
-      Mat a = make_mat(m, k, 0, 32 + static_cast<uint32_t>(m));
-      std::vector<float> c = random_vec(static_cast<size_t>(m * n), 33);
-      std::vector<float> bias = random_vec(n, 34);
-      GemmEpilogue ep;
-      ep.bias_kind = GemmBias::per_col;
-      ep.bias = bias.data();
-      ep.activation = GemmActivation::relu;
-      std::vector<double> want = reference(a, b, 1.0f, 0.5f, c, ep);
-      gemm_f32_prepacked(m, 1.0f, a.buf.data(), a.rs, a.cs, packed, 0.5f, c.data(), n, ep);
-      EXPECT_TRUE(close(c, want, k)) << "m=" << m << " layout " << lb;
+  const int64_t n = 77;
+  // k = 1601 > kc on every ISA: three balanced slices (536, 536, 529) with AVX-512's kc = 768.
+  for (const int64_t k : {int64_t{531}, int64_t{1601}}) {
+    for (int lb : {0, 1, 3}) {
+      Mat b = make_mat(k, n, lb, 31);
+      PackedGemmB packed = pack_gemm_b_f32(k, n, b.buf.data(), b.rs, b.cs);
+      EXPECT_EQ(packed.k(), k);
+      EXPECT_EQ(packed.n(), n);
+      for (int64_t m : {1, 6, 50, 301}) {
+        Mat a = make_mat(m, k, 0, 32 + static_cast<uint32_t>(m));
+        std::vector<float> c = random_vec(static_cast<size_t>(m * n), 33);
+        std::vector<float> bias = random_vec(n, 34);
+        GemmEpilogue ep;
+        ep.bias_kind = GemmBias::per_col;
+        ep.bias = bias.data();
+        ep.activation = GemmActivation::relu;
+        std::vector<double> want = reference(a, b, 1.0f, 0.5f, c, ep);
+        gemm_f32_prepacked(m, 1.0f, a.buf.data(), a.rs, a.cs, packed, 0.5f, c.data(), n, ep);
+        EXPECT_TRUE(close(c, want, k)) << "m=" << m << " k=" << k << " layout " << lb;
+      }
     }
   }
 }

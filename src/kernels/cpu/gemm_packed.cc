@@ -14,13 +14,14 @@ namespace kiln::kernels::cpu {
 
 // Note [Packed GEMM]
 // The Goto/BLIS scheme. For each nc-wide block of C's columns and each kc-deep slice of K, B's
-// kc x nc block is packed into nr-wide panels (each kc x nr panel is contiguous and stays in L1
-// while it is used); for each mc-tall block of rows, A's mc x kc block is packed into mr-tall
-// micro-panels (the block stays in L2). The micro-kernel then multiplies one A micro-panel by one
-// B panel into an mr x nr tile of C held in registers, adding to C (beta on the first k-slice
-// only). Packing is what makes any layout fast: transposes and strides cost one strided read
-// during packing, and the hot loop always sees unit-stride panels. Edge tiles: packed A is
-// zero-padded to mr rows, packed B to nr columns, and the micro-kernel stores only the valid m x n.
+// kc x nc block is packed into nr-wide panels (each kc x nr panel is contiguous); for each
+// mc-tall block of rows, A's mc x kc block is packed into mr-tall micro-panels (the block stays
+// in L2; block sizes per ISA are in gemm_f32_<isa>.cc). The micro-kernel then multiplies one A
+// micro-panel by one B panel into an mr x nr tile of C held in registers, adding to C (beta on
+// the first k-slice only). Packing is what makes any layout fast: transposes and strides cost one
+// strided read during packing, and the hot loop always sees unit-stride panels. Edge tiles: packed
+// A is zero-padded to mr rows, packed B to nr columns, and the micro-kernel stores only the valid
+// m x n.
 //
 // Skinny products (m <= kDirectRows) do not pack B: packing a 4096 x 4096 B to multiply it by a
 // handful of rows would cost as much as the product. The micro-kernel then reads full nr-wide
@@ -42,6 +43,17 @@ constexpr int64_t kSerialFlops = int64_t{1} << 21;  // m*n*k below this: one thr
 
 int64_t round_up(int64_t x, int64_t m) { return (x + m - 1) / m * m; }
 
+// Note [Balanced k-slices]
+// K is cut into ceil(k / kc) slices of equal depth (rounded up to 8) rather than full kc slices and
+// a short remainder: each slice costs one read-modify-write pass over C, and a 1024-deep product
+// with kc = 768 would otherwise pay a second full pass for a 256-deep tail. The driver and the
+// pre-packed B layout both take their slice depth from here.
+int64_t k_slice(int64_t kc, int64_t k) {
+  if (k <= kc) return std::max<int64_t>(k, 1);
+  const int64_t slices = (k + kc - 1) / kc;
+  return std::min(kc, round_up((k + slices - 1) / slices, 8));
+}
+
 // A grow-only 64-byte-aligned scratch buffer, one per thread and purpose.
 struct Scratch {
   float* p = nullptr;
@@ -60,12 +72,44 @@ struct Scratch {
 };
 thread_local Scratch t_pack_a, t_pack_b, t_pack_edge;
 
+// Note [Packing A row-major]
+// A row-major A block is a transpose: mr short rows (kc floats, a few cache lines each, one page
+// apart for wide A) become one interleaved panel. Reading one row at a time left each load waiting
+// on memory (the prefetcher never ramps up on a 1 KiB stream; 90% of pack time sat on the load);
+// walking all mr rows together in chunks of 16 columns keeps mr streams in flight, writes the panel
+// sequentially, and prefetches each row a few lines ahead.
+template <int MR>
+void pack_a_rows(int64_t mv, int64_t kc, const float* src, int64_t a_rs, float* dst) {
+  constexpr int64_t kChunk = 16, kAhead = 64;
+  const float* rows[MR];
+  for (int i = 0; i < MR; ++i) rows[i] = src + std::min<int64_t>(i, mv - 1) * a_rs;
+  int64_t p0 = 0;
+  for (; p0 + kChunk <= kc; p0 += kChunk) {
+    for (int i = 0; i < MR; ++i) __builtin_prefetch(rows[i] + p0 + kAhead);
+    for (int64_t p = p0; p < p0 + kChunk; ++p)
+      for (int i = 0; i < MR; ++i) dst[p * MR + i] = rows[i][p];
+  }
+  for (int64_t p = p0; p < kc; ++p)
+    for (int i = 0; i < MR; ++i) dst[p * MR + i] = rows[i][p];
+  // Rows past mv duplicated row mv-1 above (a valid address); the padding must be zero.
+  for (int64_t i = mv; i < MR; ++i)
+    for (int64_t p = 0; p < kc; ++p) dst[p * MR + i] = 0.0f;
+}
+
 // A[0:mc, 0:kc] (strides a_rs, a_cs) -> mr-row micro-panels, each kc steps of mr floats.
 void pack_a(int mr, int64_t mc, int64_t kc, const float* a, int64_t a_rs, int64_t a_cs, float* out) {
   for (int64_t ir = 0; ir < mc; ir += mr) {
     const int64_t mv = std::min<int64_t>(mr, mc - ir);
     float* dst = out + ir * kc;
     const float* src = a + ir * a_rs;
+    if (a_cs == 1 && mr == 12) {
+      pack_a_rows<12>(mv, kc, src, a_rs, dst);
+      continue;
+    }
+    if (a_cs == 1 && mr == 6) {
+      pack_a_rows<6>(mv, kc, src, a_rs, dst);
+      continue;
+    }
     if (a_cs == 1) {
       for (int64_t i = 0; i < mv; ++i)
         for (int64_t p = 0; p < kc; ++p) dst[p * mr + i] = src[i * a_rs + p];
@@ -172,8 +216,9 @@ void gemm_block(const Problem& pr, int64_t i0, int64_t i1, int64_t j0, int64_t j
   const bool epilogue = !pr.ep->empty();
   for (int64_t jc = j0; jc < j1; jc += kk.nc) {
     const int64_t ncur = std::min(kk.nc, j1 - jc);
-    for (int64_t pc = 0; pc < pr.k; pc += kk.kc) {
-      const int64_t kcur = std::min(kk.kc, pr.k - pc);
+    const int64_t kslice = k_slice(kk.kc, pr.k);
+    for (int64_t pc = 0; pc < pr.k; pc += kslice) {
+      const int64_t kcur = std::min(kslice, pr.k - pc);
       const bool last = pc + kcur == pr.k;
       const float beta = pc == 0 ? pr.beta : 1.0f;
       const float* bblock = nullptr;
@@ -289,8 +334,9 @@ PackedGemmB pack_gemm_b_f32(int64_t k, int64_t n, const float* b, int64_t b_rs, 
                                                                  static_cast<int64_t>(out.size_ * sizeof(float)), 64)))));
   KILN_CHECK(out.data_ != nullptr, "pack_gemm_b_f32: out of memory for ", out.size_ * sizeof(float), " bytes");
   if (n == 1) b_cs = 1;
-  for (int64_t pc = 0; pc < k; pc += kk.kc) {
-    const int64_t kcur = std::min(kk.kc, k - pc);
+  const int64_t kslice = k_slice(kk.kc, k);
+  for (int64_t pc = 0; pc < k; pc += kslice) {
+    const int64_t kcur = std::min(kslice, k - pc);
     pack_b(kk.nr, kcur, n, b + pc * b_rs, b_rs, b_cs, out.data_.get() + pc * npad);
   }
   return out;
