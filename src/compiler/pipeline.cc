@@ -1,8 +1,11 @@
 // Optimization pipelines: which passes run at each -O level, iterated to a fixpoint.
 //   -O0: nothing (the verifier only)
 //   -O1: identity, dce, cse                       (cleanups that never change numerics)
-//   -O2: identity, fold, reshape, bn_fold, epilogue, cse, dce
-//        (+ folding and epilogue fusion; bn_fold rounds folded weights once to the weight dtype)
+//   -O2: identity, fold, reshape, bn_fold, layer_norm_fusion, gelu_fusion, attention_fusion,
+//        epilogue, cse, dce
+//        (+ folding, transformer-pattern and epilogue fusion; bn_fold rounds folded weights once
+//        to the weight dtype; the transformer patterns run before epilogue so a fused gelu can
+//        join a gemm's epilogue)
 //   -O3: -O2, then eltwise (pointwise chains -> fused_elementwise; runs after epilogue so the
 //        conv/gemm epilogues keep their activations)
 #include <algorithm>
@@ -22,6 +25,9 @@ void register_passes() {
     ir::register_pass("bn_fold", passes::make_bn_fold);
     ir::register_pass("epilogue", passes::make_epilogue);
     ir::register_pass("eltwise", passes::make_eltwise);
+    ir::register_pass("layer_norm_fusion", passes::make_layer_norm_fusion);
+    ir::register_pass("gelu_fusion", passes::make_gelu_fusion);
+    ir::register_pass("attention_fusion", passes::make_attention_fusion);
   });
 }
 
@@ -30,8 +36,11 @@ std::vector<std::string> pipeline(int opt_level) {
   KILN_CHECK(opt_level >= 0 && opt_level <= 3, "optimization level -O", opt_level, " is not one of 0..3");
   if (opt_level == 0) return {};
   if (opt_level == 1) return {"identity", "dce", "cse"};
-  if (opt_level == 2) return {"identity", "fold", "reshape", "bn_fold", "epilogue", "cse", "dce"};
-  return {"identity", "fold", "reshape", "bn_fold", "epilogue", "cse", "dce", "eltwise"};
+  std::vector<std::string> o2{"identity",    "fold",     "reshape", "bn_fold", "layer_norm_fusion",
+                              "gelu_fusion", "attention_fusion", "epilogue", "cse", "dce"};
+  if (opt_level == 2) return o2;
+  o2.push_back("eltwise");
+  return o2;
 }
 
 std::vector<PassReport> run_passes(ir::Graph& g, const std::vector<std::string>& names, bool verify_each,

@@ -38,5 +38,8 @@ std::unique_ptr<ir::Pass> make_reshape();
 std::unique_ptr<ir::Pass> make_bn_fold();
 std::unique_ptr<ir::Pass> make_epilogue();
 std::unique_ptr<ir::Pass> make_eltwise();
+std::unique_ptr<ir::Pass> make_layer_norm_fusion();
+std::unique_ptr<ir::Pass> make_gelu_fusion();
+std::unique_ptr<ir::Pass> make_attention_fusion();
 
 }  // namespace kiln::compiler::passes

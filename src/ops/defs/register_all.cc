@@ -4,6 +4,7 @@ namespace kiln {
 
 void register_fused_ops(OpRegistry& r);  // defs/fused/fused.cc (fused_gemm, fused_conv2d: compiler epilogues)
 void register_fused_elementwise_ops(OpRegistry& r);  // defs/fused/elementwise.cc (fused_elementwise)
+void register_fused_attention_ops(OpRegistry& r);  // defs/fused/attention.cc (fused_attention)
 
 void register_builtin_ops(OpRegistry& r) {
   register_view_ops(r);
@@ -20,6 +21,7 @@ void register_builtin_ops(OpRegistry& r) {
   register_resample_ops(r);
   register_fused_ops(r);
   register_fused_elementwise_ops(r);
+  register_fused_attention_ops(r);
 }
 
 }  // namespace kiln

@@ -1,0 +1,201 @@
+// Attention fusion: scaled dot-product attention as exporters emit it,
+//   s = matmul(q, k^T)  [* c | / c]  [+ mask]  ->  p = softmax(s, last axis)  ->  matmul(p, v)
+// becomes one fused_attention(q, k, v, mask) {scale, k_transposed} node
+// (src/ops/defs/fused/attention.cc) that never materializes the scores. k^T is either a permute
+// swapping k's last two dims (k is then read untransposed and the permute disappears when nothing
+// else reads it) or any value already laid out [..., D, Sk] (k_transposed = true; e.g. BERT's
+// Transpose(perm = 0, 2, 3, 1) of [B, S, H, D]). Scalar-constant factors on q, on k^T (before or
+// after its permute; PyTorch's scaled_dot_product_attention export scales both by sqrt(scale))
+// and on the scores multiply into `scale`.
+// Left alone: a softmax over another axis, a dropout (or anything) between softmax and the second
+// matmul, a mask that would broadcast the scores to a larger shape or has another dtype, q / k / v
+// whose leading (batch, head) dims differ (matmul broadcasting), ranks other than 2..4, dtypes
+// other than f32 / f64, non-constant scales, and any intermediate read outside the pattern (Note
+// [Private intermediates]).
+#include <sstream>
+
+#include "compiler/passes/pattern.h"
+
+namespace kiln::compiler::passes {
+namespace {
+
+struct AttentionMatch {
+  ir::Value* q = nullptr;
+  ir::Value* k = nullptr;
+  ir::Value* v = nullptr;
+  ir::Value* mask = nullptr;
+  double scale = 1.0;
+  bool k_transposed = true;
+  ir::Node* root = nullptr;
+  std::set<ir::Node*> nodes;
+};
+
+bool swaps_last_two(const ir::Node* permute) {
+  const std::vector<int64_t>& dims = permute->attrs().get_ints("dims");
+  const int64_t r = static_cast<int64_t>(dims.size());
+  if (r < 2) return false;
+  for (int64_t i = 0; i < r; ++i) {
+    int64_t want = i == r - 2 ? r - 1 : i == r - 1 ? r - 2 : i;
+    int64_t d = dims[static_cast<size_t>(i)];
+    if ((d < 0 ? d + r : d) != want) return false;
+  }
+  return true;
+}
+
+class AttentionFusion {
+ public:
+  AttentionFusion(const ir::Graph& g, const Uses& uses) : g_(g), uses_(uses) {}
+
+  std::optional<AttentionMatch> match(ir::Node* softmax) {
+    AttentionMatch m;
+    const ir::ValueType& st = softmax->output()->type();
+    const int64_t rank = static_cast<int64_t>(st.shape.size());
+    if (rank < 2 || rank > 4 || (st.dtype != DType::f32 && st.dtype != DType::f64)) return std::nullopt;
+    int64_t axis = softmax->attrs().get_int("axis");
+    if ((axis < 0 ? axis + rank : axis) != rank - 1) return std::nullopt;
+    m.nodes.insert(softmax);
+    // p @ v
+    ir::Node* pv = sole_reader(g_, uses_, softmax->output());
+    if (!pv || pv->op().name() != "matmul" || pv->inputs()[0] != softmax->output()) return std::nullopt;
+    m.v = pv->inputs()[1];
+    m.root = pv;
+    m.nodes.insert(pv);
+    // [+ mask]
+    ir::Value* s = softmax->inputs()[0];
+    ir::Node* qk = nullptr;
+    if (ir::Node* add = producer_op(s, "add"); add && sole_reader(g_, uses_, s)) {
+      for (int i = 0; i < 2 && !qk; ++i) {
+        ir::Value* cand = add->inputs()[static_cast<size_t>(i)];
+        ir::Value* mask = add->inputs()[static_cast<size_t>(1 - i)];
+        std::set<ir::Node*> nodes;
+        double scale = 1.0;
+        if (ir::Node* mm = scores(cand, nodes, scale); mm && mask != cand && mask->type().dtype == st.dtype &&
+                                                       mask->type().shape.size() <= st.shape.size() &&
+                                                       mm->output()->type() == st) {
+          qk = mm;
+          m.mask = mask;
+          m.scale = scale;
+          m.nodes.insert(nodes.begin(), nodes.end());
+          m.nodes.insert(add);
+        }
+      }
+    }
+    if (!qk) {
+      std::set<ir::Node*> nodes;
+      qk = scores(s, nodes, m.scale);
+      if (!qk) return std::nullopt;
+      m.nodes.insert(nodes.begin(), nodes.end());
+    }
+    // q and k^T, with their scalar factors
+    m.q = peel_scale(qk->inputs()[0], m);
+    ir::Value* kt = peel_scale(qk->inputs()[1], m);
+    m.k = kt;
+    if (ir::Node* perm = producer_op(kt, "permute"); perm && swaps_last_two(perm) && sole_reader(g_, uses_, kt)) {
+      m.nodes.insert(perm);
+      m.k = peel_scale(perm->inputs()[0], m);
+      m.k_transposed = false;
+    }
+    // Shapes: equal leading dims, no matmul broadcasting.
+    const auto& qs = m.q->type().shape;
+    const auto& ks = m.k->type().shape;
+    const auto& vs = m.v->type().shape;
+    if (qs.size() != st.shape.size() || ks.size() != qs.size() || vs.size() != qs.size()) return std::nullopt;
+    for (size_t d = 0; d + 2 < qs.size(); ++d)
+      if (!(ks[d] == qs[d]) || !(vs[d] == qs[d])) return std::nullopt;
+    for (const ir::Value* t : {m.q, m.k, m.v})
+      if (t->type().dtype != st.dtype) return std::nullopt;
+    if (!std::isfinite(m.scale)) return std::nullopt;
+    if (!private_to(g_, uses_, m.nodes, m.root)) return std::nullopt;
+    return m;
+  }
+
+ private:
+  // s = matmul(q, k^T) [* c | / c]: the matmul, with the scale multiplied into `scale`.
+  ir::Node* scores(ir::Value* s, std::set<ir::Node*>& nodes, double& scale) {
+    for (int steps = 0; steps < 4; ++steps) {
+      if (!sole_reader(g_, uses_, s)) return nullptr;
+      ir::Node* p = s->producer();
+      if (!p || p->outputs().size() != 1) return nullptr;
+      if (p->op().name() == "matmul") {
+        nodes.insert(p);
+        return p;
+      }
+      ir::Value* other = nullptr;
+      if (p->op().name() == "mul") {
+        auto c = scalar_operand(p, &other);
+        if (!c || !(other->type() == s->type())) return nullptr;
+        scale *= *c;
+      } else if (p->op().name() == "div") {
+        auto c = scalar_const(p->inputs()[1]);
+        other = p->inputs()[0];
+        if (!c || *c == 0.0 || !(other->type() == s->type())) return nullptr;
+        scale /= *c;
+      } else {
+        return nullptr;
+      }
+      nodes.insert(p);
+      s = other;
+    }
+    return nullptr;
+  }
+
+  // v = mul(x, c) with c a scalar constant and v read once: x (c multiplied into the scale).
+  ir::Value* peel_scale(ir::Value* v, AttentionMatch& m) {
+    ir::Node* p = producer_op(v, "mul");
+    ir::Value* x = nullptr;
+    if (!p || !sole_reader(g_, uses_, v)) return v;
+    auto c = scalar_operand(p, &x);
+    if (!c || !(x->type() == v->type())) return v;
+    m.scale *= *c;
+    m.nodes.insert(p);
+    return x;
+  }
+
+  const ir::Graph& g_;
+  const Uses& uses_;
+};
+
+std::string format_double(double v) {
+  std::ostringstream os;
+  os << v;
+  return os.str();
+}
+
+class AttentionFusionPass : public ir::Pass {
+ public:
+  std::string name() const override { return "attention_fusion"; }
+  ir::PassResult run(ir::Graph& g) override {
+    std::vector<std::string> items;
+    std::set<const ir::Node*> erased;
+    auto uses = g.uses();
+    for (ir::Node* n : g.nodes()) {
+      if (erased.count(n) || n->op().name() != "softmax") continue;
+      auto m = AttentionFusion(g, uses).match(n);
+      if (!m) continue;
+      ir::Node* fa = g.add_node(kiln::op("fused_attention"), {m->q, m->k, m->v, m->mask},
+                                {{"scale", m->scale}, {"k_transposed", m->k_transposed}});
+      if (!(fa->output()->type() == m->root->output()->type())) {
+        g.erase_nodes({fa});
+        continue;
+      }
+      std::string out = m->root->output()->name();
+      size_t count = m->nodes.size();
+      replace_pattern(g, m->root, fa, m->nodes);
+      erased.insert(m->nodes.begin(), m->nodes.end());
+      std::string item = "%" + out + " = fused_attention(%" + m->q->name() + ", %" + m->k->name() + ", %" +
+                         m->v->name() + (m->mask ? ", %" + m->mask->name() : std::string()) +
+                         ") {scale=" + format_double(m->scale) +
+                         (m->k_transposed ? ", k_transposed" : "") + "} from " + std::to_string(count) + " nodes";
+      items.push_back(std::move(item));
+      uses = g.uses();
+    }
+    if (!items.empty()) topo_reorder(g);
+    return report("attention_fusion", "fused", items, "nothing to fuse");
+  }
+};
+
+}  // namespace
+
+std::unique_ptr<ir::Pass> make_attention_fusion() { return std::make_unique<AttentionFusionPass>(); }
+
+}  // namespace kiln::compiler::passes

@@ -1,0 +1,154 @@
+// GELU fusion: the decomposed GELU formulas exporters and hand-written models emit become one
+// gelu node (src/ops/defs/unary/activation.cc):
+//   erf form:   0.5 * x * (1 + erf(x / sqrt(2)))                      -> gelu(x) {approximate="none"}
+//               (x / 1.4142 or x * 0.7071, the 0.5 anywhere in the product, or a division by 2)
+//   tanh form:  0.5 * x * (1 + tanh(sqrt(2/pi) * (x + 0.044715 * x^3))) -> gelu(x) {approximate="tanh"}
+//               (x^3 as pow(x, 3), x * x * x or x * pow(x, 2), factors in any order)
+// Products are matched by flattening chains of mul / div-by-constant (pattern.h), so the order in
+// which the factors are multiplied does not matter; constants match within 1e-4 relative. Every
+// intermediate must be private to the pattern (Note [Private intermediates]); anything else (a
+// different constant, x in one place and another value in the other, sigmoid(1.702 x)) stays.
+#include <numbers>
+
+#include "compiler/passes/pattern.h"
+
+namespace kiln::compiler::passes {
+namespace {
+
+constexpr double kSqrt2 = std::numbers::sqrt2;
+constexpr double kSqrt2OverPi = 0.79788456080286535588;  // sqrt(2 / pi)
+constexpr double kCubic = 0.044715;
+
+struct GeluMatch {
+  ir::Value* x = nullptr;
+  bool tanh = false;
+  ir::Node* root = nullptr;
+  std::set<ir::Node*> nodes;
+};
+
+class GeluFusion {
+ public:
+  GeluFusion(const ir::Graph& g, const Uses& uses) : g_(g), uses_(uses) {}
+
+  // `act` is an erf or tanh node.
+  std::optional<GeluMatch> match(ir::Node* act) {
+    GeluMatch m;
+    m.tanh = act->op().name() == "tanh";
+    if (act->inputs().size() != 1) return std::nullopt;
+    m.nodes.insert(act);
+    // p = 1 + act(.)
+    ir::Node* plus = sole_reader(g_, uses_, act->output());
+    ir::Value* a = nullptr;
+    if (!plus || plus->op().name() != "add" || scalar_operand(plus, &a) != 1.0 || a != act->output())
+      return std::nullopt;
+    m.nodes.insert(plus);
+    // The outer product x * p * 0.5: try the largest product above p first.
+    std::vector<ir::Node*> chain;
+    for (ir::Value* v = plus->output(); chain.size() < 8;) {
+      ir::Node* r = sole_reader(g_, uses_, v);
+      if (!r || r->outputs().size() != 1) break;
+      const std::string& op = r->op().name();
+      if (op != "mul" && !(op == "div" && r->inputs()[0] == v && scalar_const(r->inputs()[1]))) break;
+      chain.push_back(r);
+      v = r->output();
+    }
+    for (auto it = chain.rbegin(); it != chain.rend(); ++it) {
+      Product outer = flatten_product(g_, uses_, (*it)->output());
+      if (outer.leaves.size() != 2 || !near(outer.factor, 0.5)) continue;
+      ir::Value* x = outer.leaves[0] == plus->output() ? outer.leaves[1]
+                     : outer.leaves[1] == plus->output() ? outer.leaves[0] : nullptr;
+      if (!x || x == plus->output() || !(x->type() == (*it)->output()->type())) continue;
+      std::set<ir::Node*> nodes = m.nodes;
+      nodes.insert(outer.nodes.begin(), outer.nodes.end());
+      if (!(m.tanh ? tanh_argument(act->inputs()[0], x, nodes) : erf_argument(act->inputs()[0], x, nodes)))
+        continue;
+      if (!private_to(g_, uses_, nodes, *it)) continue;
+      m.x = x;
+      m.root = *it;
+      m.nodes = std::move(nodes);
+      return m;
+    }
+    return std::nullopt;
+  }
+
+ private:
+  // u = x / sqrt(2) (or x * 0.7071, x * (1 / sqrt 2) flattened).
+  bool erf_argument(ir::Value* u, ir::Value* x, std::set<ir::Node*>& nodes) {
+    if (!u->producer() || !sole_reader(g_, uses_, u)) return false;
+    Product p = flatten_product(g_, uses_, u);
+    if (p.leaves.size() != 1 || p.leaves[0] != x || !near(p.factor, 1.0 / kSqrt2)) return false;
+    nodes.insert(p.nodes.begin(), p.nodes.end());
+    return true;
+  }
+
+  // t = sqrt(2/pi) * (x + 0.044715 * x^3).
+  bool tanh_argument(ir::Value* t, ir::Value* x, std::set<ir::Node*>& nodes) {
+    if (!t->producer() || !sole_reader(g_, uses_, t)) return false;
+    Product p = flatten_product(g_, uses_, t);
+    if (p.leaves.size() != 1 || !near(p.factor, kSqrt2OverPi)) return false;
+    ir::Node* inner = producer_op(p.leaves[0], "add");
+    if (!inner || !sole_reader(g_, uses_, inner->output())) return false;
+    ir::Value* cubic = other_operand(inner, x);
+    if (!cubic || cubic == x || !cubic->producer() || !sole_reader(g_, uses_, cubic)) return false;
+    Product c = flatten_product(g_, uses_, cubic);
+    if (!near(c.factor, kCubic)) return false;
+    int power = 0;
+    std::vector<ir::Node*> pows;
+    for (ir::Value* leaf : c.leaves) {
+      if (leaf == x) {
+        ++power;
+        continue;
+      }
+      ir::Node* pw = producer_op(leaf, "pow");
+      auto e = pw ? scalar_const(pw->inputs()[1]) : std::nullopt;
+      if (!pw || pw->inputs()[0] != x || !e || (*e != 2.0 && *e != 3.0) || !sole_reader(g_, uses_, leaf)) return false;
+      power += static_cast<int>(*e);
+      pows.push_back(pw);
+    }
+    if (power != 3) return false;
+    nodes.insert(p.nodes.begin(), p.nodes.end());
+    nodes.insert(inner);
+    nodes.insert(c.nodes.begin(), c.nodes.end());
+    nodes.insert(pows.begin(), pows.end());
+    return true;
+  }
+
+  const ir::Graph& g_;
+  const Uses& uses_;
+};
+
+class GeluFusionPass : public ir::Pass {
+ public:
+  std::string name() const override { return "gelu_fusion"; }
+  ir::PassResult run(ir::Graph& g) override {
+    std::vector<std::string> items;
+    std::set<const ir::Node*> erased;
+    auto uses = g.uses();
+    for (ir::Node* n : g.nodes()) {
+      if (erased.count(n) || (n->op().name() != "erf" && n->op().name() != "tanh")) continue;
+      auto m = GeluFusion(g, uses).match(n);
+      if (!m || !is_floating(m->x->type().dtype)) continue;
+      const char* approx = m->tanh ? "tanh" : "none";
+      ir::Node* ge = g.add_node(kiln::op("gelu"), {m->x}, {{"approximate", std::string(approx)}});
+      if (!(ge->output()->type() == m->root->output()->type())) {
+        g.erase_nodes({ge});
+        continue;
+      }
+      std::string out = m->root->output()->name();
+      size_t count = m->nodes.size();
+      replace_pattern(g, m->root, ge, m->nodes);
+      erased.insert(m->nodes.begin(), m->nodes.end());
+      items.push_back("%" + out + " = gelu(%" + m->x->name() + ") {approximate=\"" + approx + "\"} from " +
+                      std::to_string(count) + " nodes");
+      uses = g.uses();
+    }
+    if (!items.empty()) topo_reorder(g);
+    return report("gelu_fusion", "fused", items, "nothing to fuse");
+  }
+};
+
+}  // namespace
+
+std::unique_ptr<ir::Pass> make_gelu_fusion() { return std::make_unique<GeluFusionPass>(); }
+
+}  // namespace kiln::compiler::passes

@@ -1,0 +1,238 @@
+// fused_attention: softmax(scale * q @ k^T + mask) @ v in one kernel, the op the compiler's
+// attention pass (src/compiler/passes/attention_fusion.cc) emits for matmul -> [scale] -> [+ mask]
+// -> softmax(last axis) -> matmul.
+//   q    [..., Sq, D]
+//   k    [..., Sk, D]   (k_transposed = false)   or   [..., D, Sk]   (k_transposed = true)
+//   v    [..., Sk, Dv]
+//   mask broadcastable to the scores [..., Sq, Sk] (additive: 0 keeps, -inf or a large negative
+//        value masks), or absent
+//   out  [..., Sq, Dv]
+// The leading dims of q, k and v must be equal (no matmul broadcasting); any strides are read in
+// place (permuted heads need no copy).
+//
+// Note [Fused attention kernel]: the [..., Sq, Sk] score tensor is never materialized. The work
+// splits into tasks of (batch entry, block of query rows), run in parallel on kiln's pool; each
+// task computes its block's scores with one GEMM into a buffer of block x Sk, adds the mask rows,
+// replaces each row by exp(s - rowmax) in place (the row sums kept aside), multiplies the
+// unnormalized probabilities by v with a second GEMM straight into the output rows and scales
+// each output row by 1 / rowsum. Deferring the normalization to the Dv-wide output row saves a
+// pass over the Sk-wide probabilities. Numerics follow the unfused graph: a row whose mask is all
+// -inf gives NaN there as here (softmax of all -inf is 0/0), NaNs propagate, and a finite large
+// negative mask (-1e9, f32's lowest) weights its columns by exp(-huge) = 0. f32 rows use vmath's
+// vector exp on the active ISA; f64 uses std::exp.
+//
+// Compiler-emitted inference op: no derivative (differentiate the unfused graph), no batching
+// rule and no ONNX form (export the unfused graph).
+#include <algorithm>
+#include <cmath>
+#include <limits>
+
+#include "kernels/cpu/gemm.h"
+#include "kernels/cpu/loops.h"
+#include "kernels/cpu/vmath.h"
+#include "kiln/core/thread_pool.h"
+#include "kiln/ops/dispatch.h"
+#include "kiln/ops/op_def.h"
+
+namespace kiln {
+namespace {
+
+// ---- inference ---------------------------------------------------------------------------------
+
+std::vector<TensorMeta> infer_fused_attention(const InferCtx& c) {
+  const TensorMeta& q = c.in(0);
+  const TensorMeta& k = c.in(1);
+  const TensorMeta& v = c.in(2);
+  const bool kt = c.attrs.get_bool("k_transposed");
+  if (q.dtype != DType::f32 && q.dtype != DType::f64)
+    c.fail("q must be f32 or f64, got " + meta_str(q));
+  for (size_t i = 1; i < 4; ++i)
+    if (c.has(i) && c.in(i).dtype != q.dtype)
+      c.fail("'" + c.arg_name(i) + "' is " + meta_str(c.in(i)) + " but q is " + meta_str(q) + "; all must share a dtype");
+  const size_t r = q.shape.size();
+  if (r < 2) c.fail("q must have shape [..., Sq, D], got " + meta_str(q));
+  if (k.shape.size() != r || v.shape.size() != r)
+    c.fail("q, k and v must have the same rank, got q " + meta_str(q) + ", k " + meta_str(k) + ", v " + meta_str(v));
+  for (size_t d = 0; d + 2 < r; ++d)
+    if (k.shape[d] != q.shape[d] || v.shape[d] != q.shape[d])
+      c.fail("the leading (batch, head) dims of q, k and v must be equal, got q " + meta_str(q) + ", k " +
+             meta_str(k) + ", v " + meta_str(v));
+  const int64_t dh = q.shape[r - 1];
+  const int64_t k_seq = k.shape[kt ? r - 1 : r - 2], k_dim = k.shape[kt ? r - 2 : r - 1];
+  if (k_dim != dh)
+    c.fail("k " + meta_str(k) + " must have " + std::to_string(dh) + " (q's last dim) in dim " +
+           std::to_string(kt ? r - 2 : r - 1) + (kt ? " (k_transposed: k is [..., D, Sk])" : " (k is [..., Sk, D])"));
+  if (v.shape[r - 2] != k_seq)
+    c.fail("v " + meta_str(v) + " must have " + std::to_string(k_seq) + " rows (k's sequence length)");
+  Shape scores(q.shape.begin(), q.shape.end() - 1);
+  scores.push_back(k_seq);
+  if (c.has(3)) {
+    const Shape& m = c.in(3).shape;
+    bool ok = m.size() <= r;
+    for (size_t i = 0; ok && i < m.size(); ++i) {
+      const int64_t want = scores[r - m.size() + i];
+      ok = m[i] == want || m[i] == 1;
+    }
+    if (!ok)
+      c.fail("mask " + meta_str(c.in(3)) + " must broadcast to the scores' shape " + shape_str(scores) +
+             " without changing it");
+  }
+  if (!std::isfinite(c.attrs.get_float("scale"))) c.fail("scale must be finite");
+  Shape out(q.shape.begin(), q.shape.end() - 1);
+  out.push_back(v.shape[r - 1]);
+  return {TensorMeta{q.dtype, out}};
+}
+
+// ---- softmax rows ----------------------------------------------------------------------------------
+
+// row[j] = exp(row[j] - max(row)) in place; returns the sum. A NaN anywhere in the row (or a
+// max of +-inf, whose differences are NaN) makes the whole row NaN, as in the unfused softmax.
+// f32 rows run vmath's vector max and exp-and-sum (kernels/cpu/vmath.h: the subtraction carried
+// exactly into exp, the sum in f64) on the active ISA.
+float exp_row(float* row, int64_t n, const kernels::cpu::VmathKernelsF32& vm) {
+  return static_cast<float>(vm.exp_shift_sum(row, row, n, vm.max(row, n)));
+}
+
+double exp_row(double* row, int64_t n, const kernels::cpu::VmathKernelsF32&) {
+  double m = -std::numeric_limits<double>::infinity();
+  bool nan = false;
+  for (int64_t j = 0; j < n; ++j) {
+    m = row[j] > m ? row[j] : m;
+    nan = nan || row[j] != row[j];
+  }
+  if (nan) m = std::numeric_limits<double>::quiet_NaN();
+  double sum = 0;
+  for (int64_t j = 0; j < n; ++j) {
+    row[j] = std::exp(row[j] - m);
+    sum += row[j];
+  }
+  return sum;
+}
+
+// ---- kernel --------------------------------------------------------------------------------------
+
+// Element offsets of each leading-dims entry (row-major order) of t, rank r.
+std::vector<int64_t> batch_offsets(const Tensor& t, size_t r) {
+  int64_t count = 1;
+  for (size_t d = 0; d + 2 < r; ++d) count *= t.shape()[d];
+  std::vector<int64_t> offs(static_cast<size_t>(count));
+  for (int64_t b = 0; b < count; ++b) {
+    int64_t rem = b, off = 0;
+    for (size_t d = r - 2; d-- > 0;) {
+      off += (rem % t.shape()[d]) * t.strides()[d];
+      rem /= t.shape()[d];
+    }
+    offs[static_cast<size_t>(b)] = off;
+  }
+  return offs;
+}
+
+// Query rows per task: the score buffer (rows x Sk) stays within about 128 KiB (L2), and blocks
+// have at least 8 rows. Each block packs k^T for its first GEMM, so fewer, taller blocks pack less:
+// at BERT-base's shape (Sq = Sk = 128, D = 64, one thread) blocks of 32 rows took 1.5x the time
+// of whole-head blocks.
+int64_t rows_per_block(int64_t sq, int64_t sk, size_t elem) {
+  const int64_t rows = std::clamp<int64_t>(static_cast<int64_t>(131072 / elem) / std::max<int64_t>(sk, 1), 8, 128);
+  return std::min(rows, std::max<int64_t>(sq, 1));
+}
+
+template <class T>
+void attention(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& mask, bool kt, T scale, Tensor& y) {
+  const size_t r = static_cast<size_t>(q.dim());
+  const int64_t sq = q.shape()[r - 2], dh = q.shape()[r - 1];
+  const int64_t sk = v.shape()[r - 2], dv = v.shape()[r - 1];
+  const std::vector<int64_t> qo = batch_offsets(q, r), ko = batch_offsets(k, r), vo = batch_offsets(v, r);
+  const std::vector<int64_t> yo = batch_offsets(y, r);
+  Tensor m;
+  std::vector<int64_t> mo;
+  if (mask.defined()) {
+    Shape scores(q.shape().begin(), q.shape().end() - 1);
+    scores.push_back(sk);
+    m = mask.broadcast_to(scores);  // a view: broadcast dims have stride 0
+    mo = batch_offsets(m, r);
+  }
+  const T* qp = static_cast<const T*>(q.data_ptr());
+  const T* kp = static_cast<const T*>(k.data_ptr());
+  const T* vp = static_cast<const T*>(v.data_ptr());
+  const T* mp = m.defined() ? static_cast<const T*>(m.data_ptr()) : nullptr;
+  T* yp = static_cast<T*>(y.data_ptr());
+  const int64_t q_rs = q.strides()[r - 2], q_cs = q.strides()[r - 1];
+  const int64_t v_rs = v.strides()[r - 2], v_cs = v.strides()[r - 1];
+  const int64_t y_rs = y.strides()[r - 2];
+  // B = k^T as a D x Sk matrix: (p, j) is k[j, p], or kt[p, j] when k is given transposed.
+  const int64_t b_rs = kt ? k.strides()[r - 2] : k.strides()[r - 1];
+  const int64_t b_cs = kt ? k.strides()[r - 1] : k.strides()[r - 2];
+  const int64_t m_rs = m.defined() ? m.strides()[r - 2] : 0, m_cs = m.defined() ? m.strides()[r - 1] : 0;
+  const int64_t block = rows_per_block(sq, sk, sizeof(T));
+  const int64_t blocks = (sq + block - 1) / block;
+  const int64_t tasks = static_cast<int64_t>(qo.size()) * blocks;
+  const kernels::cpu::VmathKernelsF32& vm = kernels::cpu::vmath_kernels_f32(kernels::cpu::active_isa());
+  parallel_for(0, tasks, 1, [&](int64_t t0, int64_t t1) {
+    std::vector<T> s(static_cast<size_t>(block * sk));
+    std::vector<T> inv(static_cast<size_t>(block));
+    for (int64_t t = t0; t < t1; ++t) {
+      const size_t b = static_cast<size_t>(t / blocks);
+      const int64_t i0 = (t % blocks) * block, rows = std::min(block, sq - i0);
+      kernels::cpu::gemm(rows, sk, dh, scale, qp + qo[b] + i0 * q_rs, q_rs, q_cs, kp + ko[b], b_rs, b_cs, T(0),
+                         s.data(), sk);
+      for (int64_t i = 0; i < rows; ++i) {
+        T* row = s.data() + i * sk;
+        if (mp) {
+          const T* mrow = mp + mo[b] + (i0 + i) * m_rs;
+          if (m_cs == 1) {
+            for (int64_t j = 0; j < sk; ++j) row[j] += mrow[j];
+          } else {
+            for (int64_t j = 0; j < sk; ++j) row[j] += mrow[j * m_cs];
+          }
+        }
+        inv[static_cast<size_t>(i)] = T(1) / exp_row(row, sk, vm);
+      }
+      T* out = yp + yo[b] + i0 * y_rs;
+      kernels::cpu::gemm(rows, dv, sk, T(1), s.data(), sk, 1, vp + vo[b], v_rs, v_cs, T(0), out, y_rs);
+      for (int64_t i = 0; i < rows; ++i) {
+        const T w = inv[static_cast<size_t>(i)];
+        for (int64_t j = 0; j < dv; ++j) out[i * y_rs + j] *= w;
+      }
+    }
+  });
+}
+
+void fused_attention_kernel(const KernelCall& k) {
+  Tensor& out = k.out(0);
+  if (out.numel() == 0) return;
+  const DType dt = out.dtype();
+  Tensor y = out.is_contiguous() ? out : empty(out.shape(), TensorOptions(dt, out.device()));
+  Tensor mask = k.inputs.size() > 3 ? k.in(3) : Tensor();
+  const bool kt = k.attrs.get_bool("k_transposed");
+  const double scale = k.attrs.get_float("scale");
+  if (k.in(2).shape()[static_cast<size_t>(k.in(2).dim()) - 2] == 0) {
+    // Sk = 0: softmax over nothing times an empty v is the empty sum.
+    y.fill_(0.0);
+  } else if (dt == DType::f32) {
+    attention<float>(k.in(0), k.in(1), k.in(2), mask, kt, static_cast<float>(scale), y);
+  } else {
+    KILN_ASSERT(dt == DType::f64, "fused_attention: kernel registered for f32/f64 only, got ", dtype_name(dt));
+    attention<double>(k.in(0), k.in(1), k.in(2), mask, kt, scale, y);
+  }
+  if (!y.is_same(out)) kernels::cpu::copy_into(out, y);
+}
+
+constexpr const char* kNoVjp = "compiler-emitted inference op: differentiate the unfused graph";
+constexpr const char* kNoBatch = "compiler-emitted inference op: vmap the unfused graph";
+constexpr const char* kNoOnnx = "compiler-emitted inference op: export the unfused graph";
+
+}  // namespace
+
+void register_fused_attention_ops(OpRegistry& r) {
+  r.add("fused_attention(Tensor q, Tensor k, Tensor v, Tensor? mask, float scale=1.0, bool k_transposed=false) "
+        "-> Tensor")
+      .infer(infer_fused_attention)
+      .kernel(DeviceType::cpu, DTypeSet{DType::f32, DType::f64}, fused_attention_kernel)
+      .no_vjp(kNoVjp)
+      .no_batch(kNoBatch)
+      .no_onnx(kNoOnnx)
+      .doc("softmax(scale * q @ k^T + mask, last axis) @ v without materializing the scores; q [..., Sq, D], "
+           "k [..., Sk, D] (or [..., D, Sk] when k_transposed), v [..., Sk, Dv], mask broadcast to [..., Sq, Sk].");
+}
+
+}  // namespace kiln

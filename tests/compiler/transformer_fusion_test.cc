@@ -1,0 +1,282 @@
+// Transformer fusions: fused_attention (src/ops/defs/fused/attention.cc) against a float64
+// reference built from kiln's unfused ops, for odd sequence lengths, heads, every mask broadcast
+// form, -inf and large-negative mask values, k given transposed or not, non-contiguous inputs;
+// and the layer_norm_fusion / gelu_fusion / attention_fusion passes on a BERT-like encoder block
+// (decomposed as exporters emit it): the optimized graph, run by the reference executor and as a
+// compiled engine, equals the unfused graph.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <limits>
+
+#include "kiln/compiler.h"
+#include "kiln/ir.h"
+#include "kiln/kiln.h"
+#include "kiln/ops/dispatch.h"
+#include "kiln/runtime.h"
+#include "support/testing.h"
+
+namespace kiln {
+namespace {
+
+using testing::random_tensor;
+
+// f32 against the f64 reference: scores carry ~D ulps of |q||k|, and the output is a convex
+// combination of v's rows, so errors stay near 1e-6 absolute for inputs in [-1, 1].
+constexpr testing::Tol kF32Tol{1e-4, 2e-5};
+constexpr testing::Tol kF64Tol{1e-10, 1e-12};
+
+Tensor fused_attention(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& mask, double scale, bool kt) {
+  return dispatch1(op("fused_attention"), {q, k, v, mask}, {{"scale", scale}, {"k_transposed", kt}});
+}
+
+Tensor attention_ref(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& mask, double scale, bool kt) {
+  Tensor k64 = k.to(DType::f64);
+  Tensor s = matmul(q.to(DType::f64), kt ? k64 : transpose(k64, -2, -1)) * Scalar(scale);
+  if (mask.defined()) s = s + mask.to(DType::f64);
+  return matmul(softmax(s, -1), v.to(DType::f64));
+}
+
+// A mask of `shape` with random values, -inf, -1e9 and the dtype's lowest value sprinkled in;
+// column 0 stays finite and ordinary so no row is masked entirely.
+Tensor make_mask(const Shape& shape, DType dt, uint64_t seed) {
+  Tensor m = random_tensor(shape, DType::f64, seed, -2, 2).contiguous();
+  double* p = m.data<double>();
+  const int64_t cols = shape.back();
+  const double lowest = dt == DType::f32 ? static_cast<double>(std::numeric_limits<float>::lowest())
+                                         : std::numeric_limits<double>::lowest();
+  for (int64_t i = 0; i < m.numel(); ++i) {
+    if (i % cols == 0) continue;
+    const int64_t r = (i * 7919 + static_cast<int64_t>(seed)) % 11;
+    if (r == 0) p[i] = -std::numeric_limits<double>::infinity();
+    if (r == 1) p[i] = -1e9;
+    if (r == 2) p[i] = lowest;
+  }
+  return m.to(dt);
+}
+
+TEST(FusedAttention, MatchesFloat64ReferenceForEveryMaskForm) {
+  int seed = 0;
+  for (DType dt : {DType::f32, DType::f64}) {
+    const testing::Tol tol = dt == DType::f32 ? kF32Tol : kF64Tol;
+    for (int64_t sq : {1, 7, 33})
+      for (int64_t sk : {1, 7, 33}) {
+        if (sq != sk && sq != 7) continue;  // every S for self-attention, cross-attention from 7 rows
+        const int64_t b = 2, h = 3, d = 5, dv = 6;
+        const std::vector<Shape> masks = {{},           {sk},          {sq, sk},     {b, 1, 1, sk},
+                                          {b, 1, sq, sk}, {1, h, sq, sk}, {b, h, sq, sk}};
+        for (const Shape& ms : masks)
+          for (bool kt : {false, true}) {
+            SCOPED_TRACE(std::string(dtype_name(dt)) + " Sq=" + std::to_string(sq) + " Sk=" + std::to_string(sk) +
+                         " mask=" + shape_str(ms) + " kt=" + std::to_string(kt));
+            ++seed;
+            Tensor q = random_tensor({b, h, sq, d}, dt, 100 * seed, -1, 1);
+            Tensor k = random_tensor(kt ? Shape{b, h, d, sk} : Shape{b, h, sk, d}, dt, 100 * seed + 1, -1, 1);
+            Tensor v = random_tensor({b, h, sk, dv}, dt, 100 * seed + 2, -1, 1);
+            Tensor mask = ms.empty() ? Tensor() : make_mask(ms, dt, 100 * seed + 3);
+            const double scale = 1.0 / std::sqrt(static_cast<double>(d));
+            Tensor got = fused_attention(q, k, v, mask, scale, kt);
+            EXPECT_EQ(got.shape(), (Shape{b, h, sq, dv}));
+            EXPECT_TRUE(testing::all_close(got, attention_ref(q, k, v, mask, scale, kt), tol));
+          }
+      }
+  }
+}
+
+TEST(FusedAttention, RankThreeNonContiguousAndThreads) {
+  // Heads split from [B, S, H, D] by a permute (strided rows), v non-contiguous, rank 3 as well.
+  for (DType dt : {DType::f32, DType::f64}) {
+    SCOPED_TRACE(dtype_name(dt));
+    const testing::Tol tol = dt == DType::f32 ? kF32Tol : kF64Tol;
+    Tensor qs = random_tensor({2, 33, 3, 8}, dt, 1, -1, 1);
+    Tensor ks = random_tensor({2, 33, 3, 8}, dt, 2, -1, 1);
+    Tensor q = qs.permute({0, 2, 1, 3});
+    Tensor kt = ks.permute({0, 2, 3, 1});  // [B, H, D, S]: BERT's ONNX k^T
+    Tensor v = testing::noncontiguous(random_tensor({2, 3, 33, 8}, dt, 3, -1, 1));
+    Tensor mask = make_mask({2, 1, 1, 33}, dt, 4);
+    Tensor want = attention_ref(q, kt, v, mask, 0.3, true);
+    set_num_threads(1);
+    Tensor one = fused_attention(q, kt, v, mask, 0.3, true);
+    set_num_threads(2);
+    Tensor two = fused_attention(q, kt, v, mask, 0.3, true);
+    EXPECT_TRUE(testing::all_close(one, want, tol));
+    EXPECT_TRUE(testing::all_close(two, one, testing::Tol{0, 0}));  // tasks are independent: same bits
+    // Rank 3: [N, S, D] with a [S, S] mask.
+    Tensor q3 = random_tensor({4, 7, 5}, dt, 5, -1, 1), k3 = random_tensor({4, 9, 5}, dt, 6, -1, 1);
+    Tensor v3 = random_tensor({4, 9, 2}, dt, 7, -1, 1), m3 = make_mask({7, 9}, dt, 8);
+    EXPECT_TRUE(testing::all_close(fused_attention(q3, k3, v3, m3, 1.5, false), attention_ref(q3, k3, v3, m3, 1.5, false),
+                                   tol));
+  }
+  set_num_threads(available_cores());
+}
+
+TEST(FusedAttention, NonFiniteRowsFollowTheUnfusedGraph) {
+  // A row masked entirely by -inf is softmax(0/0) = NaN in the unfused graph and here; a NaN score
+  // poisons its row; a finite large-negative mask excludes its columns.
+  Tensor q = random_tensor({1, 1, 3, 4}, DType::f32, 1, -1, 1);
+  Tensor k = random_tensor({1, 1, 5, 4}, DType::f32, 2, -1, 1);
+  Tensor v = random_tensor({1, 1, 5, 2}, DType::f32, 3, -1, 1);
+  Tensor mask = zeros({3, 5}, TensorOptions(DType::f32)).contiguous();
+  float* m = mask.data<float>();
+  const float inf = std::numeric_limits<float>::infinity();
+  for (int j = 0; j < 5; ++j) m[j] = -inf;                                 // row 0: all -inf
+  m[5 + 0] = std::numeric_limits<float>::quiet_NaN();                     // row 1: NaN
+  for (int j = 1; j < 5; ++j) m[10 + j] = std::numeric_limits<float>::lowest();  // row 2: only column 0
+  Tensor got = fused_attention(q, k, v, mask, 0.5, false);
+  Tensor unfused = matmul(softmax(matmul(q, transpose(k, -2, -1)) * Scalar(0.5) + mask, -1), v);
+  EXPECT_TRUE(testing::all_close(got, unfused, kF32Tol));  // NaNs must match
+  const float* g = got.contiguous().data<float>();
+  EXPECT_TRUE(std::isnan(g[0]) && std::isnan(g[2]));
+  EXPECT_NEAR(g[4], v.contiguous().data<float>()[0], 1e-6);  // row 2 takes v's row 0
+}
+
+TEST(FusedAttention, RejectsBadShapes) {
+  Tensor q = random_tensor({2, 3, 4}, DType::f32, 1), k = random_tensor({2, 5, 4}, DType::f32, 2);
+  Tensor v = random_tensor({2, 5, 6}, DType::f32, 3);
+  EXPECT_KILN_ERROR(fused_attention(q, random_tensor({2, 5, 3}, DType::f32, 4), v, {}, 1.0, false), "q's last dim");
+  EXPECT_KILN_ERROR(fused_attention(q, k, random_tensor({2, 4, 6}, DType::f32, 5), {}, 1.0, false), "rows");
+  EXPECT_KILN_ERROR(fused_attention(q, random_tensor({1, 5, 4}, DType::f32, 6), v, {}, 1.0, false), "leading");
+  EXPECT_KILN_ERROR(fused_attention(q, k, v, random_tensor({2, 3, 4}, DType::f32, 7), 1.0, false), "must broadcast");
+  EXPECT_KILN_ERROR(fused_attention(q, k, v, random_tensor({3, 5}, DType::f64, 8), 1.0, false), "share a dtype");
+  EXPECT_KILN_ERROR(fused_attention(q, k, v, {}, std::numeric_limits<double>::infinity(), false), "finite");
+  EXPECT_KILN_ERROR(fused_attention(q.to(DType::i32), k.to(DType::i32), v.to(DType::i32), {}, 1.0, false), "f32 or f64");
+}
+
+// ---- the passes on an encoder block ---------------------------------------------------------------
+
+ir::Value* node(ir::Graph& g, const std::string& op_name, std::vector<ir::Value*> ins, const Attrs& a = {}) {
+  return g.add_node(op(op_name), std::move(ins), a)->output();
+}
+ir::Value* scalar(ir::Graph& g, double v) { return g.add_constant("", full({}, v, TensorOptions(DType::f32))); }
+ir::Value* weight(ir::Graph& g, const Shape& s, uint64_t seed, double range) {
+  return g.add_constant("", random_tensor(s, DType::f32, seed, -range, range));
+}
+
+// PyTorch's LayerNorm as exported before opset 17: mean, sub, pow 2, mean, + eps, sqrt, div, * g, + b.
+ir::Value* layer_norm_decomposed(ir::Graph& g, ir::Value* x, int64_t e, uint64_t seed) {
+  Attrs last{{"axes", std::vector<int64_t>{-1}}, {"keepdim", true}};
+  ir::Value* d = node(g, "sub", {x, node(g, "mean", {x}, last)});
+  ir::Value* var = node(g, "mean", {node(g, "pow", {d, scalar(g, 2)})}, last);
+  ir::Value* n = node(g, "div", {d, node(g, "sqrt", {node(g, "add", {var, scalar(g, 1e-12)})})});
+  n = node(g, "mul", {n, g.add_constant("", random_tensor({e}, DType::f32, seed, 0.5, 1.5))});
+  return node(g, "add", {n, weight(g, {e}, seed + 1, 0.5)});
+}
+
+ir::Value* gelu_decomposed(ir::Graph& g, ir::Value* x, bool tanh_form) {
+  if (!tanh_form) {
+    ir::Value* e = node(g, "erf", {node(g, "div", {x, scalar(g, 1.4142135623730951)})});
+    return node(g, "mul", {node(g, "mul", {x, node(g, "add", {e, scalar(g, 1)})}), scalar(g, 0.5)});
+  }
+  ir::Value* cube = node(g, "mul", {node(g, "mul", {x, x}), x});
+  ir::Value* inner = node(g, "add", {x, node(g, "mul", {scalar(g, 0.044715), cube})});
+  ir::Value* t = node(g, "tanh", {node(g, "mul", {inner, scalar(g, 0.7978845608028654)})});
+  return node(g, "mul", {node(g, "mul", {scalar(g, 0.5), x}), node(g, "add", {scalar(g, 1), t})});
+}
+
+ir::Value* linear(ir::Graph& g, ir::Value* x, int64_t in, int64_t out, uint64_t seed) {
+  const double r = 1.0 / std::sqrt(static_cast<double>(in));
+  return node(g, "add", {node(g, "matmul", {x, weight(g, {in, out}, seed, r)}), weight(g, {out}, seed + 1, 0.1)});
+}
+
+// One BERT encoder layer, [B, S, E] with H heads, as PyTorch exports it.
+ir::Graph encoder_block(int64_t b, int64_t s, int64_t e, int64_t h, bool tanh_gelu) {
+  const int64_t d = e / h;
+  ir::Graph g;
+  g.name = "encoder";
+  ir::Value* x = g.add_input("x", {DType::f32, {b, s, e}});
+  ir::Value* mask = g.add_input("mask", {DType::f32, {b, 1, 1, s}});
+  auto heads = [&](ir::Value* t, std::vector<int64_t> perm) {
+    t = node(g, "reshape", {t}, {{"shape", std::vector<int64_t>{b, s, h, d}}});
+    return node(g, "permute", {t}, {{"dims", std::move(perm)}});
+  };
+  ir::Value* q = heads(linear(g, x, e, e, 10), {0, 2, 1, 3});
+  ir::Value* kt = heads(linear(g, x, e, e, 20), {0, 2, 3, 1});
+  ir::Value* v = heads(linear(g, x, e, e, 30), {0, 2, 1, 3});
+  ir::Value* scores = node(g, "div", {node(g, "matmul", {q, kt}), scalar(g, std::sqrt(static_cast<double>(d)))});
+  ir::Value* p = node(g, "softmax", {node(g, "add", {scores, mask})}, {{"axis", int64_t{-1}}});
+  ir::Value* ctx = node(g, "permute", {node(g, "matmul", {p, v})}, {{"dims", std::vector<int64_t>{0, 2, 1, 3}}});
+  ctx = node(g, "reshape", {ctx}, {{"shape", std::vector<int64_t>{b, s, e}}});
+  ir::Value* a = layer_norm_decomposed(g, node(g, "add", {linear(g, ctx, e, e, 40), x}), e, 50);
+  ir::Value* f = gelu_decomposed(g, linear(g, a, e, 4 * e, 60), tanh_gelu);
+  g.add_output(layer_norm_decomposed(g, node(g, "add", {linear(g, f, 4 * e, e, 70), a}), e, 80));
+  return g;
+}
+
+int count_op(const ir::Graph& g, const std::string& name) {
+  int n = 0;
+  for (const ir::Node* nd : g.nodes()) n += nd->op().name() == name;
+  return n;
+}
+
+// The additive BERT mask: 0 where attended, f32's lowest where padded (batch 1 pads its tail).
+Tensor padding_mask(int64_t b, int64_t s) {
+  Tensor m = zeros({b, 1, 1, s}, TensorOptions(DType::f32)).contiguous();
+  for (int64_t j = s - 3; j < s; ++j) m.data<float>()[s + j] = std::numeric_limits<float>::lowest();
+  return m;
+}
+
+TEST(TransformerFusion, EachPassKeepsTheEncoderBlocksNumerics) {
+  for (bool tanh_gelu : {false, true}) {
+    SCOPED_TRACE(tanh_gelu ? "tanh gelu" : "erf gelu");
+    const int64_t b = 2, s = 7, e = 12, h = 3;
+    ir::Graph base = encoder_block(b, s, e, h, tanh_gelu);
+    ir::verify(base);
+    std::vector<Tensor> in{random_tensor({b, s, e}, DType::f32, 1), padding_mask(b, s)};
+    Tensor want = ir::run(base, in)[0];
+    struct Case {
+      const char* pass;
+      const char* fused_op;
+      int fused;
+      const char* gone;  // an op the pass removes entirely
+    };
+    for (const Case& c : {Case{"layer_norm_fusion", "layer_norm", 2, "sqrt"}, Case{"gelu_fusion", "gelu", 1, tanh_gelu ? "tanh" : "erf"},
+                          Case{"attention_fusion", "fused_attention", 1, "softmax"}}) {
+      SCOPED_TRACE(c.pass);
+      ir::Graph g = base.clone();
+      auto reps = compiler::run_passes(g, {c.pass, "dce"}, true);
+      EXPECT_TRUE(reps[0].changed) << reps[0].report;
+      EXPECT_EQ(count_op(g, c.fused_op), c.fused) << ir::print(g);
+      EXPECT_EQ(count_op(g, c.gone), 0) << ir::print(g);
+      EXPECT_LT(g.num_nodes(), base.num_nodes());
+      EXPECT_TRUE(testing::all_close(ir::run(g, in)[0], want, testing::Tol{1e-4, 1e-4}));
+      // A second run finds nothing left.
+      EXPECT_FALSE(compiler::run_passes(g, {c.pass}, true)[0].changed);
+    }
+  }
+}
+
+TEST(TransformerFusion, PipelineAndEngineMatchTheUnfusedGraph) {
+  const int64_t b = 2, s = 9, e = 16, h = 4;
+  ir::Graph base = encoder_block(b, s, e, h, false);
+  std::vector<Tensor> in{random_tensor({b, s, e}, DType::f32, 2), padding_mask(b, s)};
+  Tensor want = ir::run(base, in)[0];
+  for (int level : {1, 2, 3}) {
+    SCOPED_TRACE("-O" + std::to_string(level));
+    ir::Graph g = base.clone();
+    compiler::PassOptions opts;
+    opts.opt_level = level;
+    opts.verify_each = true;
+    compiler::optimize(g, opts);
+    EXPECT_EQ(count_op(g, "fused_attention"), level >= 2 ? 1 : 0) << ir::print(g);
+    EXPECT_EQ(count_op(g, "layer_norm"), level >= 2 ? 2 : 0) << ir::print(g);
+    EXPECT_TRUE(testing::all_close(ir::run(g, in)[0], want, testing::Tol{1e-4, 1e-4}));
+    runtime::CompileOptions co;
+    co.passes.opt_level = level;
+    runtime::Executor ex(std::make_shared<runtime::Engine>(runtime::compile(base, co).engine));
+    EXPECT_TRUE(testing::all_close(ex.run(in)[0], want, testing::Tol{1e-4, 1e-4}));
+  }
+  // --disable-pass bisection: each fusion can be switched off by name.
+  for (const char* p : {"layer_norm_fusion", "gelu_fusion", "attention_fusion"}) {
+    ir::Graph g = base.clone();
+    compiler::PassOptions opts;
+    opts.disabled = {p};
+    auto reps = compiler::optimize(g, opts);
+    for (const auto& r : reps) EXPECT_NE(r.pass, p);
+  }
+  auto o2 = compiler::pipeline(2);
+  for (const char* p : {"layer_norm_fusion", "gelu_fusion", "attention_fusion"})
+    EXPECT_NE(std::find(o2.begin(), o2.end(), p), o2.end()) << p;
+}
+
+}  // namespace
+}  // namespace kiln
