@@ -21,14 +21,24 @@
 namespace kiln::ir {
 
 // ---- types ---------------------------------------------------------------------------------------
-// A dimension: a static size, or a named symbol ("batch") whose size is bound when the graph runs.
+// A dimension: a static size, or a named symbol ("batch") times a positive static scale, bound
+// when the graph runs. Scaled symbols ("4*batch") are what attention's [L, batch * heads, d]
+// reshapes produce (Note [Symbolic dims] in src/ir/infer.cc).
 struct Dim {
   int64_t size = 0;    // meaningful when symbol is empty
   std::string symbol;  // non-empty: symbolic
+  int64_t scale = 1;   // symbolic: the dim is scale * symbol
   Dim() = default;
   Dim(int64_t s) : size(s) {}  // NOLINT: shapes read naturally as {batch, 3}
-  static Dim sym(std::string name) { Dim d; d.symbol = std::move(name); return d; }
+  static Dim sym(std::string name, int64_t scale = 1) {
+    Dim d;
+    d.symbol = std::move(name);
+    d.scale = scale;
+    return d;
+  }
   bool is_symbolic() const { return !symbol.empty(); }
+  // The size when the symbol is bound to `value`.
+  int64_t at(int64_t value) const { return is_symbolic() ? scale * value : size; }
   bool operator==(const Dim&) const = default;
 };
 using SymShape = std::vector<Dim>;

@@ -79,7 +79,9 @@ int64_t value_bytes(const ir::ValueType& t, const std::map<std::string, int64_t>
       KILN_CHECK(it != symbol_max.end(), "memory plan: dim '", d.symbol, "' of ", ir::type_str(t),
                  " is symbolic and has no size bound; give it one (kiln compile --batch MIN:MAX, or --dim ",
                  d.symbol, "=N)");
-      size = it->second;
+      KILN_CHECK(d.scale >= 1 && it->second <= std::numeric_limits<int64_t>::max() / d.scale, "memory plan: dim ",
+                 ir::dim_str(d), " of ", ir::type_str(t), " overflows 64-bit sizes at the symbols' largest values");
+      size = d.at(it->second);
     }
     KILN_CHECK(size == 0 || n <= std::numeric_limits<int64_t>::max() / size, "memory plan: ", ir::type_str(t),
                " overflows 64-bit sizes at the symbols' largest values");

@@ -139,7 +139,7 @@ class TracingInterceptor : public Interceptor {
       const ir::ValueType& t = v->type();
       bool consistent = t.dtype == metas[i].dtype && t.shape.size() == metas[i].shape.size();
       for (size_t d = 0; consistent && d < t.shape.size(); ++d) {
-        int64_t want = t.shape[d].is_symbolic() ? st.batch_size : t.shape[d].size;
+        int64_t want = t.shape[d].at(st.batch_size);
         consistent = want == metas[i].shape[d];
       }
       KILN_CHECK(consistent, "while tracing ", where, ": output ", i, " is ", meta_str(metas[i]),

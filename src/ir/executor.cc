@@ -24,9 +24,13 @@ void check_against(const Tensor& t, const ValueType& want, std::map<std::string,
                  kiln::shape_str(t.shape()));
       continue;
     }
-    auto [it, fresh] = bound.emplace(w.symbol, got);
-    KILN_CHECK(fresh || it->second == got, what, ": dim ", d, " is the symbol '", w.symbol, "', already bound to ",
-               it->second, " by an earlier input, but here it is ", got, " (shape ", kiln::shape_str(t.shape()), ")");
+    KILN_CHECK(got % w.scale == 0, what, ": dim ", d, " is ", dim_str(w), ", got ", got, ", not a multiple of ",
+               w.scale, " (shape ", kiln::shape_str(t.shape()), ")");
+    auto [it, fresh] = bound.emplace(w.symbol, got / w.scale);
+    KILN_CHECK(fresh || it->second == got / w.scale, what, ": dim ", d, " is ",
+               w.scale == 1 ? std::string() : std::to_string(w.scale) + " times ", "the symbol '", w.symbol,
+               "', already bound to ", it->second, " by an earlier input, but here it is ", got, " (shape ",
+               kiln::shape_str(t.shape()), ")");
   }
 }
 

@@ -9,7 +9,10 @@ namespace kiln::ir {
 
 SymShape static_shape(const Shape& s) { return SymShape(s.begin(), s.end()); }
 
-std::string dim_str(const Dim& d) { return d.is_symbolic() ? d.symbol : std::to_string(d.size); }
+std::string dim_str(const Dim& d) {
+  if (!d.is_symbolic()) return std::to_string(d.size);
+  return d.scale == 1 ? d.symbol : std::to_string(d.scale) + "*" + d.symbol;
+}
 
 std::string shape_str(const SymShape& s) {
   std::string out = "[";

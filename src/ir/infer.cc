@@ -6,13 +6,13 @@
 namespace kiln::ir {
 
 // Note [Symbolic dims]
-// A Dim is a static size or a named symbol ("batch"). Ops infer on concrete shapes only, so
-// infer_types runs the op's rule twice, each time giving every symbol a different representative
-// size (large primes that static dims are unlikely to hit; each symbol its own), and maps the
-// results back: an output dim equal in both runs is static; one that equals a symbol's
-// representative in both runs is that symbol; anything else (2 * batch, batch + 1, a dim that
-// changes with the symbol's value in any other way) is reported as an error naming the op,
-// rather than guessed. When the two runs disagree in dtype or rank, that is an error too. The
+// A Dim is a static size or a named symbol times a static scale ("batch", "4*batch"). Ops infer on
+// concrete shapes only, so infer_types runs the op's rule twice, each time giving every symbol a
+// different representative size (large primes that static dims are unlikely to hit; each symbol
+// its own), and maps the results back: an output dim equal in both runs is static; one that is
+// the same whole multiple c of a symbol's representative in both runs is c*symbol (attention's
+// [L, batch * heads, d] reshape); anything else (batch + 1, batch * seq, a dim that changes with
+// the symbols in any other way) is reported as an error naming the op, rather than guessed. When the two runs disagree in dtype or rank, that is an error too. The
 // cost: an op that would accept the representative sizes but reject a real one (a reshape whose
 // attribute baked in a traced batch size fails here, which is what we want) is only caught at
 // run time by the executor's check of each output against the graph's type.
@@ -37,7 +37,7 @@ std::vector<std::optional<TensorMeta>> concretize(const std::vector<std::optiona
       }
       size_t k = 0;
       while (symbols[k] != d.symbol) ++k;
-      m.shape.push_back(kReps[run][k]);
+      m.shape.push_back(d.scale * kReps[run][k]);
     }
     out.push_back(std::move(m));
   }
@@ -88,14 +88,16 @@ std::vector<ValueType> infer_types(const OpDef& op, const std::vector<std::optio
       }
       bool found = false;
       for (size_t k = 0; k < symbols.size() && !found; ++k) {
-        if (a == kReps[0][k] && b == kReps[1][k]) {
-          t.shape.push_back(Dim::sym(symbols[k]));
+        // scale * symbol: the same whole multiple of the symbol's representative in both runs.
+        if (a % kReps[0][k] == 0 && b % kReps[1][k] == 0 && a / kReps[0][k] == b / kReps[1][k] && a > 0) {
+          t.shape.push_back(Dim::sym(symbols[k], a / kReps[0][k]));
           found = true;
         }
       }
       KILN_CHECK(found, op.name(), ": output ", i, " dim ", d,
-                 " depends on the symbolic dims in a way a single symbol cannot express (it is neither static "
-                 "nor equal to one input symbol, e.g. 2*batch); make that dim static or keep the symbol intact");
+                 " depends on the symbolic dims in a way kiln cannot express (it is neither static nor a whole "
+                 "multiple of one input symbol, e.g. batch+1 or batch*seq); make that dim static or keep the "
+                 "symbols apart");
     }
     out.push_back(std::move(t));
   }

@@ -240,7 +240,12 @@ class Parser {
           size_t d_at = pos_;
           int64_t d = integer();
           if (d < 0) fail("a dimension must be >= 0, got " + std::to_string(d), d_at);
-          t.shape.push_back(Dim(d));
+          if (accept('*')) {  // a scaled symbol, "4*batch"
+            if (d < 1) fail("a symbol's scale must be >= 1, got " + std::to_string(d), d_at);
+            t.shape.push_back(Dim::sym(ident("a symbol after '*'"), d));
+          } else {
+            t.shape.push_back(Dim(d));
+          }
         } else {
           t.shape.push_back(Dim::sym(ident("a dimension (a size or a symbol)")));
         }

@@ -54,6 +54,10 @@ class ConvertCtx {
   // values] in import.cc); and the constant that Shape of a symbolic tensor produces.
   std::vector<ir::Dim> shape_dims(size_t i, const char* what) const;
   ir::Value* symbolic_shape(const std::vector<ir::Dim>& dims);
+  // v broadcast to target like ONNX Expand, symbolic dims v lacks included (Note [Symbolic shape
+  // arithmetic] in import.cc).
+  ir::Value* broadcast_to_dims(ir::Value* v, const std::vector<ir::Dim>& target);
+  bool is_symbolic_value(size_t i) const;  // input i is a shape value holding symbolic dims
   std::optional<Tensor> try_const(size_t i) const;  // nullopt when not constant
 
   // ---- attributes (ONNX names)

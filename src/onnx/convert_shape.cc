@@ -51,10 +51,15 @@ V reshape(ConvertCtx& c) {
     // Solve -1: the symbols must appear equally often in the input and the target.
     std::map<std::string, int> balance;
     int64_t in_static = 1, out_static = 1;
-    for (const auto& d : in) d.is_symbolic() ? (void)++balance[d.symbol] : (void)(in_static *= d.size);
+    // A scaled symbol (4*batch) counts its symbol once and its scale as a static factor.
+    for (const auto& d : in) {
+      if (d.is_symbolic()) ++balance[d.symbol];
+      in_static *= d.is_symbolic() ? d.scale : d.size;
+    }
     for (size_t i = 0; i < target.size(); ++i) {
       if (static_cast<int64_t>(i) == infer_at) continue;
-      target[i].is_symbolic() ? (void)--balance[target[i].symbol] : (void)(out_static *= target[i].size);
+      if (target[i].is_symbolic()) --balance[target[i].symbol];
+      out_static *= target[i].is_symbolic() ? target[i].scale : target[i].size;
     }
     bool cancels = std::all_of(balance.begin(), balance.end(), [](const auto& kv) { return kv.second == 0; });
     if (!cancels || out_static == 0 || in_static % out_static != 0)
@@ -207,19 +212,12 @@ V scatter_elements(ConvertCtx& c) {
 
 V expand(ConvertCtx& c) {
   std::vector<ir::Dim> target = c.shape_dims(1, "shape");
+  bool symbolic = std::any_of(target.begin(), target.end(), [](const ir::Dim& d) { return d.is_symbolic(); });
   const auto& in = c.type(0).shape;
+  if (symbolic || std::any_of(in.begin(), in.end(), [](const ir::Dim& d) { return d.is_symbolic(); }))
+    return {c.broadcast_to_dims(c.in(0), target)};  // Note [Symbolic shape arithmetic] in import.cc
   std::vector<int64_t> shape;
-  for (size_t i = 0; i < target.size(); ++i) {
-    const ir::Dim& d = target[i];
-    if (d.is_symbolic()) {
-      // kiln's expand keeps the input's dim for -1: right only where the input has this symbol.
-      int64_t j = static_cast<int64_t>(i) - static_cast<int64_t>(target.size() - in.size());
-      if (j < 0 || !(in[static_cast<size_t>(j)] == d))
-        c.fail("Expand to symbolic dim " + d.symbol + " at position " + std::to_string(i) +
-               " where the input does not have it");
-      shape.push_back(-1);
-      continue;
-    }
+  for (const ir::Dim& d : target) {
     if (d.size < 0) c.fail("shape entry " + std::to_string(d.size) + " is negative");
     shape.push_back(d.size);
   }
@@ -274,6 +272,12 @@ V constant(ConvertCtx& c) {
 }
 
 V constant_of_shape(ConvertCtx& c) {
+  std::vector<ir::Dim> sym_dims = c.shape_dims(0, "shape");
+  if (std::any_of(sym_dims.begin(), sym_dims.end(), [](const ir::Dim& d) { return d.is_symbolic(); })) {
+    Tensor value = c.has_attr("value") ? c.attr_tensor("value") : full({1}, 0.0, TensorOptions(DType::f32));
+    if (value.numel() != 1) c.fail("'value' must hold one element, it has " + std::to_string(value.numel()));
+    return {c.broadcast_to_dims(c.constant(value.reshape({})), sym_dims)};
+  }
   std::vector<int64_t> dims = c.const_ints(0, "shape");
   int64_t n = 1;
   for (int64_t d : dims) {
@@ -288,7 +292,29 @@ V constant_of_shape(ConvertCtx& c) {
   return {c.emit("expand", {one}, {{"shape", dims}})};
 }
 
+// Range(0, scale * symbol, delta): delta * [0, 1, ..., n) with n = scale / delta * symbol, an
+// exclusive cumsum of ones broadcast to [n] (Note [Symbolic shape arithmetic] in import.cc).
+V symbolic_range(ConvertCtx& c) {
+  if (c.is_symbolic_value(0) || c.is_symbolic_value(2))
+    c.fail("Range's start and delta must be static; only its limit may be a symbolic dim");
+  std::vector<ir::Dim> limit = c.shape_dims(1, "limit");
+  int64_t start = c.const_ints(0, "start").at(0), delta = c.const_ints(2, "delta").at(0);
+  if (limit.size() != 1 || c.rank(1) != 0 || c.rank(0) != 0 || c.rank(2) != 0)
+    c.fail("start, limit and delta must be scalars");
+  const ir::Dim& l = limit[0];
+  if (start != 0 || delta <= 0 || l.scale % delta != 0)
+    c.fail("Range(" + std::to_string(start) + ", " + ir::dim_str(l) + ", " + std::to_string(delta) +
+           ") has a length that is not a whole multiple of " + l.symbol + " (kiln needs start 0 and a delta that "
+           "divides the limit's scale)");
+  DType dt = c.dtype(1);
+  ir::Value* ones = c.broadcast_to_dims(c.scalar(1, dt), {ir::Dim::sym(l.symbol, l.scale / delta)});
+  ir::Value* idx = c.emit("cumsum", {ones}, {{"axis", int64_t{0}}, {"exclusive", true}, {"reverse", false}});
+  if (delta != 1) idx = c.emit("mul", {idx, c.scalar(static_cast<double>(delta), idx->type().dtype)});
+  return {c.cast(idx, dt)};
+}
+
 V range(ConvertCtx& c) {
+  if (c.is_symbolic_value(0) || c.is_symbolic_value(1) || c.is_symbolic_value(2)) return symbolic_range(c);
   Tensor s = c.const_input(0, "start"), l = c.const_input(1, "limit"), d = c.const_input(2, "delta");
   DType dt = s.dtype();
   double start = s.to(DType::f64).item<double>(), limit = l.to(DType::f64).item<double>(),

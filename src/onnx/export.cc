@@ -161,7 +161,7 @@ class Exporter {
     auto* shape = tt->mutable_shape();
     for (const auto& d : t.shape) {
       auto* dim = shape->add_dim();
-      if (d.is_symbolic()) dim->set_dim_param(d.symbol);
+      if (d.is_symbolic()) dim->set_dim_param(ir::dim_str(d));
       else dim->set_dim_value(d.size);
     }
   }

@@ -19,9 +19,21 @@
 // With a symbolic dim (dim_param "batch"), Shape cannot fold to plain numbers. Its value becomes a
 // constant in which each symbolic dim is a marker (kSymbolMarker - k for symbol k); ops that only
 // move elements (Gather, Slice, Concat, (Un)Squeeze, Cast, Identity) fold it as usual and the
-// markers travel with the elements. Reshape and Expand read such a shape as dims (ConvertCtx::
-// shape_dims); any other use of a marked value is an error naming the symbols, never a silently
-// wrong number.
+// markers travel with the elements. Reshape, Expand and ConstantOfShape read such a shape as
+// dims (ConvertCtx::shape_dims); any other use of a marked value is an error naming the symbols,
+// never a silently wrong number.
+//
+// Note [Symbolic shape arithmetic]
+// PyTorch's exporters compute attention's reshape targets from the input's shape: [L, N * heads,
+// d] with N the symbolic batch (Mul of a gathered dim by a constant), then d = E / heads (Div).
+// A marker therefore stands for a term scale * symbol (IR dims carry the same scale, Note
+// [Symbolic dims] in src/ir/infer.cc), and Mul, Div, Add and Sub of marked values fold when the
+// result is again such a term: term * c, term / c when c divides the scale, term + 0; anything
+// else (batch * batch, batch + 1) is refused, naming the symbols. A symbolic target dim that the
+// tensor being expanded lacks (ConstantOfShape(Shape(ids)), Expand of a scalar to [batch, s]) is
+// broadcast in through a `where(c, v, v)` whose condition carries the dim and comes from a graph
+// input that has it (ConvertCtx::broadcast_to_dims); where's result is v whatever c holds.
+// Range(0, scale * symbol, delta) is delta times an exclusive cumsum of such a broadcast of ones.
 #include <onnx/onnx_pb.h>
 
 #include <algorithm>
@@ -95,6 +107,9 @@ class Importer {
   bool is_symbolic_shape(const ir::Value* v) const { return symbolic_.count(v) != 0; }
   std::vector<ir::Dim> decode_dims(const Tensor& t) const;
   std::string symbols_in(const ir::Value* v) const;
+  // Note [Symbolic shape arithmetic]
+  ir::Value* symbolic_arith(const std::string& op_type, ir::Value* a, ir::Value* b);
+  ir::Value* broadcast_to_dims(ir::Value* v, const std::vector<ir::Dim>& target);
 
  private:
   void import_graph(const ::onnx::GraphProto& g);
@@ -120,7 +135,10 @@ class Importer {
   int64_t opset_ = 0;
   int unknown_dims_ = 0;
   std::set<const ir::Value*> symbolic_;  // constants holding symbol markers
-  std::vector<std::string> symbols_;     // marker index -> symbol name
+  std::vector<ir::Dim> terms_;           // marker index -> scale * symbol
+  std::map<std::string, ir::Value*> carriers_;  // symbol -> bool [symbol] (broadcast_to_dims)
+  int64_t marker_of(const ir::Dim& d);
+  ir::Value* carrier(const ir::Dim& d);
 };
 
 namespace {
@@ -129,22 +147,23 @@ bool is_marker(int64_t v) { return v <= kSymbolMarker && v > kSymbolMarker - (in
 
 bool moves_elements_only(const std::string& op_type) {
   static const std::set<std::string> ops{"Gather", "Slice", "Concat", "Unsqueeze", "Squeeze", "Cast", "Identity",
-                                         "Reshape", "Expand", "Flatten"};
+                                         "Reshape", "Expand", "Flatten", "ConstantOfShape", "Range"};
   return ops.count(op_type) != 0;
+}
+bool is_shape_arith(const std::string& op_type) {
+  return op_type == "Mul" || op_type == "Div" || op_type == "Add" || op_type == "Sub";
 }
 }  // namespace
 
+int64_t Importer::marker_of(const ir::Dim& d) {
+  auto it = std::find(terms_.begin(), terms_.end(), d);
+  if (it == terms_.end()) it = terms_.insert(terms_.end(), d);
+  return kSymbolMarker - (it - terms_.begin());
+}
+
 ir::Value* Importer::symbolic_shape(const std::vector<ir::Dim>& dims) {
   std::vector<int64_t> v;
-  for (const auto& d : dims) {
-    if (!d.is_symbolic()) {
-      v.push_back(d.size);
-      continue;
-    }
-    auto it = std::find(symbols_.begin(), symbols_.end(), d.symbol);
-    if (it == symbols_.end()) it = symbols_.insert(symbols_.end(), d.symbol);
-    v.push_back(kSymbolMarker - (it - symbols_.begin()));
-  }
+  for (const auto& d : dims) v.push_back(d.is_symbolic() ? marker_of(d) : d.size);
   ir::Value* c = constant(from_vector(v));
   symbolic_.insert(c);
   return c;
@@ -155,8 +174,138 @@ std::vector<ir::Dim> Importer::decode_dims(const Tensor& t) const {
   std::vector<ir::Dim> out;
   for (int64_t i = 0; i < c.numel(); ++i) {
     int64_t v = c.data<int64_t>()[i];
-    if (is_marker(v)) out.push_back(ir::Dim::sym(symbols_.at(static_cast<size_t>(kSymbolMarker - v))));
+    if (is_marker(v)) out.push_back(terms_.at(static_cast<size_t>(kSymbolMarker - v)));
     else out.push_back(ir::Dim(v));
+  }
+  return out;
+}
+
+// Note [Symbolic shape arithmetic]
+ir::Value* Importer::symbolic_arith(const std::string& op_type, ir::Value* a, ir::Value* b) {
+  const Tensor& ta = a->constant();
+  const Tensor& tb = b->constant();
+  KILN_CHECK(is_integral(ta.dtype()) && ta.dtype() == tb.dtype() && ta.dim() <= 1 && tb.dim() <= 1, op_type,
+             " of shape values ", meta_str({ta.dtype(), ta.shape()}), " and ", meta_str({tb.dtype(), tb.shape()}),
+             ": kiln computes symbolic shape arithmetic on integer scalars and 1-D tensors of one dtype");
+  int64_t na = ta.numel(), nb = tb.numel();
+  KILN_CHECK(na == nb || na == 1 || nb == 1, op_type, " of shape values with ", na, " and ", nb,
+             " elements does not broadcast");
+  std::vector<ir::Dim> da = decode_dims(ta), db = decode_dims(tb);
+  int64_t n = std::max(na, nb);
+  std::vector<ir::Dim> out;
+  for (int64_t i = 0; i < n; ++i) {
+    const ir::Dim& x = da[static_cast<size_t>(na == 1 ? 0 : i)];
+    const ir::Dim& y = db[static_cast<size_t>(nb == 1 ? 0 : i)];
+    auto refuse = [&]() {
+      KILN_FAIL(op_type, " of shape values ", ir::dim_str(x), " and ", ir::dim_str(y),
+                " is not a whole multiple of one symbol (kiln's symbolic dims are scale * symbol); bind the dims "
+                "(ImportOptions::dim_values, `kiln run --dim NAME=SIZE`)");
+    };
+    if (!x.is_symbolic() && !y.is_symbolic()) {
+      int64_t p = x.size, q = y.size, r = 0;
+      if (op_type == "Mul") r = p * q;
+      else if (op_type == "Add") r = p + q;
+      else if (op_type == "Sub") r = p - q;
+      else if (q == 0) KILN_FAIL("Div of shape values by zero");
+      else r = p / q;  // ONNX's integer Div truncates
+      out.emplace_back(r);
+    } else if (op_type == "Mul" && x.is_symbolic() != y.is_symbolic()) {
+      const ir::Dim& s = x.is_symbolic() ? x : y;
+      int64_t c = x.is_symbolic() ? y.size : x.size;
+      if (c == 0) out.emplace_back(0);
+      else if (c > 0 && s.scale <= std::numeric_limits<int64_t>::max() / c) out.push_back(ir::Dim::sym(s.symbol, s.scale * c));
+      else refuse();
+    } else if (op_type == "Div" && x.is_symbolic() && !y.is_symbolic() && y.size > 0 && x.scale % y.size == 0) {
+      out.push_back(ir::Dim::sym(x.symbol, x.scale / y.size));
+    } else if ((op_type == "Add" || op_type == "Sub") && !y.is_symbolic() && y.size == 0) {
+      out.push_back(x);
+    } else if (op_type == "Add" && !x.is_symbolic() && x.size == 0) {
+      out.push_back(y);
+    } else {
+      refuse();
+    }
+  }
+  bool any_symbolic = std::any_of(out.begin(), out.end(), [](const ir::Dim& d) { return d.is_symbolic(); });
+  KILN_CHECK(!any_symbolic || ta.dtype() == DType::i64, op_type, " of ", dtype_name(ta.dtype()),
+             " shape values: symbolic shape values must be int64");
+  std::vector<int64_t> v;
+  for (const auto& d : out) v.push_back(d.is_symbolic() ? marker_of(d) : d.size);
+  Tensor t = from_vector(v);
+  if (ta.dim() == 0 && tb.dim() == 0) t = t.reshape({});
+  ir::Value* c = constant(t.to(ta.dtype()).contiguous());
+  if (any_symbolic) symbolic_.insert(c);
+  return c;
+}
+
+// A bool [scale * symbol] value cut from a graph input that has the symbol (its values do not matter).
+ir::Value* Importer::carrier(const ir::Dim& d) {
+  auto it = carriers_.find(d.symbol);
+  ir::Value* base = it == carriers_.end() ? nullptr : it->second;
+  if (!base) {
+    for (ir::Value* in : g_.inputs()) {
+      const auto& s = in->type().shape;
+      auto at = std::find(s.begin(), s.end(), ir::Dim::sym(d.symbol));
+      if (at == s.end()) continue;
+      size_t k = static_cast<size_t>(at - s.begin());
+      std::vector<int64_t> starts, ends, axes;
+      for (size_t j = 0; j < s.size(); ++j) {
+        if (j == k) continue;
+        starts.push_back(0);
+        ends.push_back(1);
+        axes.push_back(static_cast<int64_t>(j));
+      }
+      ir::Value* x = in;
+      if (!axes.empty())
+        x = emit(kiln::op("slice"), {x},
+                 {{"starts", starts}, {"ends", ends}, {"axes", axes}, {"steps", std::vector<int64_t>{}}}, 1);
+      x = emit(kiln::op("reshape"), {x}, {{"shape", std::vector<int64_t>{-1}}}, 1);
+      base = emit(kiln::op("eq"), {x, x}, {}, 1);
+      carriers_[d.symbol] = base;
+      break;
+    }
+    KILN_CHECK(base, "no graph input has the symbolic dim ", d.symbol, " to broadcast to");
+  }
+  if (d.scale == 1) return base;
+  ir::Value* x = emit(kiln::op("unsqueeze"), {base}, {{"dims", std::vector<int64_t>{1}}}, 1);
+  x = emit(kiln::op("expand"), {x}, {{"shape", std::vector<int64_t>{-1, d.scale}}}, 1);
+  return emit(kiln::op("reshape"), {x}, {{"shape", std::vector<int64_t>{-1}}}, 1);
+}
+
+// v broadcast to target (ONNX Expand semantics), symbolic target dims included.
+ir::Value* Importer::broadcast_to_dims(ir::Value* v, const std::vector<ir::Dim>& target) {
+  const auto& in = v->type().shape;
+  size_t r = std::max(in.size(), target.size());
+  std::vector<int64_t> shape;
+  std::vector<size_t> missing;  // output positions whose symbolic dim v lacks
+  for (size_t i = 0; i < r; ++i) {
+    const ir::Dim* t = i + target.size() >= r ? &target[i + target.size() - r] : nullptr;
+    const ir::Dim* x = i + in.size() >= r ? &in[i + in.size() - r] : nullptr;
+    if (!t || (!t->is_symbolic() && t->size == 1)) {  // v's dim (or 1) stays
+      shape.push_back(!x ? 1 : x->is_symbolic() ? -1 : x->size);
+      continue;
+    }
+    if (!t->is_symbolic()) {
+      KILN_CHECK(t->size >= 0, "shape entry ", t->size, " is negative");
+      KILN_CHECK(!x || (!x->is_symbolic() && (x->size == 1 || x->size == t->size)), "cannot broadcast ",
+                 ir::shape_str(in), " to ", ir::shape_str(target));
+      shape.push_back(t->size);
+      continue;
+    }
+    if (x && *x == *t) {
+      shape.push_back(-1);
+      continue;
+    }
+    KILN_CHECK(!x || (!x->is_symbolic() && x->size == 1), "cannot broadcast ", ir::shape_str(in), " to ",
+               ir::shape_str(target), " (dim ", i, ")");
+    shape.push_back(1);
+    missing.push_back(i);
+  }
+  ir::Value* out = emit(kiln::op("expand"), {v}, {{"shape", shape}}, 1);
+  for (size_t i : missing) {
+    std::vector<int64_t> at(r, 1);
+    at[i] = -1;
+    ir::Value* c = emit(kiln::op("reshape"), {carrier(target[i + target.size() - r])}, {{"shape", at}}, 1);
+    out = emit(kiln::op("where"), {c, out, out}, {}, 1);
   }
   return out;
 }
@@ -164,7 +313,7 @@ std::vector<ir::Dim> Importer::decode_dims(const Tensor& t) const {
 std::string Importer::symbols_in(const ir::Value* v) const {
   std::set<std::string> names;
   for (const auto& d : decode_dims(v->constant()))
-    if (d.is_symbolic()) names.insert(d.symbol);
+    if (d.is_symbolic()) names.insert(ir::dim_str(d));
   std::string s;
   for (const auto& n : names) s += (s.empty() ? "" : ", ") + n;
   return s;
@@ -427,15 +576,24 @@ void Importer::convert_node(const ::onnx::NodeProto& n, int index, int depth, co
     ir::Value* v = lookup(in, n, index);
     if (is_symbolic_shape(v)) {
       symbolic_in = true;
-      KILN_CHECK(moves_elements_only(n.op_type()), node_label(n, index), ": input '", in,
+      KILN_CHECK(moves_elements_only(n.op_type()) || is_shape_arith(n.op_type()), node_label(n, index), ": input '", in,
                  "' is a shape computed from symbolic dim(s) ", symbols_in(v), "; ", n.op_type(),
                  " on it is not supported (kiln follows symbolic shapes through Gather, Slice, Concat, "
-                 "(Un)Squeeze, Cast into Reshape and Expand). Bind the dims (ImportOptions::dim_values, "
-                 "`kiln run --dim NAME=SIZE`)");
+                 "(Un)Squeeze, Cast, Mul, Div, Add, Sub into Reshape, Expand, ConstantOfShape and Range). Bind the dims "
+                 "(ImportOptions::dim_values, `kiln run --dim NAME=SIZE`)");
     }
   }
   try {
-    outs = it->second(ctx);
+    if (symbolic_in && is_shape_arith(n.op_type())) {
+      KILN_CHECK(n.input_size() == 2, n.op_type(), " takes two inputs");
+      ir::Value* a = lookup(n.input(0), n, index);
+      ir::Value* b = lookup(n.input(1), n, index);
+      KILN_CHECK(a->kind() == ir::Value::Kind::constant && b->kind() == ir::Value::Kind::constant, n.op_type(),
+                 " of a symbolic shape value and a tensor computed at run time is not supported");
+      outs = {symbolic_arith(n.op_type(), a, b)};
+    } else {
+      outs = it->second(ctx);
+    }
   } catch (const NeedsKnownInputs&) {
     throw;
   } catch (const InternalError&) {
@@ -551,6 +709,12 @@ std::vector<ir::Dim> ConvertCtx::shape_dims(size_t i, const char* what) const {
 }
 
 ir::Value* ConvertCtx::symbolic_shape(const std::vector<ir::Dim>& dims) { return imp_.symbolic_shape(dims); }
+
+bool ConvertCtx::is_symbolic_value(size_t i) const { return has_input(i) && imp_.is_symbolic_shape(in(i)); }
+
+ir::Value* ConvertCtx::broadcast_to_dims(ir::Value* v, const std::vector<ir::Dim>& target) {
+  return imp_.broadcast_to_dims(v, target);
+}
 
 std::vector<double> ConvertCtx::const_floats(size_t i, const char* what) const {
   Tensor c = const_input(i, what).to(DType::f64).contiguous();

@@ -175,8 +175,8 @@ void Engine::validate() const {
     const EngineValue& v = values[i];
     std::string where = "value #" + std::to_string(i) + " '" + v.name + "'";
     for (const ir::Dim& d : v.shape)
-      KILN_CHECK(d.is_symbolic() ? d.symbol == batch.symbol : d.size >= 0, "engine '", name, "': ", where,
-                 " has dim ", ir::dim_str(d), " (only static sizes and the batch symbol are allowed)");
+      KILN_CHECK(d.is_symbolic() ? d.symbol == batch.symbol && d.scale >= 1 : d.size >= 0, "engine '", name, "': ",
+                 where, " has dim ", ir::dim_str(d), " (only static sizes and multiples of the batch symbol are allowed)");
     switch (v.kind) {
       case EngineValue::Kind::input:
         KILN_CHECK(v.index >= 0 && v.index < static_cast<int64_t>(inputs.size()) &&
@@ -194,7 +194,8 @@ void Engine::validate() const {
       case EngineValue::Kind::arena: {
         int64_t max_bytes = static_cast<int64_t>(dtype_size(v.dtype));
         for (const ir::Dim& d : v.shape)
-          KILN_CHECK(mul_fits(max_bytes, d.is_symbolic() ? batch.max : d.size), "engine '",
+          KILN_CHECK(d.is_symbolic() ? mul_fits(max_bytes, d.scale) && mul_fits(max_bytes, batch.max)
+                                     : mul_fits(max_bytes, d.size), "engine '",
                      name, "': ", where, " of type ", ir::type_str(ir::ValueType{v.dtype, v.shape}),
                      " at batch ", batch.max, " overflows 64-bit sizes");
         KILN_CHECK(v.offset >= 0 && v.offset % 64 == 0 && v.bytes >= max_bytes && v.offset <= memory.arena_bytes &&

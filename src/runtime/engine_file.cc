@@ -57,9 +57,11 @@ class Writer {
   void shape(const ir::SymShape& s) {
     u32(static_cast<uint32_t>(s.size()));
     for (const ir::Dim& d : s) {
-      u8(d.is_symbolic() ? 1 : 0);
+      // Tags: 0 static, 1 symbol, 2 scaled symbol (scale * symbol).
+      u8(d.is_symbolic() ? (d.scale == 1 ? 1 : 2) : 0);
       if (d.is_symbolic()) str(d.symbol);
       else i64(d.size);
+      if (d.is_symbolic() && d.scale != 1) i64(d.scale);
     }
   }
   void ids(const std::vector<int32_t>& v) {
@@ -133,9 +135,14 @@ class Reader {
     ir::SymShape s;
     for (size_t i = 0; i < rank; ++i) {
       uint8_t sym = u8(what);
-      KILN_CHECK(sym <= 1, "engine file '", source_, "' is corrupt: ", what, " has a bad dim tag ", int{sym});
-      if (sym) s.push_back(ir::Dim::sym(str(what)));
-      else {
+      KILN_CHECK(sym <= 2, "engine file '", source_, "' is corrupt: ", what, " has a bad dim tag ", int{sym});
+      if (sym) {
+        std::string name = str(what);
+        int64_t scale = sym == 2 ? i64(what) : 1;
+        KILN_CHECK(scale >= 1 && !name.empty(), "engine file '", source_, "' is corrupt: ", what,
+                   " has a bad symbolic dim (scale ", scale, ")");
+        s.push_back(ir::Dim::sym(std::move(name), scale));
+      } else {
         int64_t d = i64(what);
         KILN_CHECK(d >= 0, "engine file '", source_, "' is corrupt: ", what, " has negative dim ", d);
         s.emplace_back(d);

@@ -68,6 +68,9 @@ std::vector<Tensor> Executor::run(const std::vector<Tensor>& inputs) {
                    shape_str(t.shape()));
         continue;
       }
+      KILN_CHECK(got % v.shape[d].scale == 0, what, ": dim ", d, " is ", ir::dim_str(v.shape[d]), ", got shape ",
+                 shape_str(t.shape()));
+      got /= v.shape[d].scale;
       KILN_CHECK(got >= e.batch.min && got <= e.batch.max, what, ": batch ", got, " (dim ", d,
                  ") is outside the compiled range [", e.batch.min, ", ", e.batch.max,
                  "]; recompile with kiln compile --batch MIN:MAX");

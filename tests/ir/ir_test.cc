@@ -158,9 +158,18 @@ TEST(IrInfer, SymbolicDims) {
   ir::ValueType a{DType::f32, {ir::Dim::sym("n"), 3}}, b{DType::f32, {3, ir::Dim::sym("m")}};
   auto out = ir::infer_types(op("matmul"), {t(a), t(b)}, op("matmul").bind_attrs({}));
   EXPECT_EQ(ir::type_str(out[0]), "f32[n, m]");
-  // concat along the symbolic dim would be 2*n: an error, not a guess.
-  EXPECT_KILN_ERROR(ir::infer_types(op("concat"), {t(a), t(a)}, op("concat").bind_attrs({{"axis", int64_t{0}}})),
+  // concat along the symbolic dim is 2*n, a scaled symbol; n + m is not expressible: an error, not a guess.
+  auto twice = ir::infer_types(op("concat"), {t(a), t(a)}, op("concat").bind_attrs({{"axis", int64_t{0}}}));
+  EXPECT_EQ(ir::type_str(twice[0]), "f32[2*n, 3]");
+  ir::ValueType am{DType::f32, {ir::Dim::sym("m"), 3}};
+  EXPECT_KILN_ERROR(ir::infer_types(op("concat"), {t(a), t(am)}, op("concat").bind_attrs({{"axis", int64_t{0}}})),
                     "concat", "cannot express");
+  // A scaled symbol goes in and comes back: [4*n, 3] reshaped to [n, 12] and back.
+  ir::ValueType a4{DType::f32, {ir::Dim::sym("n", 4), 3}};
+  auto flat = ir::infer_types(op("reshape"), {t(a4)}, op("reshape").bind_attrs({{"shape", std::vector<int64_t>{-1, 12}}}));
+  EXPECT_EQ(ir::type_str(flat[0]), "f32[n, 12]");
+  auto back = ir::infer_types(op("reshape"), {t(flat[0])}, op("reshape").bind_attrs({{"shape", std::vector<int64_t>{-1, 3}}}));
+  EXPECT_EQ(back[0], a4);
   auto r = ir::infer_types(op("concat"), {t(a), t(a)}, op("concat").bind_attrs({{"axis", int64_t{1}}}));
   EXPECT_EQ(ir::type_str(r[0]), "f32[n, 6]");
 }
@@ -179,6 +188,16 @@ TEST(IrExecutor, RunsAndValidatesInputs) {
   ir::Graph two = ir::parse("graph f(%a: f32[n, 2], %b: f32[n, 2]) {\n  %c: f32[n, 2] = add(%a, %b)\n  return %c\n}");
   EXPECT_KILN_ERROR(ir::run(two, std::vector<Tensor>{random_tensor({3, 2}, DType::f32, 1), random_tensor({4, 2}, DType::f32, 2)}),
                     "input 'b'", "symbol 'n', already bound to 3", "here it is 4");
+  // Scaled symbols: 2*n binds n to half the dim, and must divide.
+  ir::Graph scaled = ir::parse(
+      "graph f(%a: f32[2*n, 3], %b: f32[n, 3]) {\n  %c: f32[3*n, 3] = concat(%a, %b) {axis=0}\n  return %c\n}");
+  EXPECT_EQ(ir::print(ir::parse(ir::print(scaled))), ir::print(scaled));
+  auto sc = ir::run(scaled, std::vector<Tensor>{random_tensor({4, 3}, DType::f32, 1), random_tensor({2, 3}, DType::f32, 2)});
+  EXPECT_EQ(sc[0].shape(), (Shape{6, 3}));
+  EXPECT_KILN_ERROR(ir::run(scaled, std::vector<Tensor>{random_tensor({3, 3}, DType::f32, 1), random_tensor({2, 3}, DType::f32, 2)}),
+                    "input 'a'", "not a multiple of 2");
+  EXPECT_KILN_ERROR(ir::run(scaled, std::vector<Tensor>{random_tensor({4, 3}, DType::f32, 1), random_tensor({3, 3}, DType::f32, 2)}),
+                    "input 'b'", "already bound to 2", "here it is 3");
 }
 
 TEST(IrPasses, DceAndCse) {

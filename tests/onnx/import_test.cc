@@ -13,6 +13,7 @@
 namespace kiln {
 namespace {
 
+using testing::all_close;
 using testing::random_tensor;
 
 // A small builder for ModelProtos.
@@ -152,17 +153,80 @@ TEST(OnnxImport, SymbolicBatchFlowsThroughShapeArithmetic) {
 }
 
 TEST(OnnxImport, SymbolicShapeArithmeticIsAnErrorNotAWrongNumber) {
+  // batch * batch and batch + 1 are not scale * batch; Max of shape values is not followed at all.
+  for (const char* op : {"Mul", "Add", "Max"}) {
+    ModelBuilder b;
+    b.input("x", DType::f32, {ir::Dim::sym("batch"), 4}).output("y");
+    b.init("one", i64({1, 0}));
+    b.node("Shape", {"x"}, {"s"});
+    b.node(op, {"s", std::string(op) == "Add" ? "one" : "s"}, {"s2"}, "combine");
+    b.node("Reshape", {"x", "s2"}, {"y"});
+    if (std::string(op) != "Max") {
+      EXPECT_KILN_ERROR(b.import(), "'combine'", "not a whole multiple of one symbol");
+      continue;
+    }
+    EXPECT_KILN_ERROR(b.import(), "'combine'", "symbolic dim(s) batch", "Max on it");
+    onnx::ImportOptions opt;
+    opt.dim_values["batch"] = 3;  // binding the dim makes it static: folds
+    onnx::Model m = b.import(opt);
+    EXPECT_EQ(run(m, {random_tensor({3, 4}, DType::f32, 5)})[0].shape(), (Shape{3, 4}));
+  }
+}
+
+// What PyTorch's exporters write for attention with a dynamic batch (Note [Symbolic shape
+// arithmetic]): [L, N * heads, E / heads] from Mul and Div of gathered dims, and zeros_like /
+// expand of a scalar to Shape(x) (ConstantOfShape, Expand to a symbolic dim the input lacks).
+TEST(OnnxImport, SymbolicShapeArithmeticScalesTheBatch) {
   ModelBuilder b;
-  b.input("x", DType::f32, {ir::Dim::sym("batch"), 4}).output("y");
-  b.init("two", i64({1, 1}));
+  b.input("x", DType::f32, {6, ir::Dim::sym("batch"), 8}).output("y").output("back").output("zeros").output("filled");
+  b.output("pos").output("pos2");
+  b.init("i0", full({}, 0, TensorOptions(DType::i64))).init("i1", full({}, 1, TensorOptions(DType::i64)));
+  b.init("i2", full({}, 2, TensorOptions(DType::i64))).init("heads", full({}, 4, TensorOptions(DType::i64)));
+  b.init("ax", i64({0})).init("fill", full({}, 2.5, TensorOptions(DType::f32)));
   b.node("Shape", {"x"}, {"s"});
-  b.node("Mul", {"s", "two"}, {"s2"}, "double_it");
-  b.node("Reshape", {"x", "s2"}, {"y"});
-  EXPECT_KILN_ERROR(b.import(), "symbolic dim(s) batch");
-  onnx::ImportOptions opt;
-  opt.dim_values["batch"] = 3;  // binding the dim makes it static: folds
-  onnx::Model m = b.import(opt);
-  EXPECT_EQ(run(m, {random_tensor({3, 4}, DType::f32, 5)})[0].shape(), (Shape{3, 4}));
+  ModelBuilder::attr_int(b.node("Gather", {"s", "i0"}, {"l"}), "axis", 0);
+  ModelBuilder::attr_int(b.node("Gather", {"s", "i1"}, {"n"}), "axis", 0);
+  ModelBuilder::attr_int(b.node("Gather", {"s", "i2"}, {"e"}), "axis", 0);
+  b.node("Mul", {"n", "heads"}, {"nh"});
+  b.node("Div", {"e", "heads"}, {"dh"});
+  b.node("Unsqueeze", {"l", "ax"}, {"lu"});
+  b.node("Unsqueeze", {"nh", "ax"}, {"nhu"});
+  b.node("Unsqueeze", {"dh", "ax"}, {"dhu"});
+  ModelBuilder::attr_int(b.node("Concat", {"lu", "nhu", "dhu"}, {"tgt"}), "axis", 0);
+  b.node("Reshape", {"x", "tgt"}, {"y"});
+  b.node("Reshape", {"y", "s"}, {"back"});
+  b.node("ConstantOfShape", {"s"}, {"zeros"});
+  b.node("Expand", {"fill", "s"}, {"filled"});
+  b.node("Range", {"i0", "n", "i1"}, {"pos"});    // arange(batch)
+  b.node("Range", {"i0", "nh", "i2"}, {"pos2"});  // arange(0, 4 * batch, 2)
+  onnx::Model m = b.import();
+  EXPECT_EQ(ir::type_str(m.graph.outputs()[4]->type()), "i64[batch]");
+  EXPECT_EQ(ir::type_str(m.graph.outputs()[5]->type()), "i64[2*batch]");
+  EXPECT_EQ(ir::type_str(m.graph.outputs()[0]->type()), "f32[6, 4*batch, 2]");
+  EXPECT_EQ(ir::type_str(m.graph.outputs()[1]->type()), "f32[6, batch, 8]");
+  EXPECT_EQ(ir::type_str(m.graph.outputs()[2]->type()), "f32[6, batch, 8]");
+  EXPECT_EQ(ir::type_str(m.graph.outputs()[3]->type()), "f32[6, batch, 8]");
+  for (int64_t batch : {1, 3}) {
+    Tensor x = random_tensor({6, batch, 8}, DType::f32, 6);
+    auto outs = run(m, {x});
+    EXPECT_TRUE(all_close(outs[0], x.reshape({6, 4 * batch, 2})));
+    EXPECT_TRUE(all_close(outs[1], x));
+    EXPECT_TRUE(all_close(outs[2], zeros({6, batch, 8})));
+    EXPECT_TRUE(all_close(outs[3], full({6, batch, 8}, 2.5)));
+    std::vector<int64_t> pos, pos2;
+    for (int64_t i = 0; i < batch; ++i) pos.push_back(i);
+    for (int64_t i = 0; i < 2 * batch; ++i) pos2.push_back(2 * i);
+    EXPECT_TRUE(all_close(outs[4], i64(pos)));
+    EXPECT_TRUE(all_close(outs[5], i64(pos2)));
+  }
+  // A Range whose length is not a whole multiple of the symbol is refused, naming the node.
+  ModelBuilder r;
+  r.input("x", DType::f32, {ir::Dim::sym("batch"), 3}).output("p");
+  r.init("i0", full({}, 0, TensorOptions(DType::i64))).init("one", full({}, 1, TensorOptions(DType::i64)));
+  r.node("Shape", {"x"}, {"s"});
+  ModelBuilder::attr_int(r.node("Gather", {"s", "i0"}, {"n"}), "axis", 0);
+  r.node("Range", {"one", "n", "one"}, {"p"}, "from_one");
+  EXPECT_KILN_ERROR(r.import(), "'from_one'", "Range(1, batch, 1)", "not a whole multiple");
 }
 
 TEST(OnnxImport, OldOpsetAttributeForms) {

@@ -105,6 +105,37 @@ TEST(Engine, RoundTripsThroughItsFile) {
   EXPECT_NE(back.signature_str().find("batch in [2, 4]"), std::string::npos) << back.signature_str();
 }
 
+// Attention as PyTorch exports it with a dynamic batch: heads folded into the batch ([4*batch, L, d],
+// Note [Symbolic dims]); the scaled dims survive the file and every batch in the range runs.
+TEST(Engine, ScaledBatchDimsRoundTrip) {
+  ir::Graph g = ir::parse(R"(graph attn(%x: f32[batch, 5, 8]) {
+  %q: f32[4*batch, 5, 2] = reshape(%x) {shape=[-1, 5, 2]}
+  %k: f32[4*batch, 2, 5] = permute(%q) {dims=[0, 2, 1]}
+  %s: f32[4*batch, 5, 5] = matmul(%q, %k)
+  %p: f32[4*batch, 5, 5] = softmax(%s) {axis=-1}
+  %o: f32[4*batch, 5, 2] = matmul(%p, %q)
+  %y: f32[batch, 5, 8] = reshape(%o) {shape=[-1, 5, 8]}
+  return %y, %p
+})");
+  for (int level : {0, 3}) {
+    CompileResult r = compile(g, opts(level, 1, 5));
+    std::string bytes = r.engine.serialize();
+    Engine back = Engine::deserialize(bytes, "attn.kiln");
+    EXPECT_EQ(back.serialize(), bytes);
+    EXPECT_NE(back.signature_str().find("f32[4*batch, 5, 5]"), std::string::npos) << back.signature_str();
+    Executor ex(std::make_shared<Engine>(std::move(back)));
+    for (int64_t batch : {5, 1, 3}) {
+      Tensor x = random_tensor({batch, 5, 8}, DType::f32, static_cast<uint64_t>(batch));
+      auto want = ir::run(g, {x});
+      auto got = ex.run({x});
+      for (size_t i = 0; i < got.size(); ++i) {
+        EXPECT_EQ(got[i].shape(), want[i].shape());
+        EXPECT_TRUE(kiln::testing::all_close(got[i], want[i], {1e-5, 1e-5})) << "-O" << level << " batch " << batch;
+      }
+    }
+  }
+}
+
 TEST(Engine, RejectsBadInputs) {
   ir::Graph g = small_cnn();
   Executor ex(std::make_shared<Engine>(compile(g, opts(2, 2, 4)).engine));

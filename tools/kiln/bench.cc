@@ -88,7 +88,7 @@ int run_bench_command(const BenchOptions& opt) {
       continue;
     }
     kiln::Shape shape;
-    for (const auto& d : v.shape) shape.push_back(d.is_symbolic() ? batch : d.size);
+    for (const auto& d : v.shape) shape.push_back(d.at(batch));
     inputs.push_back(kiln::is_floating(v.dtype) ? kiln::randn(shape, kiln::TensorOptions(v.dtype))
                                                 : kiln::zeros(shape, kiln::TensorOptions(v.dtype)));
   }

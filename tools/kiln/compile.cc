@@ -3,11 +3,13 @@
 // Also the engine side of `kiln run` and `kiln inspect`.
 #include <CLI/CLI.hpp>
 
+#include <algorithm>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <iomanip>
 #include <iostream>
+#include <utility>
 
 #include "engine_commands.h"
 #include "model_file.h"
@@ -19,12 +21,19 @@ CLI::App* add_compile_command(CLI::App& app, CompileCommandOptions& opt) {
   c->add_option("-o,--output", opt.out, "engine file to write (.kiln)")->required();
   c->add_option("-O,--opt-level", opt.opt_level, "optimization level 0..3")->check(CLI::Range(0, 3));
   c->add_option("--disable-pass", opt.disabled, "skip a pass by name (repeat; for bisecting a wrong result)");
-  c->add_option("--batch", opt.batch, "compiled batch range MIN:MAX (or N) of the symbolic batch dim");
+  c->add_option("--batch", opt.batch,
+                "compiled batch range MIN:MAX (or N) of the symbolic batch dim (default 1:64, less if the arena "
+                "would pass 1 GiB)");
   c->add_option("--known", opt.known, "ONNX: an input kiln needs at compile time (a shape tensor), name=file");
   c->add_option("--dim", opt.dims, "ONNX: fix a symbolic dim other than the batch, name=value");
   c->add_flag("--verify-each", opt.verify_each, "run the IR verifier after every pass");
   return c;
 }
+
+namespace {
+constexpr int64_t kDefaultBatchMax = 64;
+constexpr int64_t kDefaultArenaBudget = int64_t{1} << 30;
+}  // namespace
 
 std::pair<int64_t, int64_t> parse_batch_range(const std::string& spec) {
   auto number = [&](const std::string& s) {
@@ -72,7 +81,23 @@ int run_compile_command(const CompileCommandOptions& opt) {
   co.input_names = lg.input_names;
   co.output_names = lg.output_names;
   size_t nodes_before = lg.graph.num_nodes();
+  // Note [Default batch range]: a model exported with a dynamic batch and compiled without
+  // --batch accepts batches 1..64 (fewer when the arena would pass 1 GiB), the way ONNX Runtime
+  // runs such a model at any batch; an engine pinned to batch 1 would reject the very inputs the
+  // model was exported with. --batch N or MIN:MAX sets the range exactly.
+  bool symbolic_inputs = false;
+  for (const kiln::ir::Value* v : lg.graph.inputs())
+    for (const auto& d : v->type().shape) symbolic_inputs = symbolic_inputs || d.is_symbolic();
+  bool default_range = opt.batch.empty() && symbolic_inputs;
+  if (default_range) std::tie(co.batch_min, co.batch_max) = std::pair<int64_t, int64_t>{1, kDefaultBatchMax};
   kiln::runtime::CompileResult r = kiln::runtime::compile(lg.graph, co);
+  if (default_range && r.engine.memory.arena_bytes > kDefaultArenaBudget) {
+    // Intermediates grow with the batch: scale the range down to the budget.
+    co.batch_max = std::max<int64_t>(
+        1, static_cast<int64_t>(static_cast<double>(kDefaultBatchMax) * static_cast<double>(kDefaultArenaBudget) /
+                                static_cast<double>(r.engine.memory.arena_bytes)));
+    r = kiln::runtime::compile(lg.graph, co);
+  }
   std::cout << "compiled " << opt.model << " at -O" << opt.opt_level << " for " << r.engine.target << "\n";
   std::cout << "passes:\n";
   int shown = 0;
