@@ -2,6 +2,7 @@
 #include "kernels/cpu/conv.h"
 
 #include <algorithm>
+#include <type_traits>
 #include <vector>
 
 #include "kernels/cpu/conv_depthwise.h"
@@ -47,7 +48,7 @@ void im2col(const Conv2dParams& p, int64_t channels, const T* x, T* col) {
 }
 
 template <class T>
-void conv2d_nchw(const Conv2dParams& p, const T* x, const T* w, const T* bias, T* y) {
+void conv2d_nchw(const Conv2dParams& p, const T* x, const T* w, const T* bias, T* y, const Conv2dEpilogue& ep) {
   const int64_t cg = p.c / p.groups, kg = p.k / p.groups;
   const int64_t howo = p.ho * p.wo, crs = cg * p.r * p.s;
   // A 1x1 kernel with unit stride and no padding reads x as it is: no im2col.
@@ -62,6 +63,15 @@ void conv2d_nchw(const Conv2dParams& p, const T* x, const T* w, const T* bias, T
       col.resize(static_cast<size_t>(crs * howo));
       im2col<T>(p, cg, xg, col.data());
       b = col.data();
+    }
+    if constexpr (std::is_same_v<T, float>) {
+      GemmEpilogue e;
+      if (bias) e.bias_kind = GemmBias::per_row, e.bias = bias + g * kg;
+      e.activation = ep.activation;
+      if (ep.residual) e.residual = ep.residual + (img * p.k + g * kg) * howo, e.ldr = howo;
+      e.residual_before_activation = ep.residual_before_activation;
+      gemm_f32(kg, howo, crs, 1.0f, w + g * kg * crs, crs, 1, b, howo, 1, 0.0f, yg, howo, e);
+      return;
     }
     T beta = T(0);
     if (bias) {
@@ -88,12 +98,14 @@ void conv2d_nchw(const Conv2dParams& p, const T* x, const T* w, const T* bias, T
 
 }  // namespace
 
-void conv2d_nchw_f32(const Conv2dParams& p, const float* x, const float* w, const float* bias, float* y) {
-  if (is_depthwise(p)) return conv2d_depthwise_f32(p, x, w, bias, y);  // one GEMM row per group otherwise
-  conv2d_nchw<float>(p, x, w, bias, y);
+void conv2d_nchw_f32(const Conv2dParams& p, const float* x, const float* w, const float* bias, float* y,
+                     const Conv2dEpilogue& epilogue) {
+  const bool plain = epilogue.activation == GemmActivation::none && epilogue.residual == nullptr;
+  if (is_depthwise(p) && plain) return conv2d_depthwise_f32(p, x, w, bias, y);  // one GEMM row per group otherwise
+  conv2d_nchw<float>(p, x, w, bias, y, epilogue);
 }
 void conv2d_nchw_f64(const Conv2dParams& p, const double* x, const double* w, const double* bias, double* y) {
-  conv2d_nchw<double>(p, x, w, bias, y);
+  conv2d_nchw<double>(p, x, w, bias, y, Conv2dEpilogue{});
 }
 
 }  // namespace kiln::kernels::cpu

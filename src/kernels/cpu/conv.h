@@ -3,6 +3,8 @@
 
 #include <cstdint>
 
+#include "kernels/cpu/gemm.h"
+
 namespace kiln::kernels::cpu {
 
 struct Conv2dParams {
@@ -17,7 +19,15 @@ struct Conv2dParams {
 
 // x, w, y contiguous; bias [K] or nullptr. Workspace is one im2col matrix per worker
 // ((C / groups) * R * S * Ho * Wo elements), never the whole batch.
-void conv2d_nchw_f32(const Conv2dParams& p, const float* x, const float* w, const float* bias, float* y);
+// f32 runs the bias, and optionally an activation and a residual (y's layout, [N, K, Ho, Wo]), as the
+// GEMM's epilogue on each output tile while it is in cache (output channels are the GEMM's rows).
+struct Conv2dEpilogue {
+  GemmActivation activation = GemmActivation::none;
+  const float* residual = nullptr;
+  bool residual_before_activation = false;
+};
+void conv2d_nchw_f32(const Conv2dParams& p, const float* x, const float* w, const float* bias, float* y,
+                     const Conv2dEpilogue& epilogue = {});
 void conv2d_nchw_f64(const Conv2dParams& p, const double* x, const double* w, const double* bias, double* y);
 
 }  // namespace kiln::kernels::cpu

@@ -7,6 +7,7 @@
 
 #include "kernels/cpu/gemm.h"
 #include "kernels/cpu/gemm_ukernel.h"
+#include "kernels/cpu/vmath.h"
 #include "kiln/core/error.h"
 #include "kiln/core/thread_pool.h"
 
@@ -141,50 +142,41 @@ void pack_b(int nr, int64_t kc, int64_t nc, const float* b, int64_t b_rs, int64_
   }
 }
 
-float gelu_erf(float x) { return 0.5f * x * (1.0f + std::erf(x * 0.70710678118654752f)); }
-float gelu_tanh(float x) { return 0.5f * x * (1.0f + std::tanh(0.79788456080286536f * (x + 0.044715f * x * x * x))); }
-float sigmoid(float x) { return 1.0f / (1.0f + std::exp(-x)); }
-
-template <GemmActivation A>
-float activate(float y) {
-  if constexpr (A == GemmActivation::relu) return y > 0.0f ? y : (y == y ? 0.0f : y);  // NaN stays NaN
-  else if constexpr (A == GemmActivation::gelu) return gelu_erf(y);
-  else if constexpr (A == GemmActivation::gelu_tanh) return gelu_tanh(y);
-  else if constexpr (A == GemmActivation::sigmoid) return sigmoid(y);
-  else if constexpr (A == GemmActivation::tanh) return std::tanh(y);
-  else if constexpr (A == GemmActivation::silu) return y * sigmoid(y);
-  else return y;
+// The epilogue on tile C[i0:i0+mv, j0:j0+nv] (global indices; c points at its corner), right after
+// the micro-kernel, while the tile is in L1: vmath's block epilogue for the active ISA (bias,
+// residual and activation vectorized, kernels/cpu/vmath.h).
+VmathAct vmath_act(GemmActivation a) {
+  switch (a) {
+    case GemmActivation::none: return VmathAct::none;
+    case GemmActivation::relu: return VmathAct::relu;
+    case GemmActivation::relu6: return VmathAct::relu6;
+    case GemmActivation::gelu: return VmathAct::gelu;
+    case GemmActivation::gelu_tanh: return VmathAct::gelu_tanh;
+    case GemmActivation::sigmoid: return VmathAct::sigmoid;
+    case GemmActivation::tanh: return VmathAct::tanh;
+    case GemmActivation::silu: return VmathAct::silu;
+  }
+  return VmathAct::none;
 }
 
-// The epilogue on tile C[i0:i0+mv, j0:j0+nv] (global indices; c points at its corner).
-template <GemmActivation A>
-void epilogue_tile(const GemmEpilogue& ep, float* c, int64_t ldc, int64_t i0, int64_t j0, int64_t mv, int64_t nv) {
-  const float* col_bias = ep.bias_kind == GemmBias::per_col ? ep.bias + j0 : nullptr;
-  for (int64_t i = 0; i < mv; ++i) {
-    float* cr = c + i * ldc;
-    const float rb = ep.bias_kind == GemmBias::per_row ? ep.bias[i0 + i] : 0.0f;
-    const float* res = ep.residual != nullptr ? ep.residual + (i0 + i) * ep.ldr + j0 : nullptr;
-    for (int64_t j = 0; j < nv; ++j) {
-      float y = cr[j] + rb;
-      if (col_bias != nullptr) y += col_bias[j];
-      if (res != nullptr && ep.residual_before_activation) y += res[j];
-      y = activate<A>(y);
-      if (res != nullptr && !ep.residual_before_activation) y += res[j];
-      cr[j] = y;
+// The residual is read in tile order (mr short rows, each in its own page for wide C), which the
+// hardware prefetcher does not follow: each tile also prefetches the residual of the tile below
+// it, the one gemm_block computes next, so those lines arrive while the micro-kernel runs.
+void apply_epilogue(const GemmEpilogue& ep, float* c, int64_t ldc, int64_t i0, int64_t j0, int64_t mv, int64_t nv) {
+  const VmathEpilogueF32 tile = vmath_kernels_f32(active_isa()).epilogue[static_cast<int>(vmath_act(ep.activation))];
+  const float* res = nullptr;
+  if (ep.residual != nullptr) {
+    res = ep.residual + i0 * ep.ldr + j0;
+    // Integer arithmetic: the tile below may lie past the matrix (a prefetch never faults).
+    const uintptr_t below = reinterpret_cast<uintptr_t>(res) + static_cast<uintptr_t>(mv * ep.ldr) * sizeof(float);
+    for (int64_t i = 0; i < mv; ++i) {
+      const uintptr_t row = below + static_cast<uintptr_t>(i * ep.ldr) * sizeof(float);
+      __builtin_prefetch(reinterpret_cast<const void*>(row));
+      __builtin_prefetch(reinterpret_cast<const void*>(row + static_cast<uintptr_t>(nv - 1) * sizeof(float)));
     }
   }
-}
-
-void apply_epilogue(const GemmEpilogue& ep, float* c, int64_t ldc, int64_t i0, int64_t j0, int64_t mv, int64_t nv) {
-  switch (ep.activation) {
-    case GemmActivation::none: return epilogue_tile<GemmActivation::none>(ep, c, ldc, i0, j0, mv, nv);
-    case GemmActivation::relu: return epilogue_tile<GemmActivation::relu>(ep, c, ldc, i0, j0, mv, nv);
-    case GemmActivation::gelu: return epilogue_tile<GemmActivation::gelu>(ep, c, ldc, i0, j0, mv, nv);
-    case GemmActivation::gelu_tanh: return epilogue_tile<GemmActivation::gelu_tanh>(ep, c, ldc, i0, j0, mv, nv);
-    case GemmActivation::sigmoid: return epilogue_tile<GemmActivation::sigmoid>(ep, c, ldc, i0, j0, mv, nv);
-    case GemmActivation::tanh: return epilogue_tile<GemmActivation::tanh>(ep, c, ldc, i0, j0, mv, nv);
-    case GemmActivation::silu: return epilogue_tile<GemmActivation::silu>(ep, c, ldc, i0, j0, mv, nv);
-  }
+  tile(c, ldc, mv, nv, ep.bias_kind == GemmBias::per_row ? ep.bias + i0 : nullptr,
+       ep.bias_kind == GemmBias::per_col ? ep.bias + j0 : nullptr, res, ep.ldr, ep.residual_before_activation);
 }
 
 // Where B comes from: strided memory (packed per block, or read in place when `direct`), or a

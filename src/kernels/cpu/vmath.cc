@@ -10,14 +10,15 @@ namespace kiln::kernels::cpu {
 
 namespace {
 
+// silu, gelu and gelu_tanh of -inf are NaN, as in float64 (-inf * 0; vmath.h).
 double sigmoid_s(double x) { return 1.0 / (1.0 + std::exp(-x)); }
-double silu_s(double x) { return std::max(x, -200.0) / (1.0 + std::exp(-x)); }
+double silu_s(double x) { return x == -HUGE_VAL ? NAN : std::max(x, -200.0) / (1.0 + std::exp(-x)); }
 double gelu_s(double x) {
-  const double xc = std::max(x, -40.0);
+  const double xc = x == -HUGE_VAL ? NAN : std::max(x, -40.0);
   return 0.5 * xc * std::erfc(-xc * 0.70710678118654752440);
 }
 double gelu_tanh_s(double x) {
-  const double xc = std::max(x, -40.0);
+  const double xc = x == -HUGE_VAL ? NAN : std::max(x, -40.0);
   const double u = 0.79788456080286535588 * (xc + 0.044715 * xc * xc * xc);
   return xc / (1.0 + std::exp(-2.0 * u));
 }
@@ -61,17 +62,20 @@ float relu6_s(float v) { return v < 0.0f ? 0.0f : (v > 6.0f ? 6.0f : v); }
 float none_s(float v) { return v; }
 
 template <float (*Act)(float)>
-void epilogue_s(float* y, int64_t n, float row_bias, const float* col_bias, const float* res, bool res_before) {
-  for (int64_t j = 0; j < n; ++j) {
-    float v = y[j] + row_bias;
-    if (col_bias) v += col_bias[j];
-    if (!res) {
-      y[j] = Act(v);
-    } else {
-      const float r = res[j];
-      y[j] = res_before ? Act(v + r) : Act(v) + r;
+void epilogue_s(float* y, int64_t ldy, int64_t m, int64_t n, const float* row_bias, const float* col_bias,
+                const float* res, int64_t ldr, bool res_before) {
+  for (int64_t i = 0; i < m; ++i)
+    for (int64_t j = 0; j < n; ++j) {
+      float v = y[i * ldy + j];
+      if (row_bias) v += row_bias[i];
+      if (col_bias) v += col_bias[j];
+      if (!res) {
+        y[i * ldy + j] = Act(v);
+      } else {
+        const float r = res[i * ldr + j];
+        y[i * ldy + j] = res_before ? Act(v + r) : Act(v) + r;
+      }
     }
-  }
 }
 
 const VmathKernelsF32 kScalar{

@@ -6,8 +6,8 @@
 // Accuracy (Note [vmath accuracy] in vmath_simd.inc): every function is within a few ulps of the
 // float64 function rounded to f32, over the whole f32 range including denormal inputs and outputs;
 // exp overflows to +inf and underflows to 0 (through the denormals) where the exact result does;
-// NaN in gives NaN out; the limits at +-inf are exact (tanh(+-inf) = +-1, gelu(-inf) = -0,
-// silu(-inf) = -0, log(0) = -inf, log(x < 0) = NaN). tests/ops/vmath_test.cc measures the ulp
+// NaN in gives NaN out; tanh(+-inf) = +-1, log(0) = -inf, log(x < 0) = NaN; gelu, gelu_tanh and
+// silu of -inf are NaN, as their float64 formulas give (-inf * 0) and PyTorch returns. tests/ops/vmath_test.cc measures the ulp
 // errors under every ISA.
 #pragma once
 
@@ -31,11 +31,11 @@ using VmathUnaryF32 = void (*)(const float* x, float* y, int64_t n);
 using VmathExpSumF32 = double (*)(const float* x, float* y, int64_t n, float shift);
 // The NaN-propagating maximum of x[0:n] (n >= 1).
 using VmathMaxF32 = float (*)(const float* x, int64_t n);
-// One row of an epilogue, in place:
-//   v = y[j] + row_bias (+ col_bias[j]);  v += res[j] if res_before;  v = act(v);  v += res[j] if !res_before
-// col_bias and res may be null; res may be y itself.
-using VmathEpilogueF32 = void (*)(float* y, int64_t n, float row_bias, const float* col_bias, const float* res,
-                                  bool res_before);
+// An epilogue on an m x n block in place (a GEMM tile, or whole rows), y_ij = y[i * ldy + j]:
+//   v = y_ij (+ row_bias[i]) (+ col_bias[j]);  v += r_ij if res_before;  v = act(v);  v += r_ij if !res_before
+// with r_ij = res[i * ldr + j]. row_bias, col_bias and res may be null; res may be y itself (ldr == ldy).
+using VmathEpilogueF32 = void (*)(float* y, int64_t ldy, int64_t m, int64_t n, const float* row_bias,
+                                  const float* col_bias, const float* res, int64_t ldr, bool res_before);
 
 struct VmathKernelsF32 {
   Isa isa;

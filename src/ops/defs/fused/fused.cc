@@ -4,20 +4,23 @@
 // `residual_before_activation` says on which side of the activation the residual is added.
 // Activations: none, relu, relu6, sigmoid, tanh, silu, gelu (erf), gelu_tanh.
 //
-// Note [Fused kernels]: fused_gemm runs the packed GEMM, then bias, residual and the activation
-// in one templated pass over C (Note [Fused GEMM epilogue] says why not the GEMM's tile epilogue
-// hook yet); fused_conv2d runs conv2d's kernel (bias included) into the output, then residual and
-// activation in one pass over it. Against the unfused ops this saves the intermediate tensors and
-// all but one extra pass over memory. These ops exist for engines: no derivative (differentiate
+// Note [Fused kernels]: f32 fused_gemm and fused_conv2d (groups == 1) run bias, residual and the
+// activation as the packed GEMM's tile epilogue (kernels/cpu/vmath.h's block epilogue, vectorized
+// per ISA) while each output tile is still in cache: no extra pass over memory (Note [Fused GEMM
+// epilogue]). f64 and grouped convolutions run the GEMM/conv kernel, then one templated pass over
+// the output. Against the unfused ops this saves the intermediate tensors and their passes.
+// These ops exist for engines: no derivative (differentiate
 // the unfused graph), no batching rule and no ONNX form (export the unfused graph).
 #include <algorithm>
 #include <cmath>
 
+#include "kernels/cpu/conv.h"
 #include "kernels/cpu/gemm.h"
 #include "kernels/cpu/loops.h"
 #include "kiln/core/thread_pool.h"
 #include "kiln/ops/dispatch.h"
 #include "kiln/ops/op_def.h"
+#include "ops/defs/conv/conv_common.h"
 
 namespace kiln {
 namespace {
@@ -140,6 +143,21 @@ std::vector<TensorMeta> infer_fused_conv2d(const InferCtx& c) {
   return out;
 }
 
+kernels::cpu::GemmActivation gemm_act(Act a) {
+  using kernels::cpu::GemmActivation;
+  switch (a) {
+    case Act::none: return GemmActivation::none;
+    case Act::relu: return GemmActivation::relu;
+    case Act::relu6: return GemmActivation::relu6;
+    case Act::sigmoid: return GemmActivation::sigmoid;
+    case Act::tanh: return GemmActivation::tanh;
+    case Act::silu: return GemmActivation::silu;
+    case Act::gelu: return GemmActivation::gelu;
+    case Act::gelu_tanh: return GemmActivation::gelu_tanh;
+  }
+  return GemmActivation::none;
+}
+
 template <class T>
 const T* ptr_or_null(const Tensor& t) {
   return t.defined() ? static_cast<const T*>(t.data_ptr()) : nullptr;
@@ -162,14 +180,20 @@ void fused_gemm_kernel(const KernelCall& k) {
   const int64_t b_rs = tb ? b.strides()[1] : b.strides()[0], b_cs = tb ? b.strides()[0] : b.strides()[1];
   Tensor y = out.is_contiguous() ? out : empty(out.shape(), TensorOptions(dt, out.device()));
   if (dt == DType::f32) {
-    // Note [Fused GEMM epilogue]: measured on 128x512x512 f32 at one thread, gemm_f32 with the
-    // epilogue hook (bias + residual + relu per tile) took 1.7-2.8 ms against 0.8 ms for the plain
-    // GEMM followed by one templated pass over C, so the kernel uses the latter; switch back
-    // when the hook's tile epilogue is as fast as the separate pass.
-    float* yp = static_cast<float*>(y.data_ptr());
+    // Note [Fused GEMM epilogue]: the GEMM's tile hook used to be a scalar loop calling std::erf/exp
+    // per element and lost to a separate pass (1.7-2.8 ms vs 0.8 ms at 128x512x512). With vmath's
+    // vectorized epilogue the hook and a separate vectorized pass cost the same within 2-4% at
+    // 128x512x512 and 128x3072x768 on one thread, where C stays in L2/L3 (kiln_bench_fused,
+    // BM_gemm_epilogue_hook); the hook also saves the pass's memory traffic where C does not.
+    kernels::cpu::GemmEpilogue ep;
+    if (bias.defined()) ep.bias_kind = kernels::cpu::GemmBias::per_col, ep.bias = ptr_or_null<float>(bias);
+    ep.activation = gemm_act(act);
+    ep.residual = ptr_or_null<float>(res);
+    ep.ldr = n;
+    ep.residual_before_activation = before;
     kernels::cpu::gemm_f32(m, n, kk, static_cast<float>(alpha), static_cast<const float*>(a.data_ptr()), a_rs, a_cs,
-                           static_cast<const float*>(b.data_ptr()), b_rs, b_cs, 0.0f, yp, n);
-    epilogue_pass<float>(yp, m * n, ptr_or_null<float>(bias), n, ptr_or_null<float>(res), before, act);
+                           static_cast<const float*>(b.data_ptr()), b_rs, b_cs, 0.0f, static_cast<float*>(y.data_ptr()),
+                           n, ep);
   } else {
     KILN_ASSERT(dt == DType::f64, "fused_gemm: kernel registered for f32/f64 only, got ", dtype_name(dt));
     double* yp = static_cast<double*>(y.data_ptr());
@@ -180,12 +204,39 @@ void fused_gemm_kernel(const KernelCall& k) {
   if (!y.is_same(out)) kernels::cpu::copy_into(out, y);
 }
 
+// groups == 1: im2col + GEMM with bias, residual and activation in the GEMM's tile epilogue.
+void fused_conv2d_f32(const KernelCall& k, const Tensor& y, const Tensor& bias_in) {
+  Tensor x = k.in(0).contiguous(), w = k.in(1).contiguous();
+  Tensor bias = bias_in.defined() ? bias_in.contiguous() : Tensor();
+  Tensor res = k.inputs.size() > 3 && k.in(3).defined() ? k.in(3).contiguous() : Tensor();
+  auto pad = defs::padding_attr("fused_conv2d", k.attrs);
+  const auto& stride = k.attrs.get_ints("stride");
+  const auto& dil = k.attrs.get_ints("dilation");
+  kernels::cpu::Conv2dParams p;
+  p.n = x.shape()[0], p.c = x.shape()[1], p.h = x.shape()[2], p.w = x.shape()[3];
+  p.k = w.shape()[0], p.r = w.shape()[2], p.s = w.shape()[3];
+  p.ho = y.shape()[2], p.wo = y.shape()[3];
+  p.stride_h = stride[0], p.stride_w = stride[1], p.pad_top = pad[0], p.pad_left = pad[1];
+  p.dil_h = dil[0], p.dil_w = dil[1], p.groups = 1;
+  kernels::cpu::Conv2dEpilogue ep;
+  ep.activation = gemm_act(act_of(k.attrs));
+  ep.residual = ptr_or_null<float>(res);
+  ep.residual_before_activation = k.attrs.get_bool("residual_before_activation");
+  kernels::cpu::conv2d_nchw_f32(p, static_cast<const float*>(x.data_ptr()), static_cast<const float*>(w.data_ptr()),
+                                ptr_or_null<float>(bias), static_cast<float*>(y.data_ptr()), ep);
+}
+
 void fused_conv2d_kernel(const KernelCall& k) {
   const Tensor& out = k.out(0);
   if (out.numel() == 0) return;
   const DType dt = out.dtype();
   Tensor y = out.is_contiguous() ? out : empty(out.shape(), TensorOptions(dt, out.device()));
   Tensor bias = k.inputs.size() > 2 ? k.in(2) : Tensor();
+  if (dt == DType::f32 && k.attrs.get_int("groups") == 1) {
+    fused_conv2d_f32(k, y, bias);
+    if (!y.is_same(out)) kernels::cpu::copy_into(out, y);
+    return;
+  }
   OpCall conv{op("conv2d"), {k.in(0), k.in(1), bias}, conv_attrs(k.attrs), KILN_HERE, Tensor(), nullptr};
   run_kernel(conv, {y});
   Tensor res = k.inputs.size() > 3 && k.in(3).defined() ? k.in(3).contiguous() : Tensor();

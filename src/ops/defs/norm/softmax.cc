@@ -1,8 +1,13 @@
 // softmax and log_softmax over one axis, computed stably: each row subtracts its max before exp,
 // so inputs of any magnitude (1000, -1e30) neither overflow nor underflow to 0/0. Rows accumulate
-// in double; f16/bf16/f32 round once at the end.
+// in double; f16/bf16/f32 round once at the end. Contiguous f32 rows take the vectorized path
+// (Note [Vectorized softmax]).
+#include <algorithm>
 #include <cmath>
 #include <limits>
+#include <type_traits>
+
+#include "kernels/cpu/vmath.h"
 
 #include "kiln/ops/norm.h"
 #include "ops/defs/common.h"
@@ -40,6 +45,29 @@ std::vector<TensorMeta> infer_softmax(const InferCtx& c) {
   return {c.in(0)};
 }
 
+// Note [Vectorized softmax]: a contiguous f32 row is three vector passes: the NaN-propagating max;
+// y = exp(x - max) with the subtraction carried exactly into vmath's exp (so each term is within an
+// ulp of the float64 one) and their sum accumulated in float64; then y *= 1 / sum (softmax) or
+// y = x - (max + log(sum)) (log_softmax, shift in double). Same results as the double path to an
+// ulp or two, and the same NaN/inf behaviour (every exp(NaN) and inf - inf is NaN either way).
+template <bool kLog>
+void softmax_row_f32(const float* x, float* y, int64_t n) {
+  const kernels::cpu::VmathKernelsF32& k = kernels::cpu::vmath_kernels_f32(kernels::cpu::active_isa());
+  const float m = k.max(x, n);
+  if constexpr (kLog) {
+    // The exps go to a stack buffer, not y: y may be x (an engine's in-place step).
+    float buf[1024];
+    double sum = 0.0;
+    for (int64_t i = 0; i < n; i += 1024) sum += k.exp_shift_sum(x + i, buf, std::min<int64_t>(1024, n - i), m);
+    const double shift = static_cast<double>(m) + std::log(sum);
+    for (int64_t i = 0; i < n; ++i) y[i] = static_cast<float>(static_cast<double>(x[i]) - shift);
+  } else {
+    const double sum = k.exp_shift_sum(x, y, n, m);
+    const float inv = static_cast<float>(1.0 / sum);
+    for (int64_t i = 0; i < n; ++i) y[i] *= inv;
+  }
+}
+
 template <bool kLog>
 void softmax_kernel(const KernelCall& k) {
   const Tensor& x = k.in(0);
@@ -53,6 +81,12 @@ void softmax_kernel(const KernelCall& k) {
     defs::for_each_row(plan, [&](int64_t, char** row) {
       // One inner axis: a single run.
       defs::for_each_inner_run(plan, row, [&](char** q, const int64_t* s, int64_t n) {
+        if constexpr (std::is_same_v<T, float>) {
+          if (s[0] == sizeof(float) && s[1] == sizeof(float) && n > 0) {
+            softmax_row_f32<kLog>(reinterpret_cast<const float*>(q[0]), reinterpret_cast<float*>(q[1]), n);
+            return;
+          }
+        }
         double m = -std::numeric_limits<double>::infinity();
         for (int64_t i = 0; i < n; ++i) {
           double v = defs::load_f64<T>(q[0], s[0], i);

@@ -42,7 +42,9 @@ std::vector<TensorMeta> infer_softplus(const InferCtx& c) {
 // x = -4. We use the identities 1 + erf(z) = erfc(-z) and 0.5(1 + tanh(u)) = 1 / (1 + e^(-2u)),
 // which keep full relative precision.
 void gelu_kernel(const KernelCall& k) {
-  if (k.attrs.get_string("approximate") == "tanh") {
+  const bool tanh_form = k.attrs.get_string("approximate") == "tanh";
+  if (vmath_contiguous_f32(k, tanh_form ? kernels::cpu::VmathFn::gelu_tanh : kernels::cpu::VmathFn::gelu)) return;
+  if (tanh_form) {
     apply_floating(k, [](auto x) {
       using C = decltype(x);
       const C u = C(std::numbers::sqrt2 * std::numbers::inv_sqrtpi) * (x + C(0.044715) * x * x * x);  // sqrt(2/pi)
@@ -136,7 +138,7 @@ void register_unary_activation_ops(OpRegistry& r) {
       }))
       .doc("x * Phi(x) (approximate=\"none\") or its tanh approximation (\"tanh\"); Note [GELU without cancellation]");
   activation_def(r, "silu(Tensor x) -> Tensor", nullptr, 0)
-      .kernel(DeviceType::cpu, DTypeSet::floating(), floating_kernel([](auto x) {
+      .kernel(DeviceType::cpu, DTypeSet::floating(), vmath_kernel(kernels::cpu::VmathFn::silu, [](auto x) {
         using C = decltype(x);
         return x / (C(1) + std::exp(-x));
       }))

@@ -20,6 +20,20 @@ std::vector<TensorMeta> infer_floating(const InferCtx& c) {
   return {{to_floating(x.dtype), x.shape}};
 }
 
+bool vmath_contiguous_f32(const KernelCall& k, kernels::cpu::VmathFn fn) {
+  const Tensor& x = k.in(0);
+  const Tensor& y = k.out(0);
+  if (x.dtype() != DType::f32 || y.dtype() != DType::f32 || x.shape() != y.shape() || !x.is_contiguous() ||
+      !y.is_contiguous())
+    return false;
+  const kernels::cpu::VmathUnaryF32 f =
+      kernels::cpu::vmath_kernels_f32(kernels::cpu::active_isa()).unary[static_cast<int>(fn)];
+  const float* xp = static_cast<const float*>(x.data_ptr());
+  float* yp = static_cast<float*>(y.data_ptr());
+  parallel_for(0, x.numel(), kernels::cpu::kGrain, [&](int64_t b, int64_t e) { f(xp + b, yp + b, e - b); });
+  return true;
+}
+
 std::vector<TensorMeta> infer_numeric(const InferCtx& c) {
   const TensorMeta& x = c.in(0);
   if (x.dtype == DType::boolean)
@@ -35,6 +49,7 @@ namespace {
 using defs::rules_pending;
 using namespace defs::unary;
 using kernels::cpu::unary_loop;
+using kernels::cpu::VmathFn;
 
 // Two's-complement negation without signed-overflow UB (-INT_MIN wraps to INT_MIN, u8 wraps
 // modulo 256, as in PyTorch).
@@ -157,11 +172,11 @@ void register_unary_math_ops(OpRegistry& r) {
       .doc("|x|; identity on u8; abs of the most negative integer wraps to itself");
   floating_def(r, "exp(Tensor x) -> Tensor", "Exp", 6)
       .vjp(defs::unary_rule_y([](const Tensor& g, const Tensor& y, const Attrs&) { return g * y; }))
-      .kernel(DeviceType::cpu, kFloating, floating_kernel([](auto x) { return std::exp(x); }))
+      .kernel(DeviceType::cpu, kFloating, vmath_kernel(VmathFn::exp, [](auto x) { return std::exp(x); }))
       .doc("e^x; overflows to inf");
   floating_def(r, "log(Tensor x) -> Tensor", "Log", 6)
       .vjp(defs::unary_rule_x([](const Tensor& g, const Tensor& x, const Attrs&) { return g / x; }))
-      .kernel(DeviceType::cpu, kFloating, floating_kernel([](auto x) { return std::log(x); }))
+      .kernel(DeviceType::cpu, kFloating, vmath_kernel(VmathFn::log, [](auto x) { return std::log(x); }))
       .doc("natural log; log(0) = -inf, log(x < 0) = NaN");
   floating_def(r, "sqrt(Tensor x) -> Tensor", "Sqrt", 6)
       .vjp(defs::unary_rule_y([](const Tensor& g, const Tensor& y, const Attrs&) { return g / (y * 2.0); }))
@@ -185,21 +200,21 @@ void register_unary_math_ops(OpRegistry& r) {
       .doc("cosine (radians)");
   floating_def(r, "tanh(Tensor x) -> Tensor", "Tanh", 6)
       .vjp(defs::unary_rule_y([](const Tensor& g, const Tensor& y, const Attrs&) { return g * (1.0 - y * y); }))
-      .kernel(DeviceType::cpu, kFloating, floating_kernel([](auto x) { return std::tanh(x); }))
+      .kernel(DeviceType::cpu, kFloating, vmath_kernel(VmathFn::tanh, [](auto x) { return std::tanh(x); }))
       .doc("hyperbolic tangent");
   // Note [Stable sigmoid]: 1 / (1 + e^-x) needs no branch: for x -> -inf, e^-x overflows to inf
   // and the result is 0 (correctly, with full relative precision before that); for x -> +inf it
   // is 1. No inf/inf or 0/0 can occur, so only a NaN input gives NaN.
   floating_def(r, "sigmoid(Tensor x) -> Tensor", "Sigmoid", 6)
       .vjp(defs::unary_rule_y([](const Tensor& g, const Tensor& y, const Attrs&) { return g * (y * (1.0 - y)); }))
-      .kernel(DeviceType::cpu, kFloating, floating_kernel([](auto x) {
+      .kernel(DeviceType::cpu, kFloating, vmath_kernel(VmathFn::sigmoid, [](auto x) {
         using C = decltype(x);
         return C(1) / (C(1) + std::exp(-x));
       }))
       .doc("1 / (1 + e^-x), stable for large |x| (Note [Stable sigmoid])");
   floating_def(r, "erf(Tensor x) -> Tensor", "Erf", 9)
       .vjp(defs::unary_rule_x([](const Tensor& g, const Tensor& x, const Attrs&) { return g * exp(-(x * x)) * (2.0 / std::sqrt(std::numbers::pi)); }))
-      .kernel(DeviceType::cpu, kFloating, floating_kernel([](auto x) { return std::erf(x); }))
+      .kernel(DeviceType::cpu, kFloating, vmath_kernel(VmathFn::erf, [](auto x) { return std::erf(x); }))
       .doc("Gauss error function");
   numeric_def(r, "floor(Tensor x) -> Tensor", "Floor", 6)
       .vjp(defs::zero_rule())

@@ -5,6 +5,7 @@
 #include <type_traits>
 
 #include "kernels/cpu/loops.h"
+#include "kernels/cpu/vmath.h"
 #include "ops/defs/common.h"
 
 namespace kiln::defs::unary {
@@ -41,6 +42,19 @@ KernelFn floating_kernel(F f) {
 template <class F>
 KernelFn numeric_kernel(F f) {
   return [f](const KernelCall& k) { apply_numeric(k, f); };
+}
+
+// Note [vmath fast path]: a contiguous f32 input and output of the same shape run the vectorized
+// kernels/cpu/vmath function (split over kiln's thread pool, a few ulps from float64; vmath.h);
+// everything else (other dtypes, strides, broadcasts) runs f through unary_loop. Returns whether
+// the fast path ran.
+bool vmath_contiguous_f32(const KernelCall& k, kernels::cpu::VmathFn fn);
+
+template <class F>
+KernelFn vmath_kernel(kernels::cpu::VmathFn fn, F f) {
+  return [fn, f](const KernelCall& k) {
+    if (!vmath_contiguous_f32(k, fn)) apply_floating(k, f);
+  };
 }
 
 // Output dtype to_floating(x): exp of an i32 tensor is f32.
