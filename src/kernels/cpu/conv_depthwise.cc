@@ -17,7 +17,7 @@ void conv2d_depthwise_f32(const Conv2dParams& p, const float* x, const float* w,
   const WindowKernelsF32 k = window_kernels_f32(active_isa());
   const int64_t mult = p.k / p.c, taps = p.r * p.s, howo = p.ho * p.wo;
   // Enough multiply-adds per chunk to pay for a thread hand-off.
-  const int64_t grain = std::max<int64_t>(1, (int64_t{1} << 15) / std::max<int64_t>(1, mult * howo * taps));
+  const int64_t grain = std::max<int64_t>(1, (int64_t{1} << 16) / std::max<int64_t>(1, mult * howo * taps + p.h * p.w));
   parallel_for(0, p.n * p.c, grain, [&](int64_t a, int64_t b) {
     PhasedPlane plane(g, 0.0f);
     const std::vector<int64_t>& off = plane.offsets();
@@ -29,7 +29,7 @@ void conv2d_depthwise_f32(const Conv2dParams& p, const float* x, const float* w,
         const float* wk = w + oc * taps;
         const float bv = bias ? bias[oc] : 0.0f;
         float* yp = y + (img * p.k + oc) * howo;
-        for (int64_t oh = 0; oh < p.ho; ++oh) k.fma_taps(plane.row(oh), off.data(), wk, taps, bv, yp + oh * p.wo, p.wo);
+        k.fma_taps(plane.row(0), plane.row_step(), off.data(), wk, taps, bv, yp, p.wo, p.wo, p.ho);
       }
     }
   });

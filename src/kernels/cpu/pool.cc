@@ -88,31 +88,28 @@ void avg_pool_planes(const Pool2dParams& p, const T* x, T* y, int64_t p0, int64_
 void pool2d_f32(const Pool2dParams& p, const float* x, float* y, bool max) {
   const WindowGeom g{p.h, p.w, p.ho, p.wo, p.kh, p.kw, p.stride_h, p.stride_w, p.pad_top, p.pad_left, p.dil_h, p.dil_w};
   const WindowKernelsF32 k = window_kernels_f32(active_isa());
-  std::vector<float> cols(static_cast<size_t>(p.wo));
+  std::vector<float> rows(static_cast<size_t>(p.ho)), cols(static_cast<size_t>(p.wo));
+  for (int64_t oh = 0; oh < p.ho; ++oh) {
+    const int64_t h0 = oh * p.stride_h - p.pad_top;
+    rows[static_cast<size_t>(oh)] = static_cast<float>(
+        p.count_include_pad ? taps_inside(h0, p.kh, p.dil_h, -p.pad_top, p.h + p.pad_bottom) : taps_inside(h0, p.kh, p.dil_h, 0, p.h));
+  }
   for (int64_t ow = 0; ow < p.wo; ++ow) {
     const int64_t w0 = ow * p.stride_w - p.pad_left;
     cols[static_cast<size_t>(ow)] = static_cast<float>(
         p.count_include_pad ? taps_inside(w0, p.kw, p.dil_w, -p.pad_left, p.w + p.pad_right) : taps_inside(w0, p.kw, p.dil_w, 0, p.w));
   }
-  parallel_for(0, p.planes, plane_grain(p.ho * p.wo * p.kh * p.kw), [&](int64_t a, int64_t b) {
+  // Vectorized, a plane costs about a tenth of the scalar loop's: bigger chunks per thread.
+  const int64_t grain = std::max<int64_t>(1, (int64_t{1} << 17) / std::max<int64_t>(1, p.ho * p.wo * p.kh * p.kw + p.h * p.w));
+  parallel_for(0, p.planes, grain, [&](int64_t a, int64_t b) {
     PhasedPlane plane(g, max ? -std::numeric_limits<float>::infinity() : 0.0f);
     const std::vector<int64_t>& off = plane.offsets();
     const int64_t taps = static_cast<int64_t>(off.size());
-    std::vector<float> div(static_cast<size_t>(p.wo));
     for (int64_t pl = a; pl < b; ++pl) {
       plane.load(x + pl * p.h * p.w, k);
       float* yp = y + pl * p.ho * p.wo;
-      for (int64_t oh = 0; oh < p.ho; ++oh) {
-        if (max) {
-          k.max_taps(plane.row(oh), off.data(), taps, yp + oh * p.wo, p.wo);
-          continue;
-        }
-        const int64_t h0 = oh * p.stride_h - p.pad_top;
-        const float rows = static_cast<float>(p.count_include_pad ? taps_inside(h0, p.kh, p.dil_h, -p.pad_top, p.h + p.pad_bottom)
-                                                                  : taps_inside(h0, p.kh, p.dil_h, 0, p.h));
-        for (int64_t ow = 0; ow < p.wo; ++ow) div[static_cast<size_t>(ow)] = rows * cols[static_cast<size_t>(ow)];
-        k.avg_taps(plane.row(oh), off.data(), taps, div.data(), yp + oh * p.wo, p.wo);
-      }
+      if (max) k.max_taps(plane.row(0), plane.row_step(), off.data(), taps, yp, p.wo, p.wo, p.ho);
+      else k.avg_taps(plane.row(0), plane.row_step(), off.data(), taps, rows.data(), cols.data(), yp, p.wo, p.wo, p.ho);
     }
   });
 }
@@ -161,7 +158,7 @@ void row_mean(const Tensor& x, const Tensor& y, int64_t rows, int64_t len) {
                                                 : scan_kernels_f32_scalar();
     const float* xp = x.data<float>();
     float* yp = y.data<float>();
-    parallel_for(0, rows, plane_grain(len), [&](int64_t a, int64_t b) {
+    parallel_for(0, rows, std::max<int64_t>(1, (int64_t{1} << 16) / std::max<int64_t>(len, 1)), [&](int64_t a, int64_t b) {
       for (int64_t i = a; i < b; ++i) yp[i] = static_cast<float>(k.sum(xp + i * len, len) / static_cast<double>(len));
     });
     return;

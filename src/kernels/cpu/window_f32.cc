@@ -11,33 +11,39 @@ namespace kiln::kernels::cpu {
 
 namespace {
 
-void max_taps__scalar(const float* base, const int64_t* off, int64_t taps, float* out, int64_t n) {
-  for (int64_t i = 0; i < n; ++i) {
-    float m = base[off[0] + i];
-    for (int64_t t = 1; t < taps; ++t) {
-      const float v = base[off[t] + i];
-      if (v > m || v != v) m = v;
-      if (m != m) break;
+void max_taps__scalar(const float* base, int64_t base_step, const int64_t* off, int64_t taps, float* out,
+                      int64_t out_step, int64_t n, int64_t rows) {
+  for (int64_t j = 0; j < rows; ++j, base += base_step, out += out_step)
+    for (int64_t i = 0; i < n; ++i) {
+      float m = base[off[0] + i];
+      for (int64_t t = 1; t < taps; ++t) {
+        const float v = base[off[t] + i];
+        if (v > m || v != v) m = v;
+        if (m != m) break;
+      }
+      out[i] = m;
     }
-    out[i] = m;
-  }
 }
 
-void avg_taps__scalar(const float* base, const int64_t* off, int64_t taps, const float* div, float* out, int64_t n) {
-  for (int64_t i = 0; i < n; ++i) {
-    float s = 0;
-    for (int64_t t = 0; t < taps; ++t) s += base[off[t] + i];
-    out[i] = s / div[i];
-  }
+void avg_taps__scalar(const float* base, int64_t base_step, const int64_t* off, int64_t taps, const float* rdiv,
+                      const float* cdiv, float* out, int64_t out_step, int64_t n, int64_t rows) {
+  for (int64_t j = 0; j < rows; ++j, base += base_step, out += out_step)
+    for (int64_t i = 0; i < n; ++i) {
+      float s = 0;
+      for (int64_t t = 0; t < taps; ++t) s += base[off[t] + i];
+      out[i] = s / (rdiv[j] * cdiv[i]);
+    }
 }
 
-void fma_taps__scalar(const float* base, const int64_t* off, const float* w, int64_t taps, float bias, float* out,
-                      int64_t n) {
-  std::fill(out, out + n, bias);
-  for (int64_t t = 0; t < taps; ++t) {
-    const float* src = base + off[t];
-    const float wt = w[t];
-    for (int64_t i = 0; i < n; ++i) out[i] += wt * src[i];
+void fma_taps__scalar(const float* base, int64_t base_step, const int64_t* off, const float* w, int64_t taps,
+                      float bias, float* out, int64_t out_step, int64_t n, int64_t rows) {
+  for (int64_t j = 0; j < rows; ++j, base += base_step, out += out_step) {
+    std::fill(out, out + n, bias);
+    for (int64_t t = 0; t < taps; ++t) {
+      const float* src = base + off[t];
+      const float wt = w[t];
+      for (int64_t i = 0; i < n; ++i) out[i] += wt * src[i];
+    }
   }
 }
 

@@ -10,15 +10,19 @@
 
 namespace kiln::kernels::cpu {
 
-// Row primitives: `n` outputs, tap t of output i reads base[off[t] + i] (taps >= 1).
+// Row primitives over `rows` output rows of `n` columns: output row j is out + j * out_step, and
+// its tap t of column i reads base[j * base_step + off[t] + i] (taps >= 1). Several rows go through
+// the registers together, so short rows still keep enough independent FMA / max chains in flight.
 struct WindowKernelsF32 {
-  // out[i] = the largest tap, NaN when any tap is NaN.
-  void (*max_taps)(const float* base, const int64_t* off, int64_t taps, float* out, int64_t n);
-  // out[i] = (sum of the taps) / div[i].
-  void (*avg_taps)(const float* base, const int64_t* off, int64_t taps, const float* div, float* out, int64_t n);
-  // out[i] = bias + sum over t of w[t] * tap t.
-  void (*fma_taps)(const float* base, const int64_t* off, const float* w, int64_t taps, float bias, float* out,
-                   int64_t n);
+  // The largest tap, NaN when any tap is NaN.
+  void (*max_taps)(const float* base, int64_t base_step, const int64_t* off, int64_t taps, float* out,
+                   int64_t out_step, int64_t n, int64_t rows);
+  // (Sum of the taps) / (rdiv[j] * cdiv[i]).
+  void (*avg_taps)(const float* base, int64_t base_step, const int64_t* off, int64_t taps, const float* rdiv,
+                   const float* cdiv, float* out, int64_t out_step, int64_t n, int64_t rows);
+  // bias + sum over t of w[t] * tap t.
+  void (*fma_taps)(const float* base, int64_t base_step, const int64_t* off, const float* w, int64_t taps, float bias,
+                   float* out, int64_t out_step, int64_t n, int64_t rows);
   // even[j] = in[2j], odd[j] = in[2j + 1] for j < n.
   void (*deinterleave2)(const float* in, float* even, float* odd, int64_t n);
 };
@@ -47,6 +51,7 @@ class PhasedPlane {
   PhasedPlane(const WindowGeom& g, float pad_value);
   void load(const float* x, const WindowKernelsF32& k);  // x: contiguous [h, w]
   const float* row(int64_t oh) const { return buf_.data() + oh * g_.sh * row_stride_; }
+  int64_t row_step() const { return g_.sh * row_stride_; }  // from output row oh to oh + 1
   const std::vector<int64_t>& offsets() const { return offsets_; }
 
  private:

@@ -3,6 +3,7 @@
 // in gemm_f32_avx512.cc; Note [Max pooling and NaN] in window_f32_avx512.cc).
 #include <immintrin.h>
 
+#include <algorithm>
 #include <limits>
 
 #include "kernels/cpu/window_f32.h"
@@ -32,102 +33,162 @@ inline void store(float* p, int u, __m256i tail, __m256 v) {
   else _mm256_storeu_ps(p + 8 * u, v);
 }
 
-template <int U, bool Tail>
-inline void max_block(const float* base, const int64_t* off, int64_t taps, float* out, __m256i tail) {
-  __m256 m[U], nan[U];
-  const float* p = base + off[0];
+// Runs the blocks over the columns: 16 at a time, then 8, then the masked rest.
+template <class Block2, class Block1, class BlockTail>
+inline void columns(int64_t n, Block2&& b2, Block1&& b1, BlockTail&& bt) {
+  int64_t i = 0;
+  for (; i + 16 <= n; i += 16) b2(i);
+  for (; i + 8 <= n; i += 8) b1(i);
+  if (i < n) bt(i, tail_mask(n - i));
+}
+
+template <int R, int U, bool Tail>
+inline void max_block(const float* base, int64_t bstep, const int64_t* off, int64_t taps, float* out, int64_t ostep,
+                      __m256i tail) {
+  __m256 m[R][U], nan[R][U];
 #pragma GCC unroll 4
-  for (int u = 0; u < U; ++u) {
-    m[u] = load<U, Tail>(p, u, tail);
-    nan[u] = _mm256_cmp_ps(m[u], m[u], _CMP_UNORD_Q);
-  }
-  for (int64_t t = 1; t < taps; ++t) {
-    p = base + off[t];
-#pragma GCC unroll 4
+  for (int r = 0; r < R; ++r)
+#pragma GCC unroll 2
     for (int u = 0; u < U; ++u) {
-      const __m256 v = load<U, Tail>(p, u, tail);
-      nan[u] = _mm256_or_ps(nan[u], _mm256_cmp_ps(v, v, _CMP_UNORD_Q));
-      m[u] = _mm256_max_ps(m[u], v);
+      m[r][u] = load<U, Tail>(base + r * bstep + off[0], u, tail);
+      nan[r][u] = _mm256_cmp_ps(m[r][u], m[r][u], _CMP_UNORD_Q);
     }
+  for (int64_t t = 1; t < taps; ++t) {
+    const float* p = base + off[t];
+#pragma GCC unroll 4
+    for (int r = 0; r < R; ++r)
+#pragma GCC unroll 2
+      for (int u = 0; u < U; ++u) {
+        const __m256 v = load<U, Tail>(p + r * bstep, u, tail);
+        nan[r][u] = _mm256_or_ps(nan[r][u], _mm256_cmp_ps(v, v, _CMP_UNORD_Q));
+        m[r][u] = _mm256_max_ps(m[r][u], v);
+      }
   }
   const __m256 qnan = _mm256_set1_ps(std::numeric_limits<float>::quiet_NaN());
 #pragma GCC unroll 4
-  for (int u = 0; u < U; ++u) store<U, Tail>(out, u, tail, _mm256_blendv_ps(m[u], qnan, nan[u]));
+  for (int r = 0; r < R; ++r)
+#pragma GCC unroll 2
+    for (int u = 0; u < U; ++u) store<U, Tail>(out + r * ostep, u, tail, _mm256_blendv_ps(m[r][u], qnan, nan[r][u]));
 }
 
-void max_taps__avx2(const float* base, const int64_t* off, int64_t taps, float* out, int64_t n) {
+template <int R>
+inline void max_rows(const float* base, int64_t bstep, const int64_t* off, int64_t taps, float* out, int64_t ostep,
+                     int64_t n) {
   const __m256i all = _mm256_set1_epi32(-1);
-  int64_t i = 0;
-  for (; i + 32 <= n; i += 32) max_block<4, false>(base + i, off, taps, out + i, all);
-  for (; i + 8 <= n; i += 8) max_block<1, false>(base + i, off, taps, out + i, all);
-  if (i < n) max_block<1, true>(base + i, off, taps, out + i, tail_mask(n - i));
+  columns(
+      n, [&](int64_t i) { max_block<R, 2, false>(base + i, bstep, off, taps, out + i, ostep, all); },
+      [&](int64_t i) { max_block<R, 1, false>(base + i, bstep, off, taps, out + i, ostep, all); },
+      [&](int64_t i, __m256i m) { max_block<R, 1, true>(base + i, bstep, off, taps, out + i, ostep, m); });
 }
 
-template <int U, bool Tail>
-inline void avg_block(const float* base, const int64_t* off, int64_t taps, const float* div, float* out,
-                      __m256i tail) {
-  __m256 s[U];
+void max_taps__avx2(const float* base, int64_t bstep, const int64_t* off, int64_t taps, float* out, int64_t ostep,
+                    int64_t n, int64_t rows) {
+  int64_t j = 0;
+  for (; j + 2 <= rows; j += 2) max_rows<2>(base + j * bstep, bstep, off, taps, out + j * ostep, ostep, n);
+  if (j < rows) max_rows<1>(base + j * bstep, bstep, off, taps, out + j * ostep, ostep, n);
+}
+
+template <int R, int U, bool Tail>
+inline void avg_block(const float* base, int64_t bstep, const int64_t* off, int64_t taps, const float* rdiv,
+                      const float* cdiv, float* out, int64_t ostep, __m256i tail) {
+  __m256 s[R][U];
 #pragma GCC unroll 4
-  for (int u = 0; u < U; ++u) s[u] = _mm256_setzero_ps();
+  for (int r = 0; r < R; ++r)
+#pragma GCC unroll 2
+    for (int u = 0; u < U; ++u) s[r][u] = _mm256_setzero_ps();
   for (int64_t t = 0; t < taps; ++t) {
     const float* p = base + off[t];
 #pragma GCC unroll 4
-    for (int u = 0; u < U; ++u) s[u] = _mm256_add_ps(s[u], load<U, Tail>(p, u, tail));
+    for (int r = 0; r < R; ++r)
+#pragma GCC unroll 2
+      for (int u = 0; u < U; ++u) s[r][u] = _mm256_add_ps(s[r][u], load<U, Tail>(p + r * bstep, u, tail));
   }
-#pragma GCC unroll 4
+#pragma GCC unroll 2
   for (int u = 0; u < U; ++u) {
-    __m256 d = load<U, Tail>(div, u, tail);
-    if constexpr (Tail) d = _mm256_blendv_ps(_mm256_set1_ps(1.0f), d, _mm256_castsi256_ps(tail));
-    store<U, Tail>(out, u, tail, _mm256_div_ps(s[u], d));
+    __m256 c = load<U, Tail>(cdiv, u, tail);
+    if constexpr (Tail) c = _mm256_blendv_ps(_mm256_set1_ps(1.0f), c, _mm256_castsi256_ps(tail));
+#pragma GCC unroll 4
+    for (int r = 0; r < R; ++r)
+      store<U, Tail>(out + r * ostep, u, tail, _mm256_div_ps(s[r][u], _mm256_mul_ps(_mm256_set1_ps(rdiv[r]), c)));
   }
 }
 
-void avg_taps__avx2(const float* base, const int64_t* off, int64_t taps, const float* div, float* out, int64_t n) {
+template <int R>
+inline void avg_rows(const float* base, int64_t bstep, const int64_t* off, int64_t taps, const float* rdiv,
+                     const float* cdiv, float* out, int64_t ostep, int64_t n) {
   const __m256i all = _mm256_set1_epi32(-1);
-  int64_t i = 0;
-  for (; i + 32 <= n; i += 32) avg_block<4, false>(base + i, off, taps, div + i, out + i, all);
-  for (; i + 8 <= n; i += 8) avg_block<1, false>(base + i, off, taps, div + i, out + i, all);
-  if (i < n) avg_block<1, true>(base + i, off, taps, div + i, out + i, tail_mask(n - i));
+  columns(
+      n, [&](int64_t i) { avg_block<R, 2, false>(base + i, bstep, off, taps, rdiv, cdiv + i, out + i, ostep, all); },
+      [&](int64_t i) { avg_block<R, 1, false>(base + i, bstep, off, taps, rdiv, cdiv + i, out + i, ostep, all); },
+      [&](int64_t i, __m256i m) { avg_block<R, 1, true>(base + i, bstep, off, taps, rdiv, cdiv + i, out + i, ostep, m); });
 }
 
-template <int U, bool Tail>
-inline void fma_block(const float* base, const int64_t* off, const float* w, int64_t taps, float bias, float* out,
-                      __m256i tail) {
-  __m256 s[U];
+void avg_taps__avx2(const float* base, int64_t bstep, const int64_t* off, int64_t taps, const float* rdiv,
+                    const float* cdiv, float* out, int64_t ostep, int64_t n, int64_t rows) {
+  int64_t j = 0;
+  for (; j + 4 <= rows; j += 4) avg_rows<4>(base + j * bstep, bstep, off, taps, rdiv + j, cdiv, out + j * ostep, ostep, n);
+  for (; j < rows; ++j) avg_rows<1>(base + j * bstep, bstep, off, taps, rdiv + j, cdiv, out + j * ostep, ostep, n);
+}
+
+template <int R, int U, bool Tail>
+inline void fma_block(const float* base, int64_t bstep, const int64_t* off, const float* w, int64_t taps, float bias,
+                      float* out, int64_t ostep, __m256i tail) {
+  __m256 s[R][U];
 #pragma GCC unroll 4
-  for (int u = 0; u < U; ++u) s[u] = _mm256_set1_ps(bias);
+  for (int r = 0; r < R; ++r)
+#pragma GCC unroll 2
+    for (int u = 0; u < U; ++u) s[r][u] = _mm256_set1_ps(bias);
   for (int64_t t = 0; t < taps; ++t) {
     const float* p = base + off[t];
     const __m256 wt = _mm256_set1_ps(w[t]);
 #pragma GCC unroll 4
-    for (int u = 0; u < U; ++u) s[u] = _mm256_fmadd_ps(wt, load<U, Tail>(p, u, tail), s[u]);
+    for (int r = 0; r < R; ++r)
+#pragma GCC unroll 2
+      for (int u = 0; u < U; ++u) s[r][u] = _mm256_fmadd_ps(wt, load<U, Tail>(p + r * bstep, u, tail), s[r][u]);
   }
 #pragma GCC unroll 4
-  for (int u = 0; u < U; ++u) store<U, Tail>(out, u, tail, s[u]);
+  for (int r = 0; r < R; ++r)
+#pragma GCC unroll 2
+    for (int u = 0; u < U; ++u) store<U, Tail>(out + r * ostep, u, tail, s[r][u]);
 }
 
-void fma_taps__avx2(const float* base, const int64_t* off, const float* w, int64_t taps, float bias, float* out,
-                    int64_t n) {
+template <int R>
+inline void fma_rows(const float* base, int64_t bstep, const int64_t* off, const float* w, int64_t taps, float bias,
+                     float* out, int64_t ostep, int64_t n) {
   const __m256i all = _mm256_set1_epi32(-1);
-  int64_t i = 0;
-  for (; i + 32 <= n; i += 32) fma_block<4, false>(base + i, off, w, taps, bias, out + i, all);
-  for (; i + 8 <= n; i += 8) fma_block<1, false>(base + i, off, w, taps, bias, out + i, all);
-  if (i < n) fma_block<1, true>(base + i, off, w, taps, bias, out + i, tail_mask(n - i));
+  columns(
+      n, [&](int64_t i) { fma_block<R, 2, false>(base + i, bstep, off, w, taps, bias, out + i, ostep, all); },
+      [&](int64_t i) { fma_block<R, 1, false>(base + i, bstep, off, w, taps, bias, out + i, ostep, all); },
+      [&](int64_t i, __m256i m) { fma_block<R, 1, true>(base + i, bstep, off, w, taps, bias, out + i, ostep, m); });
+}
+
+void fma_taps__avx2(const float* base, int64_t bstep, const int64_t* off, const float* w, int64_t taps, float bias,
+                    float* out, int64_t ostep, int64_t n, int64_t rows) {
+  int64_t j = 0;
+  for (; j + 4 <= rows; j += 4) fma_rows<4>(base + j * bstep, bstep, off, w, taps, bias, out + j * ostep, ostep, n);
+  for (; j < rows; ++j) fma_rows<1>(base + j * bstep, bstep, off, w, taps, bias, out + j * ostep, ostep, n);
 }
 
 void deinterleave2__avx2(const float* in, float* even, float* odd, int64_t n) {
   int64_t j = 0;
-  for (; j + 8 <= n; j += 8) {
-    const __m256 a = _mm256_loadu_ps(in + 2 * j), b = _mm256_loadu_ps(in + 2 * j + 8);
+  for (; j < n; j += 8) {
+    const bool tail = j + 8 > n;
+    const int64_t r = 2 * (n - j);  // floats left when tail (< 16)
+    const __m256 a = tail ? _mm256_maskload_ps(in + 2 * j, tail_mask(std::min<int64_t>(r, 8))) : _mm256_loadu_ps(in + 2 * j);
+    const __m256 b = tail ? _mm256_maskload_ps(in + 2 * j + 8, tail_mask(std::max<int64_t>(r - 8, 0)))
+                          : _mm256_loadu_ps(in + 2 * j + 8);
     // Per 128-bit lane [a0 a2 b0 b2 | a4 a6 b4 b6]; the 64-bit permute orders the halves.
     const __m256 e = _mm256_shuffle_ps(a, b, _MM_SHUFFLE(2, 0, 2, 0));
     const __m256 o = _mm256_shuffle_ps(a, b, _MM_SHUFFLE(3, 1, 3, 1));
-    _mm256_storeu_ps(even + j, _mm256_castpd_ps(_mm256_permute4x64_pd(_mm256_castps_pd(e), _MM_SHUFFLE(3, 1, 2, 0))));
-    _mm256_storeu_ps(odd + j, _mm256_castpd_ps(_mm256_permute4x64_pd(_mm256_castps_pd(o), _MM_SHUFFLE(3, 1, 2, 0))));
-  }
-  for (; j < n; ++j) {
-    even[j] = in[2 * j];
-    odd[j] = in[2 * j + 1];
+    const __m256 ev = _mm256_castpd_ps(_mm256_permute4x64_pd(_mm256_castps_pd(e), _MM_SHUFFLE(3, 1, 2, 0)));
+    const __m256 ov = _mm256_castpd_ps(_mm256_permute4x64_pd(_mm256_castps_pd(o), _MM_SHUFFLE(3, 1, 2, 0)));
+    if (tail) {
+      _mm256_maskstore_ps(even + j, tail_mask(n - j), ev);
+      _mm256_maskstore_ps(odd + j, tail_mask(n - j), ov);
+    } else {
+      _mm256_storeu_ps(even + j, ev);
+      _mm256_storeu_ps(odd + j, ov);
+    }
   }
 }
 

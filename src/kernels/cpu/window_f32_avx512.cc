@@ -21,101 +21,165 @@ namespace {
 
 inline __mmask16 tail_mask(int64_t n) { return static_cast<__mmask16>((1u << n) - 1); }
 
+// Vector u of row r: a full load, or (U == 1) a masked one.
+template <int U>
+inline __m512 load(const float* p, int u, __mmask16 tail) {
+  return U == 1 ? _mm512_maskz_loadu_ps(tail, p) : _mm512_loadu_ps(p + 16 * u);
+}
+template <int U>
+inline void store(float* p, int u, __mmask16 tail, __m512 v) {
+  if (U == 1) _mm512_mask_storeu_ps(p, tail, v);
+  else _mm512_storeu_ps(p + 16 * u, v);
+}
+
+// Runs Block<R, U>(i, tail) over the columns of R rows: 32 at a time, then 16, then the masked rest.
+template <class Block2, class Block1>
+inline void columns(int64_t n, Block2&& b2, Block1&& b1) {
+  int64_t i = 0;
+  for (; i + 32 <= n; i += 32) b2(i);
+  for (; i + 16 <= n; i += 16) b1(i, __mmask16(0xffff));
+  if (i < n) b1(i, tail_mask(n - i));
+}
+
 // Note [Max pooling and NaN]
 // vmaxps returns its second operand when either is NaN, so a running max alone can drop a NaN
-// seen earlier; a mask of the unordered taps is kept beside it and the NaN written at the end.
-template <int U>
-inline void max_block(const float* base, const int64_t* off, int64_t taps, float* out, __mmask16 tail) {
-  __m512 m[U];
-  __mmask16 nan[U];
-  const float* p = base + off[0];
+// seen earlier (vrangeps does too). A mask of unordered taps is kept beside the max, one compare
+// per two taps (unordered when either is NaN), and the NaN written at the end.
+template <int R, int U>
+inline void max_block(const float* base, int64_t bstep, const int64_t* off, int64_t taps, float* out, int64_t ostep,
+                      __mmask16 tail) {
+  __m512 m[R][U];
+  __mmask16 nan[R][U];
+  const float* p0 = base + off[0];
+  const float* p1 = base + off[taps >= 2 ? 1 : 0];
 #pragma GCC unroll 4
-  for (int u = 0; u < U; ++u) {
-    m[u] = U == 1 ? _mm512_maskz_loadu_ps(tail, p) : _mm512_loadu_ps(p + 16 * u);
-    nan[u] = _mm512_cmp_ps_mask(m[u], m[u], _CMP_UNORD_Q);
-  }
-  for (int64_t t = 1; t < taps; ++t) {
-    p = base + off[t];
-#pragma GCC unroll 4
+  for (int r = 0; r < R; ++r)
+#pragma GCC unroll 2
     for (int u = 0; u < U; ++u) {
-      const __m512 v = U == 1 ? _mm512_maskz_loadu_ps(tail, p) : _mm512_loadu_ps(p + 16 * u);
-      nan[u] = static_cast<__mmask16>(nan[u] | _mm512_cmp_ps_mask(v, v, _CMP_UNORD_Q));
-      m[u] = _mm512_max_ps(m[u], v);
+      const __m512 a = load<U>(p0 + r * bstep, u, tail), b = load<U>(p1 + r * bstep, u, tail);
+      nan[r][u] = _mm512_cmp_ps_mask(a, b, _CMP_UNORD_Q);
+      m[r][u] = _mm512_max_ps(a, b);
     }
+  int64_t t = 2;
+  for (; t + 1 < taps; t += 2) {
+    const float* pa = base + off[t];
+    const float* pb = base + off[t + 1];
+#pragma GCC unroll 4
+    for (int r = 0; r < R; ++r)
+#pragma GCC unroll 2
+      for (int u = 0; u < U; ++u) {
+        const __m512 a = load<U>(pa + r * bstep, u, tail), b = load<U>(pb + r * bstep, u, tail);
+        nan[r][u] = static_cast<__mmask16>(nan[r][u] | _mm512_cmp_ps_mask(a, b, _CMP_UNORD_Q));
+        m[r][u] = _mm512_max_ps(_mm512_max_ps(m[r][u], a), b);
+      }
+  }
+  if (t < taps) {
+    const float* pa = base + off[t];
+#pragma GCC unroll 4
+    for (int r = 0; r < R; ++r)
+#pragma GCC unroll 2
+      for (int u = 0; u < U; ++u) {
+        const __m512 a = load<U>(pa + r * bstep, u, tail);
+        nan[r][u] = static_cast<__mmask16>(nan[r][u] | _mm512_cmp_ps_mask(a, a, _CMP_UNORD_Q));
+        m[r][u] = _mm512_max_ps(m[r][u], a);
+      }
   }
   const __m512 qnan = _mm512_set1_ps(std::numeric_limits<float>::quiet_NaN());
 #pragma GCC unroll 4
-  for (int u = 0; u < U; ++u) {
-    m[u] = _mm512_mask_mov_ps(m[u], nan[u], qnan);
-    if (U == 1) _mm512_mask_storeu_ps(out, tail, m[u]);
-    else _mm512_storeu_ps(out + 16 * u, m[u]);
-  }
+  for (int r = 0; r < R; ++r)
+#pragma GCC unroll 2
+    for (int u = 0; u < U; ++u) store<U>(out + r * ostep, u, tail, _mm512_mask_mov_ps(m[r][u], nan[r][u], qnan));
 }
 
-void max_taps__avx512(const float* base, const int64_t* off, int64_t taps, float* out, int64_t n) {
-  int64_t i = 0;
-  for (; i + 64 <= n; i += 64) max_block<4>(base + i, off, taps, out + i, 0xffff);
-  for (; i + 16 <= n; i += 16) max_block<1>(base + i, off, taps, out + i, 0xffff);
-  if (i < n) max_block<1>(base + i, off, taps, out + i, tail_mask(n - i));
+template <int R>
+inline void max_rows(const float* base, int64_t bstep, const int64_t* off, int64_t taps, float* out, int64_t ostep,
+                     int64_t n) {
+  columns(
+      n, [&](int64_t i) { max_block<R, 2>(base + i, bstep, off, taps, out + i, ostep, 0xffff); },
+      [&](int64_t i, __mmask16 m) { max_block<R, 1>(base + i, bstep, off, taps, out + i, ostep, m); });
 }
 
-template <int U>
-inline void avg_block(const float* base, const int64_t* off, int64_t taps, const float* div, float* out,
-                      __mmask16 tail) {
-  __m512 s[U];
+void max_taps__avx512(const float* base, int64_t bstep, const int64_t* off, int64_t taps, float* out, int64_t ostep,
+                      int64_t n, int64_t rows) {
+  int64_t j = 0;
+  for (; j + 2 <= rows; j += 2) max_rows<2>(base + j * bstep, bstep, off, taps, out + j * ostep, ostep, n);
+  for (; j < rows; ++j) max_rows<1>(base + j * bstep, bstep, off, taps, out + j * ostep, ostep, n);
+}
+
+template <int R, int U>
+inline void avg_block(const float* base, int64_t bstep, const int64_t* off, int64_t taps, const float* rdiv,
+                      const float* cdiv, float* out, int64_t ostep, __mmask16 tail) {
+  __m512 s[R][U];
 #pragma GCC unroll 4
-  for (int u = 0; u < U; ++u) s[u] = _mm512_setzero_ps();
+  for (int r = 0; r < R; ++r)
+#pragma GCC unroll 2
+    for (int u = 0; u < U; ++u) s[r][u] = _mm512_setzero_ps();
   for (int64_t t = 0; t < taps; ++t) {
     const float* p = base + off[t];
 #pragma GCC unroll 4
-    for (int u = 0; u < U; ++u)
-      s[u] = _mm512_add_ps(s[u], U == 1 ? _mm512_maskz_loadu_ps(tail, p) : _mm512_loadu_ps(p + 16 * u));
+    for (int r = 0; r < R; ++r)
+#pragma GCC unroll 2
+      for (int u = 0; u < U; ++u) s[r][u] = _mm512_add_ps(s[r][u], load<U>(p + r * bstep, u, tail));
   }
-#pragma GCC unroll 4
+#pragma GCC unroll 2
   for (int u = 0; u < U; ++u) {
-    if (U == 1) {
-      const __m512 d = _mm512_mask_loadu_ps(_mm512_set1_ps(1.0f), tail, div);
-      _mm512_mask_storeu_ps(out, tail, _mm512_div_ps(s[u], d));
-    } else {
-      _mm512_storeu_ps(out + 16 * u, _mm512_div_ps(s[u], _mm512_loadu_ps(div + 16 * u)));
-    }
+    const __m512 c = U == 1 ? _mm512_mask_loadu_ps(_mm512_set1_ps(1.0f), tail, cdiv) : _mm512_loadu_ps(cdiv + 16 * u);
+#pragma GCC unroll 4
+    for (int r = 0; r < R; ++r)
+      store<U>(out + r * ostep, u, tail, _mm512_div_ps(s[r][u], _mm512_mul_ps(_mm512_set1_ps(rdiv[r]), c)));
   }
 }
 
-void avg_taps__avx512(const float* base, const int64_t* off, int64_t taps, const float* div, float* out, int64_t n) {
-  int64_t i = 0;
-  for (; i + 64 <= n; i += 64) avg_block<4>(base + i, off, taps, div + i, out + i, 0xffff);
-  for (; i + 16 <= n; i += 16) avg_block<1>(base + i, off, taps, div + i, out + i, 0xffff);
-  if (i < n) avg_block<1>(base + i, off, taps, div + i, out + i, tail_mask(n - i));
+template <int R>
+inline void avg_rows(const float* base, int64_t bstep, const int64_t* off, int64_t taps, const float* rdiv,
+                     const float* cdiv, float* out, int64_t ostep, int64_t n) {
+  columns(
+      n, [&](int64_t i) { avg_block<R, 2>(base + i, bstep, off, taps, rdiv, cdiv + i, out + i, ostep, 0xffff); },
+      [&](int64_t i, __mmask16 m) { avg_block<R, 1>(base + i, bstep, off, taps, rdiv, cdiv + i, out + i, ostep, m); });
 }
 
-template <int U>
-inline void fma_block(const float* base, const int64_t* off, const float* w, int64_t taps, float bias, float* out,
-                      __mmask16 tail) {
-  __m512 s[U];
+void avg_taps__avx512(const float* base, int64_t bstep, const int64_t* off, int64_t taps, const float* rdiv,
+                      const float* cdiv, float* out, int64_t ostep, int64_t n, int64_t rows) {
+  int64_t j = 0;
+  for (; j + 4 <= rows; j += 4) avg_rows<4>(base + j * bstep, bstep, off, taps, rdiv + j, cdiv, out + j * ostep, ostep, n);
+  for (; j < rows; ++j) avg_rows<1>(base + j * bstep, bstep, off, taps, rdiv + j, cdiv, out + j * ostep, ostep, n);
+}
+
+template <int R, int U>
+inline void fma_block(const float* base, int64_t bstep, const int64_t* off, const float* w, int64_t taps, float bias,
+                      float* out, int64_t ostep, __mmask16 tail) {
+  __m512 s[R][U];
 #pragma GCC unroll 4
-  for (int u = 0; u < U; ++u) s[u] = _mm512_set1_ps(bias);
+  for (int r = 0; r < R; ++r)
+#pragma GCC unroll 2
+    for (int u = 0; u < U; ++u) s[r][u] = _mm512_set1_ps(bias);
   for (int64_t t = 0; t < taps; ++t) {
     const float* p = base + off[t];
     const __m512 wt = _mm512_set1_ps(w[t]);
 #pragma GCC unroll 4
-    for (int u = 0; u < U; ++u)
-      s[u] = _mm512_fmadd_ps(wt, U == 1 ? _mm512_maskz_loadu_ps(tail, p) : _mm512_loadu_ps(p + 16 * u), s[u]);
+    for (int r = 0; r < R; ++r)
+#pragma GCC unroll 2
+      for (int u = 0; u < U; ++u) s[r][u] = _mm512_fmadd_ps(wt, load<U>(p + r * bstep, u, tail), s[r][u]);
   }
 #pragma GCC unroll 4
-  for (int u = 0; u < U; ++u) {
-    if (U == 1) _mm512_mask_storeu_ps(out, tail, s[u]);
-    else _mm512_storeu_ps(out + 16 * u, s[u]);
-  }
+  for (int r = 0; r < R; ++r)
+#pragma GCC unroll 2
+    for (int u = 0; u < U; ++u) store<U>(out + r * ostep, u, tail, s[r][u]);
 }
 
-void fma_taps__avx512(const float* base, const int64_t* off, const float* w, int64_t taps, float bias, float* out,
-                      int64_t n) {
-  int64_t i = 0;
-  for (; i + 64 <= n; i += 64) fma_block<4>(base + i, off, w, taps, bias, out + i, 0xffff);
-  for (; i + 32 <= n; i += 32) fma_block<2>(base + i, off, w, taps, bias, out + i, 0xffff);
-  for (; i + 16 <= n; i += 16) fma_block<1>(base + i, off, w, taps, bias, out + i, 0xffff);
-  if (i < n) fma_block<1>(base + i, off, w, taps, bias, out + i, tail_mask(n - i));
+template <int R>
+inline void fma_rows(const float* base, int64_t bstep, const int64_t* off, const float* w, int64_t taps, float bias,
+                     float* out, int64_t ostep, int64_t n) {
+  columns(
+      n, [&](int64_t i) { fma_block<R, 2>(base + i, bstep, off, w, taps, bias, out + i, ostep, 0xffff); },
+      [&](int64_t i, __mmask16 m) { fma_block<R, 1>(base + i, bstep, off, w, taps, bias, out + i, ostep, m); });
+}
+
+void fma_taps__avx512(const float* base, int64_t bstep, const int64_t* off, const float* w, int64_t taps, float bias,
+                      float* out, int64_t ostep, int64_t n, int64_t rows) {
+  int64_t j = 0;
+  for (; j + 4 <= rows; j += 4) fma_rows<4>(base + j * bstep, bstep, off, w, taps, bias, out + j * ostep, ostep, n);
+  for (; j < rows; ++j) fma_rows<1>(base + j * bstep, bstep, off, w, taps, bias, out + j * ostep, ostep, n);
 }
 
 void deinterleave2__avx512(const float* in, float* even, float* odd, int64_t n) {
@@ -127,9 +191,12 @@ void deinterleave2__avx512(const float* in, float* even, float* odd, int64_t n) 
     _mm512_storeu_ps(even + j, _mm512_permutex2var_ps(a, ie, b));
     _mm512_storeu_ps(odd + j, _mm512_permutex2var_ps(a, io, b));
   }
-  for (; j < n; ++j) {
-    even[j] = in[2 * j];
-    odd[j] = in[2 * j + 1];
+  if (j < n) {  // 2 (n - j) < 32 floats left
+    const int64_t r = 2 * (n - j);
+    const __mmask16 ma = r >= 16 ? __mmask16(0xffff) : tail_mask(r), mb = r > 16 ? tail_mask(r - 16) : __mmask16(0);
+    const __m512 a = _mm512_maskz_loadu_ps(ma, in + 2 * j), b = _mm512_maskz_loadu_ps(mb, in + 2 * j + 16);
+    _mm512_mask_storeu_ps(even + j, tail_mask(n - j), _mm512_permutex2var_ps(a, ie, b));
+    _mm512_mask_storeu_ps(odd + j, tail_mask(n - j), _mm512_permutex2var_ps(a, io, b));
   }
 }
 
