@@ -262,7 +262,9 @@ TEST(TransformerFusion, PipelineAndEngineMatchTheUnfusedGraph) {
     EXPECT_TRUE(testing::all_close(ir::run(g, in)[0], want, testing::Tol{1e-4, 1e-4}));
     runtime::CompileOptions co;
     co.passes.opt_level = level;
-    runtime::Executor ex(std::make_shared<runtime::Engine>(runtime::compile(base, co).engine));
+    // Through the engine file too: fused_attention's attributes survive serialization.
+    runtime::Engine engine = runtime::Engine::deserialize(runtime::compile(base, co).engine.serialize());
+    runtime::Executor ex(std::make_shared<runtime::Engine>(std::move(engine)));
     EXPECT_TRUE(testing::all_close(ex.run(in)[0], want, testing::Tol{1e-4, 1e-4}));
   }
   // --disable-pass bisection: each fusion can be switched off by name.
@@ -276,6 +278,24 @@ TEST(TransformerFusion, PipelineAndEngineMatchTheUnfusedGraph) {
   auto o2 = compiler::pipeline(2);
   for (const char* p : {"layer_norm_fusion", "gelu_fusion", "attention_fusion"})
     EXPECT_NE(std::find(o2.begin(), o2.end(), p), o2.end()) << p;
+}
+
+// The fused layer_norm node the pass writes in text IR may omit its absent weight and bias; the
+// kernels must not read past the inputs they were given (batch_norm likewise).
+TEST(TransformerFusion, NormKernelsAcceptOmittedOptionalInputs) {
+  ir::Graph g = ir::parse(R"(graph f(%x: f32[2, 3, 4]) {
+  %m: f32[3] = constant [0.5, -0.5, 1]
+  %v: f32[3] = constant [1, 2, 0.5]
+  %y: f32[2, 3, 4] = layer_norm(%x) {eps=1e-5}
+  %z: f32[2, 3, 4] = batch_norm(%x, %m, %v)
+  return %y, %z
+})");
+  ir::verify(g);
+  Tensor x = random_tensor({2, 3, 4}, DType::f32, 9);
+  auto got = ir::run(g, {x});
+  EXPECT_TRUE(testing::all_close(got[0], layer_norm(x.to(DType::f64), -1, Tensor(), Tensor(), 1e-5)));
+  Tensor m = from_vector<double>({0.5, -0.5, 1}, Shape{3}), v = from_vector<double>({1, 2, 0.5}, Shape{3});
+  EXPECT_TRUE(testing::all_close(got[1], batch_norm(x.to(DType::f64), m, v, Tensor(), Tensor(), 1e-5)));
 }
 
 }  // namespace

@@ -54,8 +54,10 @@ void layer_norm_kernel(const KernelCall& k) {
   std::array<std::vector<int64_t>, 2> st{defs::byte_strides(x), defs::byte_strides(out)};
   std::array<char*, 2> base{static_cast<char*>(x.data_ptr()), static_cast<char*>(out.data_ptr())};
   RowPlan<2> plan = defs::make_row_plan<2>(x.shape(), st, base, axes);
-  const std::vector<double> w = k.in(1).defined() ? defs::values_f64(k.in(1)) : std::vector<double>{};
-  const std::vector<double> b = k.in(2).defined() ? defs::values_f64(k.in(2)) : std::vector<double>{};
+  // Trailing optional inputs may be absent altogether (a text-IR node `layer_norm(%x)`).
+  const bool has_w = k.inputs.size() > 1 && k.in(1).defined(), has_b = k.inputs.size() > 2 && k.in(2).defined();
+  const std::vector<double> w = has_w ? defs::values_f64(k.in(1)) : std::vector<double>{};
+  const std::vector<double> b = has_b ? defs::values_f64(k.in(2)) : std::vector<double>{};
   visit_floating(x.dtype(), "layer_norm", [&](auto tag) {
     using T = typename decltype(tag)::type;
     defs::for_each_row(plan, [&](int64_t, char** row) {
@@ -107,8 +109,9 @@ void batch_norm_kernel(const KernelCall& k) {
   // Per channel: out = (x - mean) * scale + bias, scale = weight / sqrt(var + eps).
   const std::vector<double> mean = defs::values_f64(k.in(1)), var = defs::values_f64(k.in(2));
   std::vector<double> scale(static_cast<size_t>(channels)), bias(static_cast<size_t>(channels), 0.0);
-  const std::vector<double> w = k.in(3).defined() ? defs::values_f64(k.in(3)) : std::vector<double>{};
-  if (k.in(4).defined()) bias = defs::values_f64(k.in(4));
+  const std::vector<double> w =
+      k.inputs.size() > 3 && k.in(3).defined() ? defs::values_f64(k.in(3)) : std::vector<double>{};
+  if (k.inputs.size() > 4 && k.in(4).defined()) bias = defs::values_f64(k.in(4));
   for (size_t c = 0; c < scale.size(); ++c) scale[c] = (w.empty() ? 1.0 : w[c]) / std::sqrt(var[c] + eps);
   std::vector<int64_t> axes;
   for (int64_t d = 2; d < x.dim(); ++d) axes.push_back(d);
