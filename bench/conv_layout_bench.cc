@@ -1,0 +1,69 @@
+// ResNet-50's convolution shapes in both layouts kiln has kernels for: NCHW (im2col + GEMM,
+// kernels/cpu/conv.h) and NHWC (row-blocked im2col or none + GEMM with the weight packed once,
+// kernels/cpu/conv_nhwc.h), batch 1 and 8, 1 and 2 threads, on the raw kernels (no dispatch), so
+// the numbers say which layout a compiler should pick per layer. GFLOPS counts 2 * MACs.
+//   ./build/bench/kiln_bench_conv_layout --benchmark_counters_tabular=true
+#include <benchmark/benchmark.h>
+
+#include <random>
+#include <vector>
+
+#include "kernels/cpu/conv.h"
+#include "kernels/cpu/conv_nhwc.h"
+#include "kiln/core/thread_pool.h"
+
+namespace {
+
+using kiln::kernels::cpu::Conv2dParams;
+
+std::vector<float> random_floats(int64_t n, unsigned seed) {
+  std::mt19937 gen(seed);
+  std::uniform_real_distribution<float> d(-1.0f, 1.0f);
+  std::vector<float> v(static_cast<size_t>(n));
+  for (float& x : v) x = d(gen);
+  return v;
+}
+
+// Args: batch, channels in, spatial size, channels out, kernel, stride, threads.
+Conv2dParams params(const benchmark::State& s) {
+  Conv2dParams p;
+  p.n = s.range(0), p.c = s.range(1), p.h = p.w = s.range(2), p.k = s.range(3), p.r = p.s = s.range(4);
+  p.stride_h = p.stride_w = s.range(5);
+  p.pad_top = p.pad_left = p.r / 2;
+  p.ho = (p.h + 2 * p.pad_top - p.r) / p.stride_h + 1;
+  p.wo = (p.w + 2 * p.pad_left - p.s) / p.stride_w + 1;
+  return p;
+}
+
+template <bool Nhwc>
+void BM_conv(benchmark::State& state) {
+  kiln::set_num_threads(static_cast<int>(state.range(6)));
+  const Conv2dParams p = params(state);
+  std::vector<float> x = random_floats(p.n * p.c * p.h * p.w, 1), w = random_floats(p.k * p.c * p.r * p.s, 2),
+                     bias = random_floats(p.k, 3), y(static_cast<size_t>(p.n * p.k * p.ho * p.wo));
+  for (auto _ : state) {
+    if constexpr (Nhwc) kiln::kernels::cpu::conv2d_nhwc_f32(p, x.data(), w.data(), bias.data(), y.data());
+    else kiln::kernels::cpu::conv2d_nchw_f32(p, x.data(), w.data(), bias.data(), y.data());
+    benchmark::DoNotOptimize(y.data());
+  }
+  state.counters["GFLOPS"] = benchmark::Counter(2.0 * static_cast<double>(p.n * p.k * p.ho * p.wo * p.c * p.r * p.s),
+                                                benchmark::Counter::kIsIterationInvariantRate);
+}
+
+void shapes(benchmark::internal::Benchmark* b) {
+  // {C, HW, K, kernel, stride}: ResNet-50's stem, its 3x3s per stage, 1x1 expand/reduce, a stride-2 3x3.
+  const std::vector<std::vector<int64_t>> layers = {{3, 224, 64, 7, 2},   {64, 56, 64, 3, 1},  {64, 56, 256, 1, 1},
+                                                    {256, 56, 64, 1, 1},  {128, 28, 128, 3, 1}, {128, 56, 128, 3, 2},
+                                                    {256, 14, 256, 3, 1}, {256, 14, 1024, 1, 1}, {512, 7, 512, 3, 1}};
+  for (int64_t n : {1, 8})
+    for (const auto& l : layers)
+      for (int64_t t : {1, 2}) b->Args({n, l[0], l[1], l[2], l[3], l[4], t});
+  b->ArgNames({"n", "c", "hw", "k", "r", "stride", "threads"})->Unit(benchmark::kMillisecond)->UseRealTime();
+}
+
+BENCHMARK(BM_conv<false>)->Name("BM_conv_nchw")->Apply(shapes);
+BENCHMARK(BM_conv<true>)->Name("BM_conv_nhwc")->Apply(shapes);
+
+}  // namespace
+
+BENCHMARK_MAIN();
