@@ -1,12 +1,13 @@
-// Epilogue fusion: conv2d, gemm or 2-D matmul followed by a bias add, an activation (relu,
-// relu6 = clip(0, 6), sigmoid, tanh, silu, gelu) and a residual add, in the orders
+// Epilogue fusion: conv2d, gemm, or matmul by a 2-D weight (the input of any rank >= 2: a Linear
+// layer over a sequence) followed by a bias add, an activation (relu, relu6 = clip(0, 6), sigmoid,
+// tanh, silu, gelu) and a residual add, in the orders
 //   anchor [+ bias] [+ residual] [act]      (residual_before_activation = true)
 //   anchor [+ bias] [act] [+ residual]
 // becomes one fused_conv2d / fused_gemm node (src/ops/defs/fused/fused.cc) that applies them in
-// one pass right after the convolution / GEMM (Note [Fused kernels]). Each fused intermediate must have exactly one reader and not be
-// a graph output; a bias add needs a constant broadcast per output channel ([C,1,1] / [1,C,1,1]
-// for conv, [N] / [1,N] for gemm and matmul). Only f32 and f64 graphs fuse (the fused kernels'
-// dtypes). A bare anchor with nothing to fuse stays as it is.
+// one pass right after the convolution / GEMM (Note [Fused kernels]). Each fused intermediate must
+// have exactly one reader and not be a graph output; a bias add needs a constant broadcast per
+// output channel ([C,1,1] / [1,C,1,1] for conv, [N] / [1,N] for gemm and matmul). Only f32 and f64
+// graphs fuse (the fused kernels' dtypes). A bare anchor with nothing to fuse stays as it is.
 #include <algorithm>
 #include <set>
 
@@ -51,14 +52,19 @@ class EpiloguePass : public ir::Pass {
       ir::Value* cur = n->output();
       const ir::ValueType type = cur->type();
       if (type.dtype != DType::f32 && type.dtype != DType::f64) continue;
-      if (type.shape.size() != (conv ? 4u : 2u) || type.shape[1].is_symbolic()) continue;
+      // matmul: a 2-D weight after an input of any rank >= 2 (a Linear layer over a sequence; Note
+      // [Fused GEMM over a sequence] in src/ops/defs/fused/fused.cc); conv2d and gemm: their ranks.
+      const bool seq_matmul = op == "matmul" && type.shape.size() >= 2 && n->inputs()[0]->type().shape.size() >= 2 &&
+                              n->inputs()[1]->type().shape.size() == 2;
+      if (op == "matmul" && !seq_matmul) continue;
+      if (!seq_matmul && type.shape.size() != (conv ? 4u : 2u)) continue;
+      const size_t ch_axis = conv ? 1 : type.shape.size() - 1;
+      if (type.shape[ch_axis].is_symbolic()) continue;
       if (!std::all_of(n->inputs().begin(), n->inputs().end(),
                        [&](const ir::Value* v) { return !v || v->type().dtype == type.dtype; }))
         continue;
       {
-        const int64_t ch = type.shape[1].size;
-        if (op == "matmul" && n->inputs()[0]->type().shape.size() != 2) continue;
-        if (op == "matmul" && n->inputs()[1]->type().shape.size() != 2) continue;
+        const int64_t ch = type.shape[ch_axis].size;
         // The anchor's own bias.
         std::optional<std::vector<double>> bias;
         ir::Value* conv_bias = nullptr;

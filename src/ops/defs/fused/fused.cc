@@ -119,10 +119,27 @@ Attrs conv_attrs(const Attrs& a) {
                                   {"groups", a.get_int("groups")}});
 }
 
+// Note [Fused GEMM over a sequence]
+// `a` may have rank > 2 ([..., M, K], trans_a false): its leading dims are more rows, so a Linear
+// layer over [batch, seq, hidden] (matmul by a 2-D weight, then bias and activation) is one GEMM
+// of batch * seq rows with its epilogue, not a batched product with a separate pass.
 std::vector<TensorMeta> infer_fused_gemm(const InferCtx& c) {
   check_act(c);
-  auto out = op("gemm").infer_meta({c.in(0), c.in(1), std::nullopt}, gemm_attrs(c.attrs));
+  TensorMeta a = c.in(0);
+  Shape lead;  // a's dims but the last, when a has rank > 2
+  if (a.shape.size() > 2) {
+    if (c.attrs.get_bool("trans_a")) c.fail("a of shape " + shape_str(a.shape) + " has rank > 2, which needs trans_a = false");
+    lead.assign(a.shape.begin(), a.shape.end() - 1);
+    int64_t rows = 1;
+    for (int64_t d : lead) rows *= d;
+    a.shape = {rows, a.shape.back()};
+  }
+  auto out = op("gemm").infer_meta({a, c.in(1), std::nullopt}, gemm_attrs(c.attrs));
   const int64_t n = out[0].shape[1];
+  if (!lead.empty()) {
+    out[0].shape = lead;
+    out[0].shape.push_back(n);
+  }
   if (c.has(2)) {
     const Shape& bs = c.in(2).shape;
     bool ok = (bs.size() == 1 && bs[0] == n) || (bs.size() == 2 && bs[0] == 1 && bs[1] == n);
@@ -167,7 +184,8 @@ void fused_gemm_kernel(const KernelCall& k) {
   const Tensor& out = k.out(0);
   if (out.numel() == 0) return;
   const DType dt = out.dtype();
-  const Tensor& a = k.in(0);
+  // Rank > 2: the leading dims are rows (Note [Fused GEMM over a sequence]).
+  const Tensor a = k.in(0).dim() > 2 ? k.in(0).contiguous().reshape({-1, k.in(0).shape().back()}) : k.in(0);
   const Tensor& b = k.in(1);
   Tensor bias = k.inputs.size() > 2 && k.in(2).defined() ? k.in(2).contiguous() : Tensor();
   Tensor res = k.inputs.size() > 3 && k.in(3).defined() ? k.in(3).contiguous() : Tensor();
@@ -175,7 +193,7 @@ void fused_gemm_kernel(const KernelCall& k) {
   const bool before = k.attrs.get_bool("residual_before_activation");
   const double alpha = k.attrs.get_float("alpha");
   const Act act = act_of(k.attrs);
-  const int64_t m = out.shape()[0], n = out.shape()[1], kk = ta ? a.shape()[0] : a.shape()[1];
+  const int64_t n = out.shape().back(), m = out.numel() / n, kk = ta ? a.shape()[0] : a.shape()[1];
   const int64_t a_rs = ta ? a.strides()[1] : a.strides()[0], a_cs = ta ? a.strides()[0] : a.strides()[1];
   const int64_t b_rs = tb ? b.strides()[1] : b.strides()[0], b_cs = tb ? b.strides()[0] : b.strides()[1];
   Tensor y = out.is_contiguous() ? out : empty(out.shape(), TensorOptions(dt, out.device()));
@@ -268,7 +286,8 @@ void register_fused_ops(OpRegistry& r) {
       .no_vjp(kNoVjp)
       .no_batch(kNoBatch)
       .no_onnx(kNoOnnx)
-      .doc("act(alpha * op(a) @ op(b) + bias (+ residual)) (+ residual); bias per column, residual M x N.");
+      .doc("act(alpha * op(a) @ op(b) + bias (+ residual)) (+ residual); bias per column, residual M x N; "
+           "a [..., M, K] of rank > 2 flattens its leading dims into rows.");
   r.add("fused_conv2d(Tensor x, Tensor w, Tensor? bias, Tensor? residual, int[] stride=[1,1], "
         "int[] padding=[0,0,0,0], int[] dilation=[1,1], int groups=1, str activation=\"none\", "
         "bool residual_before_activation=false) -> Tensor")
