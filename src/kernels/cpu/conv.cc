@@ -3,10 +3,10 @@
 
 #include <algorithm>
 #include <type_traits>
-#include <vector>
 
 #include "kernels/cpu/conv_depthwise.h"
 #include "kernels/cpu/gemm.h"
+#include "kernels/cpu/scratch.h"
 #include "kiln/core/thread_pool.h"
 
 namespace kiln::kernels::cpu {
@@ -54,15 +54,15 @@ void conv2d_nchw(const Conv2dParams& p, const T* x, const T* w, const T* bias, T
   // A 1x1 kernel with unit stride and no padding reads x as it is: no im2col.
   const bool direct = p.r == 1 && p.s == 1 && p.stride_h == 1 && p.stride_w == 1 && p.pad_top == 0 &&
                       p.pad_left == 0 && p.ho == p.h && p.wo == p.w;
-  auto one = [&](int64_t task, std::vector<T>& col) {
+  auto one = [&](int64_t task) {
     const int64_t img = task / p.groups, g = task % p.groups;
     const T* xg = x + (img * p.c + g * cg) * p.h * p.w;
     T* yg = y + (img * p.k + g * kg) * howo;
     const T* b = xg;
     if (!direct) {
-      col.resize(static_cast<size_t>(crs * howo));
-      im2col<T>(p, cg, xg, col.data());
-      b = col.data();
+      T* col = thread_scratch<T, ScratchSlot::im2col>(static_cast<size_t>(crs * howo));
+      im2col<T>(p, cg, xg, col);
+      b = col;
     }
     if constexpr (std::is_same_v<T, float>) {
       GemmEpilogue e;
@@ -87,12 +87,10 @@ void conv2d_nchw(const Conv2dParams& p, const T* x, const T* w, const T* bias, T
   const int64_t per_task = kg * howo * crs;
   if (tasks > 1 && per_task < (int64_t{1} << 22)) {
     parallel_for(0, tasks, 1, [&](int64_t t0, int64_t t1) {
-      std::vector<T> col;
-      for (int64_t t = t0; t < t1; ++t) one(t, col);
+      for (int64_t t = t0; t < t1; ++t) one(t);
     });
   } else {
-    std::vector<T> col;
-    for (int64_t t = 0; t < tasks; ++t) one(t, col);
+    for (int64_t t = 0; t < tasks; ++t) one(t);
   }
 }
 

@@ -3,9 +3,9 @@
 
 #include <algorithm>
 #include <cstring>
-#include <vector>
 
 #include "kernels/cpu/gemm.h"
+#include "kernels/cpu/scratch.h"
 #include "kiln/core/thread_pool.h"
 
 namespace kiln::kernels::cpu {
@@ -76,7 +76,7 @@ void conv2d_nhwc_f32(const Conv2dParams& p, const float* x, const float* w, cons
     if (bias != nullptr) e.bias_kind = GemmBias::per_col, e.bias = bias + g * kg;
     e.activation = ep.activation;
     e.residual_before_activation = ep.residual_before_activation;
-    auto block = [&](int64_t row0, int64_t nrows, std::vector<float>& col) {
+    auto block = [&](int64_t row0, int64_t nrows) {
       GemmEpilogue eb = e;
       if (ep.residual != nullptr) eb.residual = ep.residual + row0 * p.k + g * kg, eb.ldr = p.k;
       float* yb = y + row0 * p.k + g * kg;
@@ -84,22 +84,19 @@ void conv2d_nhwc_f32(const Conv2dParams& p, const float* x, const float* w, cons
         gemm_f32_prepacked(nrows, 1.0f, x + row0 * p.c + g * cg, p.c, 1, wt, 0.0f, yb, p.k, eb);
         return;
       }
-      col.resize(static_cast<size_t>(nrows * width));
-      im2col_nhwc(p, x, g * cg, cg, row0, nrows, col.data());
-      gemm_f32_prepacked(nrows, 1.0f, col.data(), width, 1, wt, 0.0f, yb, p.k, eb);
+      float* col = thread_scratch<float, ScratchSlot::conv_nhwc>(static_cast<size_t>(nrows * width));
+      im2col_nhwc(p, x, g * cg, cg, row0, nrows, col);
+      gemm_f32_prepacked(nrows, 1.0f, col, width, 1, wt, 0.0f, yb, p.k, eb);
     };
     const int64_t blocks = (rows + kRowBlock - 1) / kRowBlock;
     if (direct) {
-      std::vector<float> unused;
-      block(0, rows, unused);  // one GEMM over every pixel; it threads itself
+      block(0, rows);  // one GEMM over every pixel; it threads itself
     } else if (blocks >= 2 * get_num_threads()) {
       parallel_for(0, blocks, 1, [&](int64_t b0, int64_t b1) {
-        std::vector<float> col;
-        for (int64_t b = b0; b < b1; ++b) block(b * kRowBlock, std::min(kRowBlock, rows - b * kRowBlock), col);
+        for (int64_t b = b0; b < b1; ++b) block(b * kRowBlock, std::min(kRowBlock, rows - b * kRowBlock));
       });
     } else {
-      std::vector<float> col;
-      for (int64_t b = 0; b < blocks; ++b) block(b * kRowBlock, std::min(kRowBlock, rows - b * kRowBlock), col);
+      for (int64_t b = 0; b < blocks; ++b) block(b * kRowBlock, std::min(kRowBlock, rows - b * kRowBlock));
     }
   }
 }
