@@ -8,7 +8,7 @@ set -euo pipefail
 APT_PACKAGES=(
   build-essential cmake ninja-build ccache pkg-config zlib1g-dev
   libgtest-dev libgmock-dev libbenchmark-dev libcli11-dev
-  libopenblas-dev  # peer for bench/run_gemm_vs_openblas.sh only; kiln never links it
+  libopenblas-dev libdnnl-dev  # peers for bench/run_gemm_vs_openblas.sh only; kiln never links them
   graphviz python3 python3-pip
   libonnx-dev libprotobuf-dev protobuf-compiler  # ONNX's protobuf classes and checker (src/onnx)
   libclang-rt-16-dev                             # libFuzzer for the ONNX importer's fuzz target (fuzz/)
