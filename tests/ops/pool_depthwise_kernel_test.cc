@@ -7,9 +7,12 @@
 // Tolerances: max pooling selects an input, so it must match exactly (NaN where the reference has
 // NaN). Sums (average pooling, depthwise convolution) are checked against eps * (the same
 // operation applied to |x|, |w|, |bias|) with eps = 1e-5, a few f32 roundings per tap.
+#include <algorithm>
+#include <atomic>
 #include <limits>
 #include <optional>
 
+#include "kernels/cpu/conv_depthwise.h"
 #include "kernels/cpu/isa.h"
 #include "support/testing.h"
 
@@ -204,6 +207,31 @@ TEST_P(WindowIsaTest, DepthwiseConvPropagatesNaN) {
   int nans = 0;
   for (int64_t i = 0; i < y.numel(); ++i) nans += std::isnan(yp[i]);
   EXPECT_EQ(nans, 9);  // the NaN's 3x3 neighbourhood in channel 0 only
+}
+
+TEST_P(WindowIsaTest, DepthwisePlaneHookSeesEveryPlaneOnce) {
+  // The fused-epilogue hook: ReLU on each finished plane, every (image, channel) exactly once.
+  const int64_t n = 2, c = 5, mult = 2;
+  Tensor x = random_tensor({n, c, 9, 20}, DType::f32, 700), w = random_tensor({c * mult, 1, 3, 3}, DType::f32, 701);
+  Tensor b = random_tensor({c * mult}, DType::f32, 702);
+  kernels::cpu::Conv2dParams p;
+  p.n = n, p.c = c, p.h = 9, p.w = 20, p.k = c * mult, p.r = 3, p.s = 3, p.ho = 5, p.wo = 10;
+  p.stride_h = p.stride_w = 2, p.pad_top = p.pad_left = 1, p.groups = c;
+  Tensor y = empty({n, c * mult, 5, 10});
+  std::vector<std::atomic<int>> seen(static_cast<size_t>(n * c * mult));
+  kernels::cpu::conv2d_depthwise_f32(p, x.data<float>(), w.data<float>(), b.data<float>(), y.data<float>(),
+                                     [&](float* plane, int64_t img, int64_t oc) {
+                                       EXPECT_EQ(plane, y.data<float>() + (img * c * mult + oc) * 50);
+                                       for (int i = 0; i < 50; ++i) plane[i] = std::max(plane[i], 0.0f);
+                                       ++seen[static_cast<size_t>(img * c * mult + oc)];
+                                     });
+  for (const auto& s : seen) EXPECT_EQ(s.load(), 1);
+  Tensor want = ref::conv2d(x, w, b, {2, 2}, {1, 1, 1, 1}, {1, 1}, c);
+  double* wp = want.data<double>();
+  for (int64_t i = 0; i < want.numel(); ++i) wp[i] = std::max(wp[i], 0.0);
+  // |relu(a) - relu(b)| <= |a - b|: the convolution's bound holds after the hook.
+  Tensor mag = ref::conv2d(abs_values(x), abs_values(w), abs_values(b), {2, 2}, {1, 1, 1, 1}, {1, 1}, c);
+  EXPECT_TRUE(close_by_magnitude(y, want, mag, kEps));
 }
 
 // ---- max pool backward ----------------------------------------------------------------------------

@@ -2,6 +2,8 @@
 // output channels (the depth multiplier), any kernel, stride, padding and dilation, bias fused.
 #pragma once
 
+#include <functional>
+
 #include "kernels/cpu/conv.h"
 
 namespace kiln::kernels::cpu {
@@ -11,6 +13,10 @@ bool is_depthwise(const Conv2dParams& p);
 // x [N, C, H, W], w [K, 1, R, S], bias [K] or nullptr, y [N, K, Ho, Wo], all contiguous. Parallel
 // over (image, input channel) planes; each plane is copied once, padded and stride-phased (Note
 // [Windows over a phased plane] in window_f32.h), and every output row is one vectorized pass.
-void conv2d_depthwise_f32(const Conv2dParams& p, const float* x, const float* w, const float* bias, float* y);
+// `plane_done(y_plane, image, channel)`, when set, runs on the worker right after an output plane
+// [Ho, Wo] is written, while it is still in cache: a fused epilogue (activation, residual add).
+using DepthwisePlaneHook = std::function<void(float* y_plane, int64_t image, int64_t channel)>;
+void conv2d_depthwise_f32(const Conv2dParams& p, const float* x, const float* w, const float* bias, float* y,
+                          const DepthwisePlaneHook& plane_done = {});
 
 }  // namespace kiln::kernels::cpu
