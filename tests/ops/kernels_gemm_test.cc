@@ -198,6 +198,35 @@ TEST_P(GemmIsaTest, PrepackedMatchesAndIsReused) {
   }
 }
 
+TEST_P(GemmIsaTest, OperandsPackedInCallerMemory) {
+  // A packed once and multiplied by several B (a convolution's filters over a batch), and B packed
+  // once for several A; rows not a multiple of mr, skinny m (B read in place), k over one slice.
+  uint32_t seed = 60;
+  for (int64_t m : {1, 13, 150})
+    for (int64_t k : {37, 1601}) {
+      const int64_t n = 70;
+      Mat a = make_mat(m, k, 0, seed++);
+      std::vector<float> pa(packed_a_f32_floats(m, k));
+      pack_a_f32(m, k, a.buf.data(), a.rs, a.cs, pa.data());
+      for (int lb : {0, 1}) {
+        Mat b = make_mat(k, n, lb, seed++);
+        std::vector<float> c = random_vec(static_cast<size_t>(m * n), seed++), bias = random_vec(n, seed++);
+        GemmEpilogue ep;
+        ep.bias_kind = GemmBias::per_col;
+        ep.bias = bias.data();
+        ep.activation = GemmActivation::gelu;
+        std::vector<double> want = reference(a, b, 0.5f, 1.0f, c, ep);
+        std::vector<float> c2 = c;
+        gemm_f32_packed_a(m, n, k, 0.5f, pa.data(), b.buf.data(), b.rs, b.cs, 1.0f, c.data(), n, ep);
+        EXPECT_TRUE(close(c, want, k)) << "packed A: m=" << m << " k=" << k << " layout " << lb;
+        std::vector<float> pb(packed_b_f32_floats(k, n));
+        pack_b_f32(k, n, b.buf.data(), b.rs, b.cs, pb.data());
+        gemm_f32_packed_b(m, n, k, 0.5f, a.buf.data(), a.rs, a.cs, pb.data(), 1.0f, c2.data(), n, ep);
+        EXPECT_TRUE(close(c2, want, k)) << "packed B: m=" << m << " k=" << k << " layout " << lb;
+      }
+    }
+}
+
 TEST_P(GemmIsaTest, Batched) {
   const int64_t batch = 5, m = 13, n = 21, k = 40;
   Mat a = make_mat(batch * m, k, 0, 41);  // batch i is rows [i*m, (i+1)*m)

@@ -54,6 +54,18 @@ void conv2d_nchw(const Conv2dParams& p, const T* x, const T* w, const T* bias, T
   // A 1x1 kernel with unit stride and no padding reads x as it is: no im2col.
   const bool direct = p.r == 1 && p.s == 1 && p.stride_h == 1 && p.stride_w == 1 && p.pad_top == 0 &&
                       p.pad_left == 0 && p.ho == p.h && p.wo == p.w;
+  // f32 with several images: each group's filters are packed for the GEMM once per call, not once
+  // per image (they are the GEMM's A; packing them was ~10% of a batch-8 ResNet's time).
+  float* packed_w = nullptr;
+  size_t packed_per_group = 0;
+  if constexpr (std::is_same_v<T, float>) {
+    if (p.n > 1) {
+      packed_per_group = packed_a_f32_floats(kg, crs);
+      packed_w = thread_scratch<float, ScratchSlot::packed_weight>(packed_per_group * static_cast<size_t>(p.groups));
+      for (int64_t g = 0; g < p.groups; ++g)
+        pack_a_f32(kg, crs, w + g * kg * crs, crs, 1, packed_w + static_cast<size_t>(g) * packed_per_group);
+    }
+  }
   auto one = [&](int64_t task) {
     const int64_t img = task / p.groups, g = task % p.groups;
     const T* xg = x + (img * p.c + g * cg) * p.h * p.w;
@@ -70,7 +82,11 @@ void conv2d_nchw(const Conv2dParams& p, const T* x, const T* w, const T* bias, T
       e.activation = ep.activation;
       if (ep.residual) e.residual = ep.residual + (img * p.k + g * kg) * howo, e.ldr = howo;
       e.residual_before_activation = ep.residual_before_activation;
-      gemm_f32(kg, howo, crs, 1.0f, w + g * kg * crs, crs, 1, b, howo, 1, 0.0f, yg, howo, e);
+      if (packed_w != nullptr)
+        gemm_f32_packed_a(kg, howo, crs, 1.0f, packed_w + static_cast<size_t>(g) * packed_per_group, b, howo, 1, 0.0f,
+                          yg, howo, e);
+      else
+        gemm_f32(kg, howo, crs, 1.0f, w + g * kg * crs, crs, 1, b, howo, 1, 0.0f, yg, howo, e);
       return;
     }
     T beta = T(0);

@@ -19,8 +19,8 @@ namespace kiln::kernels::cpu {
 //   - otherwise im2col copies runs of Cg contiguous channels (memcpy), not single elements, and
 //     works on blocks of output rows, so the workspace is bounded (kRowBlock rows per worker) and
 //     the batch and the pixels of one image split the same way;
-//   - the weight is packed once per call for the GEMM's micro-kernel (pack_gemm_b_f32) and shared
-//     by every row block, instead of once per block;
+//   - the weight is packed once per call for the GEMM's micro-kernel (pack_b_f32, into reused
+//     workspace) and shared by every row block, instead of once per block;
 //   - bias is per GEMM column, the residual has y's layout (leading dimension K), so the whole
 //     epilogue runs on the GEMM tile while it is in cache.
 // Row blocks run in parallel, each with its own im2col buffer and a single-threaded GEMM, when
@@ -70,8 +70,10 @@ void conv2d_nhwc_f32(const Conv2dParams& p, const float* x, const float* w, cons
   const bool direct = p.r == 1 && p.s == 1 && p.stride_h == 1 && p.stride_w == 1 && p.pad_top == 0 &&
                       p.pad_left == 0 && p.ho == p.h && p.wo == p.w;
   for (int64_t g = 0; g < p.groups; ++g) {
-    // W^T for this group: element (q, j) at w[(g*kg + j) * width + q].
-    const PackedGemmB wt = pack_gemm_b_f32(width, kg, w + g * kg * width, 1, width);
+    // W^T for this group (element (q, j) at w[(g*kg + j) * width + q]), packed into this thread's
+    // workspace; the row blocks of other threads only read it.
+    float* wt = thread_scratch<float, ScratchSlot::packed_weight>(packed_b_f32_floats(width, kg));
+    pack_b_f32(width, kg, w + g * kg * width, 1, width, wt);
     GemmEpilogue e;
     if (bias != nullptr) e.bias_kind = GemmBias::per_col, e.bias = bias + g * kg;
     e.activation = ep.activation;
@@ -81,12 +83,12 @@ void conv2d_nhwc_f32(const Conv2dParams& p, const float* x, const float* w, cons
       if (ep.residual != nullptr) eb.residual = ep.residual + row0 * p.k + g * kg, eb.ldr = p.k;
       float* yb = y + row0 * p.k + g * kg;
       if (direct) {
-        gemm_f32_prepacked(nrows, 1.0f, x + row0 * p.c + g * cg, p.c, 1, wt, 0.0f, yb, p.k, eb);
+        gemm_f32_packed_b(nrows, kg, width, 1.0f, x + row0 * p.c + g * cg, p.c, 1, wt, 0.0f, yb, p.k, eb);
         return;
       }
       float* col = thread_scratch<float, ScratchSlot::conv_nhwc>(static_cast<size_t>(nrows * width));
       im2col_nhwc(p, x, g * cg, cg, row0, nrows, col);
-      gemm_f32_prepacked(nrows, 1.0f, col, width, 1, wt, 0.0f, yb, p.k, eb);
+      gemm_f32_packed_b(nrows, kg, width, 1.0f, col, width, 1, wt, 0.0f, yb, p.k, eb);
     };
     const int64_t blocks = (rows + kRowBlock - 1) / kRowBlock;
     if (direct) {

@@ -4,6 +4,7 @@
 // nest. matmul, gemm and conv2d (through im2col) all end here.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 #include <memory>
 
@@ -68,6 +69,18 @@ PackedGemmB pack_gemm_b_f32(int64_t k, int64_t n, const float* b, int64_t b_rs, 
 // C = alpha * A @ packed + beta * C, then the epilogue; m rows, packed.k() x packed.n().
 void gemm_f32_prepacked(int64_t m, float alpha, const float* a, int64_t a_rs, int64_t a_cs, const PackedGemmB& b,
                         float beta, float* c, int64_t ldc, const GemmEpilogue& epilogue = {});
+
+// Packed operands in caller memory (Note [Packed operands in caller memory] in gemm_packed.cc): A
+// (m x k) or B (k x n) packed into `out` (packed_*_floats(...) floats, 64-byte aligned for speed)
+// for the ISA active now; the product must run under the same ISA (one kernel call).
+size_t packed_a_f32_floats(int64_t m, int64_t k);
+void pack_a_f32(int64_t m, int64_t k, const float* a, int64_t a_rs, int64_t a_cs, float* out);
+void gemm_f32_packed_a(int64_t m, int64_t n, int64_t k, float alpha, const float* packed_a, const float* b,
+                       int64_t b_rs, int64_t b_cs, float beta, float* c, int64_t ldc, const GemmEpilogue& epilogue = {});
+size_t packed_b_f32_floats(int64_t k, int64_t n);
+void pack_b_f32(int64_t k, int64_t n, const float* b, int64_t b_rs, int64_t b_cs, float* out);
+void gemm_f32_packed_b(int64_t m, int64_t n, int64_t k, float alpha, const float* a, int64_t a_rs, int64_t a_cs,
+                       const float* packed_b, float beta, float* c, int64_t ldc, const GemmEpilogue& epilogue = {});
 
 // `batch` independent products, operand i at a + i * a_bs, b + i * b_bs, c + i * c_bs (a batch
 // stride of 0 shares the operand). Small products run in parallel over the batch.

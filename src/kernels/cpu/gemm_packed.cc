@@ -199,6 +199,8 @@ struct Problem {
   float* c;
   int64_t ldc;
   const GemmEpilogue* ep;
+  const float* a_packed = nullptr;  // A packed by pack_a_f32 (then a, a_rs, a_cs are unused)
+  int64_t a_mpad = 0;               // its rows rounded up to mr
 };
 
 // Rows [i0, i1) x columns [j0, j1) of C, all of K, on the calling thread. j0 is a multiple of nr.
@@ -223,8 +225,14 @@ void gemm_block(const Problem& pr, int64_t i0, int64_t i1, int64_t j0, int64_t j
       }
       for (int64_t ic = i0; ic < i1; ic += kk.mc) {
         const int64_t mcur = std::min(kk.mc, i1 - ic);
-        float* abuf = t_pack_a.get(static_cast<size_t>(round_up(mcur, mr) * kcur));
-        pack_a(mr, mcur, kcur, pr.a + ic * pr.a_rs + pc * pr.a_cs, pr.a_rs, pr.a_cs, abuf);
+        const float* abuf;
+        if (pr.a_packed != nullptr) {
+          abuf = pr.a_packed + pc * pr.a_mpad + ic * kcur;  // ic is a multiple of mr
+        } else {
+          float* buf = t_pack_a.get(static_cast<size_t>(round_up(mcur, mr) * kcur));
+          pack_a(mr, mcur, kcur, pr.a + ic * pr.a_rs + pc * pr.a_cs, pr.a_rs, pr.a_cs, buf);
+          abuf = buf;
+        }
         for (int64_t jr = 0; jr < ncur; jr += nr) {
           const int nv = static_cast<int>(std::min<int64_t>(nr, ncur - jr));
           const float* bp;
@@ -315,23 +323,73 @@ void PackedGemmB::Free::operator()(float* p) const { std::free(p); }
 PackedGemmB pack_gemm_b_f32(int64_t k, int64_t n, const float* b, int64_t b_rs, int64_t b_cs) {
   KILN_CHECK(k >= 0 && n >= 0, "pack_gemm_b_f32: negative size k = ", k, ", n = ", n);
   const Isa isa = active_isa();
-  const GemmKernelF32& kk = gemm_kernel_f32(isa);
-  const int64_t npad = round_up(std::max<int64_t>(n, 1), kk.nr);
   PackedGemmB out;
   out.k_ = k;
   out.n_ = n;
   out.isa_ = static_cast<int>(isa);
-  out.size_ = static_cast<size_t>(std::max<int64_t>(k, 1) * npad);
+  out.size_ = packed_b_f32_floats(k, n);
   out.data_.reset(static_cast<float*>(std::aligned_alloc(64, static_cast<size_t>(round_up(
                                                                  static_cast<int64_t>(out.size_ * sizeof(float)), 64)))));
   KILN_CHECK(out.data_ != nullptr, "pack_gemm_b_f32: out of memory for ", out.size_ * sizeof(float), " bytes");
-  if (n == 1) b_cs = 1;
-  const int64_t kslice = k_slice(kk.kc, k);
-  for (int64_t pc = 0; pc < k; pc += kslice) {
-    const int64_t kcur = std::min(kslice, k - pc);
-    pack_b(kk.nr, kcur, n, b + pc * b_rs, b_rs, b_cs, out.data_.get() + pc * npad);
-  }
+  pack_b_f32(k, n, b, b_rs, b_cs, out.data_.get());
   return out;
+}
+
+// Note [Packed operands in caller memory]
+// The same panel layouts as PackedGemmB, written into memory the caller owns (a kernel's reused
+// workspace), for an operand that one call multiplies many times: a convolution's filters across
+// the images of a batch (A, NCHW) or its row blocks (B, NHWC). A fresh allocation per call would
+// pay the page faults of a multi-megabyte buffer every time.
+//   A: for each k-slice at pc, the slice at pc * mpad (mpad = m rounded up to mr), the mr-row
+//      micro-panel of rows [ir, ir + mr) at ir * kslice within it.
+//   B: as PackedGemmB.
+size_t packed_a_f32_floats(int64_t m, int64_t k) {
+  const GemmKernelF32& kk = gemm_kernel_f32(active_isa());
+  return static_cast<size_t>(round_up(std::max<int64_t>(m, 1), kk.mr) * std::max<int64_t>(k, 1));
+}
+
+void pack_a_f32(int64_t m, int64_t k, const float* a, int64_t a_rs, int64_t a_cs, float* out) {
+  const GemmKernelF32& kk = gemm_kernel_f32(active_isa());
+  const int64_t mpad = round_up(std::max<int64_t>(m, 1), kk.mr), kslice = k_slice(kk.kc, k);
+  for (int64_t pc = 0; pc < k; pc += kslice)
+    pack_a(kk.mr, m, std::min(kslice, k - pc), a + pc * a_cs, a_rs, a_cs, out + pc * mpad);
+}
+
+size_t packed_b_f32_floats(int64_t k, int64_t n) {
+  const GemmKernelF32& kk = gemm_kernel_f32(active_isa());
+  return static_cast<size_t>(std::max<int64_t>(k, 1) * round_up(std::max<int64_t>(n, 1), kk.nr));
+}
+
+void pack_b_f32(int64_t k, int64_t n, const float* b, int64_t b_rs, int64_t b_cs, float* out) {
+  const GemmKernelF32& kk = gemm_kernel_f32(active_isa());
+  const int64_t npad = round_up(std::max<int64_t>(n, 1), kk.nr), kslice = k_slice(kk.kc, k);
+  if (n == 1) b_cs = 1;
+  for (int64_t pc = 0; pc < k; pc += kslice)
+    pack_b(kk.nr, std::min(kslice, k - pc), n, b + pc * b_rs, b_rs, b_cs, out + pc * npad);
+}
+
+void gemm_f32_packed_a(int64_t m, int64_t n, int64_t k, float alpha, const float* packed_a, const float* b,
+                       int64_t b_rs, int64_t b_cs, float beta, float* c, int64_t ldc, const GemmEpilogue& epilogue) {
+  check_epilogue(epilogue, n);
+  const GemmKernelF32& kk = gemm_kernel_f32(active_isa());
+  Problem pr{&kk, m, n, k, alpha, beta, nullptr, 0, 0, {}, c, ldc, &epilogue};
+  pr.a_packed = packed_a;
+  pr.a_mpad = round_up(std::max<int64_t>(m, 1), kk.mr);
+  pr.b.b = b;
+  pr.b.b_rs = b_rs;
+  pr.b.b_cs = n == 1 ? 1 : b_cs;
+  pr.b.direct = pr.b.b_cs == 1 && m <= kDirectRows;
+  gemm_run(pr);
+}
+
+void gemm_f32_packed_b(int64_t m, int64_t n, int64_t k, float alpha, const float* a, int64_t a_rs, int64_t a_cs,
+                       const float* packed_b, float beta, float* c, int64_t ldc, const GemmEpilogue& epilogue) {
+  check_epilogue(epilogue, n);
+  const GemmKernelF32& kk = gemm_kernel_f32(active_isa());
+  Problem pr{&kk, m, n, k, alpha, beta, a, a_rs, a_cs, {}, c, ldc, &epilogue};
+  pr.b.packed = packed_b;
+  pr.b.npad = round_up(std::max<int64_t>(n, 1), kk.nr);
+  gemm_run(pr);
 }
 
 void gemm_f32_prepacked(int64_t m, float alpha, const float* a, int64_t a_rs, int64_t a_cs, const PackedGemmB& b,
@@ -340,12 +398,7 @@ void gemm_f32_prepacked(int64_t m, float alpha, const float* a, int64_t a_rs, in
   KILN_CHECK(b.isa() == static_cast<int>(active_isa()), "gemm_f32_prepacked: B was packed for ",
              isa_name(static_cast<Isa>(b.isa())), " kernels but the active ISA is ", isa_name(active_isa()),
              "; pack it again with pack_gemm_b_f32");
-  check_epilogue(epilogue, b.n());
-  const GemmKernelF32& kk = gemm_kernel_f32(active_isa());
-  Problem pr{&kk, m, b.n(), b.k(), alpha, beta, a, a_rs, a_cs, {}, c, ldc, &epilogue};
-  pr.b.packed = b.data();
-  pr.b.npad = round_up(std::max<int64_t>(b.n(), 1), kk.nr);
-  gemm_run(pr);
+  gemm_f32_packed_b(m, b.n(), b.k(), alpha, a, a_rs, a_cs, b.data(), beta, c, ldc, epilogue);
 }
 
 void gemm_f32_batched(int64_t batch, int64_t m, int64_t n, int64_t k, float alpha, const float* a, int64_t a_bs,
