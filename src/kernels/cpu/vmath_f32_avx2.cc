@@ -32,6 +32,7 @@ using MD = __m256d;
 
 inline F operator+(F a, F b) { return {_mm256_add_ps(a.v, b.v)}; }
 inline F operator-(F a, F b) { return {_mm256_sub_ps(a.v, b.v)}; }
+inline F operator/(F a, F b) { return {_mm256_div_ps(a.v, b.v)}; }
 inline F operator*(F a, F b) { return {_mm256_mul_ps(a.v, b.v)}; }
 inline F f_set(float x) { return {_mm256_set1_ps(x)}; }
 inline F f_load(const float* p) { return {_mm256_loadu_ps(p)}; }

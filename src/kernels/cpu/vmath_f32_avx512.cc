@@ -36,6 +36,7 @@ using MD = __mmask8;
 
 inline F operator+(F a, F b) { return {_mm512_add_ps(a.v, b.v)}; }
 inline F operator-(F a, F b) { return {_mm512_sub_ps(a.v, b.v)}; }
+inline F operator/(F a, F b) { return {_mm512_div_ps(a.v, b.v)}; }
 inline F operator*(F a, F b) { return {_mm512_mul_ps(a.v, b.v)}; }
 inline F f_set(float x) { return {_mm512_set1_ps(x)}; }
 inline F f_load(const float* p) { return {_mm512_loadu_ps(p)}; }
