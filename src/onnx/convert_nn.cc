@@ -100,9 +100,24 @@ V conv(ConvertCtx& c) {
   return {from_2d(c, out, nsp)};
 }
 
+// An input's dims with a symbolic batch (or other leading dims) allowed; the spatial dims from 2 on
+// must be static (their sizes become attributes). Symbolic dims read as -1.
+Ints static_spatial_shape(ConvertCtx& c, size_t i) {
+  Ints dims;
+  const auto& t = c.type(i).shape;
+  for (size_t d = 0; d < t.size(); ++d) {
+    if (t[d].is_symbolic() && d >= 2)
+      c.fail("input #" + std::to_string(i) + " has symbolic spatial dim " + ir::dim_str(t[d]) + " in " +
+             ir::shape_str(t) + "; bind it (ImportOptions::dim_values)");
+    dims.push_back(t[d].is_symbolic() ? -1 : t[d].size);
+  }
+  return dims;
+}
+
 V conv_transpose(ConvertCtx& c) {
   int64_t nsp = spatial_dims(c, 0);
-  Shape xs = c.static_shape(0), ws = c.static_shape(1);
+  Ints xs = static_spatial_shape(c, 0);
+  Shape ws = c.static_shape(1);
   check_same_types(c);
   if (ws.size() != xs.size())
     c.fail("weight " + shape_str(ws) + " must have rank " + std::to_string(xs.size()) + " like the input");
@@ -234,7 +249,10 @@ V global_max_pool(ConvertCtx& c) {
 
 // ---- resampling -------------------------------------------------------------------------------------
 V resize(ConvertCtx& c) {
-  Shape in = c.static_shape(0);
+  // Axes that are not resized may be symbolic (a dynamic batch): kiln's resize keeps them (-1).
+  const auto& in_dims = c.type(0).shape;
+  Ints in;
+  for (const auto& d : in_dims) in.push_back(d.is_symbolic() ? -1 : d.size);
   int64_t r = static_cast<int64_t>(in.size());
   std::string mode = c.attr_string("mode", "nearest");
   std::string ctm = c.attr_string("coordinate_transformation_mode", c.opset() < 11 ? "asymmetric" : "half_pixel");
@@ -246,7 +264,11 @@ V resize(ConvertCtx& c) {
   } else {
     if (c.has_input(1)) roi = c.const_floats(1, "roi");
     if (c.has_input(2)) scales = c.const_floats(2, "scales");
-    if (c.has_input(3)) sizes = c.const_ints(3, "sizes");
+    if (c.has_input(3) && c.is_symbolic_value(3)) {  // Shape(x)[:2] ++ [h, w]: symbolic entries keep x's dim
+      for (const auto& d : c.shape_dims(3, "sizes")) sizes.push_back(d.is_symbolic() ? -1 : d.size);
+    } else if (c.has_input(3)) {
+      sizes = c.const_ints(3, "sizes");
+    }
   }
   if (!sizes.empty() && !scales.empty()) c.fail("give scales or sizes, not both");
   if (sizes.empty() && scales.empty()) c.fail("neither scales nor sizes is given");
@@ -259,6 +281,19 @@ V resize(ConvertCtx& c) {
     c.fail("scales/sizes have " + std::to_string(std::max(scales.size(), sizes.size())) + " entries for " +
            std::to_string(na) + " axes");
   if (!roi.empty() && roi.size() != 2 * na && roi.size() != 2 * static_cast<size_t>(r)) c.fail("roi has the wrong length");
+  std::vector<ir::Dim> size_dims = c.is_symbolic_value(3) ? c.shape_dims(3, "sizes") : std::vector<ir::Dim>{};
+  for (size_t i = 0; i < na; ++i) {
+    size_t a = static_cast<size_t>(axes[i]);
+    bool keeps = !sizes.empty() ? sizes[i] == -1 : scales[i] == 1.0;
+    if (!sizes.empty() && sizes[i] == -1 && !(i < size_dims.size() && size_dims[i] == in_dims[a]))
+      c.fail("sizes entry " + std::to_string(i) + " is symbolic but x's dim is " + ir::dim_str(in_dims[a]));
+    if (in_dims[a].is_symbolic() && !keeps)
+      c.fail("resizing symbolic dim " + ir::dim_str(in_dims[a]) + " of " + ir::shape_str(in_dims) +
+             " (kiln resizes static dims; a symbolic dim may only keep its size)");
+  }
+  if (std::any_of(in.begin(), in.end(), [](int64_t d) { return d < 0; }) &&
+      c.attr_string("keep_aspect_ratio_policy", "stretch") != "stretch")
+    c.fail("keep_aspect_ratio_policy other than stretch over symbolic dims " + ir::shape_str(in_dims));
   // Everything per dim of x: scales (1 where not resized), sizes, roi [starts..., ends...].
   std::vector<double> full_scales(static_cast<size_t>(r), 1.0);
   Ints out(in.begin(), in.end());
@@ -399,11 +434,14 @@ V layer_norm(ConvertCtx& c) {
 }
 
 V group_norm(ConvertCtx& c) {
-  Shape s = c.static_shape(0);
+  Ints s = static_spatial_shape(c, 0);  // a symbolic batch reads as -1
+  if (s.size() < 2 || s[1] < 0) c.fail("input must be [N, C, ...] with static C, got " + ir::shape_str(c.type(0).shape));
   int64_t g = c.attr_int("num_groups");
   int64_t n = s[0], ch = s[1];
   if (g <= 0 || ch % g != 0) c.fail("channels " + std::to_string(ch) + " are not divisible into " + std::to_string(g) + " groups");
-  ir::Value* x = c.emit("reshape", {c.in(0)}, {{"shape", Ints{n, g, -1}}});
+  int64_t group_size = ch / g;
+  for (size_t d = 2; d < s.size(); ++d) group_size *= s[d];
+  ir::Value* x = c.emit("reshape", {c.in(0)}, {{"shape", n < 0 ? Ints{-1, g, group_size} : Ints{n, g, -1}}});
   ir::Value* y = normalize(c, x, {2}, c.attr_float("epsilon", 1e-5));
   y = c.emit("reshape", {y}, {{"shape", s}});
   ir::Value* scale = c.in(1);

@@ -145,9 +145,10 @@ namespace {
 constexpr int64_t kSymbolMarker = -(int64_t{1} << 40);
 bool is_marker(int64_t v) { return v <= kSymbolMarker && v > kSymbolMarker - (int64_t{1} << 20); }
 
-bool moves_elements_only(const std::string& op_type) {
+// Ops that take symbolic shape values: element movers fold them (markers travel), the rest read them as dims.
+bool accepts_symbolic_shape(const std::string& op_type) {
   static const std::set<std::string> ops{"Gather", "Slice", "Concat", "Unsqueeze", "Squeeze", "Cast", "Identity",
-                                         "Reshape", "Expand", "Flatten", "ConstantOfShape", "Range"};
+                                         "Reshape", "Expand", "Flatten", "ConstantOfShape", "Range", "Resize"};
   return ops.count(op_type) != 0;
 }
 bool is_shape_arith(const std::string& op_type) {
@@ -576,10 +577,10 @@ void Importer::convert_node(const ::onnx::NodeProto& n, int index, int depth, co
     ir::Value* v = lookup(in, n, index);
     if (is_symbolic_shape(v)) {
       symbolic_in = true;
-      KILN_CHECK(moves_elements_only(n.op_type()) || is_shape_arith(n.op_type()), node_label(n, index), ": input '", in,
+      KILN_CHECK(accepts_symbolic_shape(n.op_type()) || is_shape_arith(n.op_type()), node_label(n, index), ": input '", in,
                  "' is a shape computed from symbolic dim(s) ", symbols_in(v), "; ", n.op_type(),
                  " on it is not supported (kiln follows symbolic shapes through Gather, Slice, Concat, "
-                 "(Un)Squeeze, Cast, Mul, Div, Add, Sub into Reshape, Expand, ConstantOfShape and Range). Bind the dims "
+                 "(Un)Squeeze, Cast, Mul, Div, Add, Sub into Reshape, Expand, ConstantOfShape, Range and Resize). Bind the dims "
                  "(ImportOptions::dim_values, `kiln run --dim NAME=SIZE`)");
     }
   }

@@ -229,6 +229,48 @@ TEST(OnnxImport, SymbolicShapeArithmeticScalesTheBatch) {
   EXPECT_KILN_ERROR(r.import(), "'from_one'", "Range(1, batch, 1)", "not a whole multiple");
 }
 
+// A decoder with a dynamic batch (torch's ConvTranspose2d, F.interpolate by scale and to a size
+// built from Shape(x), GroupNorm): the batch stays symbolic and every batch matches the model
+// imported with the batch bound.
+TEST(OnnxImport, SymbolicBatchThroughConvTransposeResizeGroupNorm) {
+  ModelBuilder b(18);
+  b.input("x", DType::f32, {ir::Dim::sym("batch"), 2, 3, 3}).output("up").output("sized").output("gn");
+  b.init("w", random_tensor({2, 3, 2, 2}, DType::f32, 11)).init("bias", random_tensor({3}, DType::f32, 12));
+  b.init("scales", from_vector(std::vector<float>{1, 1, 2, 2})).init("hw", i64({5, 4}));
+  b.init("start", i64({0})).init("two", i64({2}));
+  b.init("gscale", random_tensor({2}, DType::f32, 13)).init("gbias", random_tensor({2}, DType::f32, 14));
+  ModelBuilder::attr_ints(b.node("ConvTranspose", {"x", "w", "bias"}, {"ct"}), "strides", {2, 2});
+  b.node("Resize", {"ct", "", "scales"}, {"up"});  // nearest
+  b.node("Shape", {"x"}, {"s"});
+  b.node("Slice", {"s", "start", "two"}, {"nc"});
+  ModelBuilder::attr_int(b.node("Concat", {"nc", "hw"}, {"size"}), "axis", 0);
+  auto* lin = b.node("Resize", {"x", "", "", "size"}, {"sized"});
+  auto* mode = lin->add_attribute();
+  mode->set_name("mode");
+  mode->set_type(::onnx::AttributeProto::STRING);
+  mode->set_s("linear");
+  ModelBuilder::attr_int(b.node("GroupNormalization", {"x", "gscale", "gbias"}, {"gn"}), "num_groups", 2);
+  onnx::Model m = b.import();
+  EXPECT_EQ(ir::type_str(m.graph.outputs()[0]->type()), "f32[batch, 3, 12, 12]");
+  EXPECT_EQ(ir::type_str(m.graph.outputs()[1]->type()), "f32[batch, 2, 5, 4]");
+  EXPECT_EQ(ir::type_str(m.graph.outputs()[2]->type()), "f32[batch, 2, 3, 3]");
+  for (int64_t batch : {1, 3}) {
+    onnx::ImportOptions bound;
+    bound.dim_values["batch"] = batch;
+    onnx::Model fixed = b.import(bound);
+    Tensor x = random_tensor({batch, 2, 3, 3}, DType::f32, 15);
+    auto got = run(m, {x});
+    auto want = run(fixed, {x});
+    for (size_t i = 0; i < got.size(); ++i) EXPECT_TRUE(all_close(got[i], want[i])) << "output " << i;
+  }
+  // Resizing the symbolic dim itself is refused.
+  ModelBuilder r(18);
+  r.input("x", DType::f32, {ir::Dim::sym("batch"), 2}).output("y");
+  r.init("scales", from_vector(std::vector<float>{2, 1}));
+  r.node("Resize", {"x", "", "scales"}, {"y"}, "grow_batch");
+  EXPECT_KILN_ERROR(r.import(), "'grow_batch'", "resizing symbolic dim batch");
+}
+
 TEST(OnnxImport, OldOpsetAttributeForms) {
   // Opset 9: Slice takes attributes, Upsample scales as an input, Unsqueeze axes as an attribute.
   ModelBuilder b(9);

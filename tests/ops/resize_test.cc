@@ -211,6 +211,20 @@ TEST(Resize, SameSizeIsTheIdentity) {
   EXPECT_EQ(resize(x, {2, 3, 0, 5}).shape(), Shape({2, 3, 0, 5}));
 }
 
+// sizes -1 keeps x's dim (a symbolic batch imported from ONNX); given scales must be 1 there.
+TEST(Resize, MinusOneKeepsTheDim) {
+  Tensor x = random_tensor({3, 2, 4, 5}, DType::f32, 9);
+  ResizeOptions o;
+  o.mode = "linear";
+  Tensor want = resize(x, {3, 2, 8, 10}, o);
+  EXPECT_TRUE(all_close(resize(x, {-1, -1, 8, 10}, o), want, Tol{0, 0}));
+  EXPECT_TRUE(all_close(ref::resize(x, attrs_of({-1, -1, 8, 10}, o)), want, resize_tol(DType::f32)));
+  o.scales = {1, 1, 2, 2};
+  EXPECT_TRUE(all_close(resize(x, {-1, 2, 8, 10}, o), want, Tol{0, 0}));
+  o.scales = {2, 1, 2, 2};
+  EXPECT_KILN_ERROR(resize(x, {-1, 2, 8, 10}, o), "resize", "keeps dim 0 (-1)", "resizes it");
+}
+
 double dot(const Tensor& a, const Tensor& b) {
   auto av = ref::values(a), bv = ref::values(b);
   double s = 0;
@@ -243,7 +257,7 @@ TEST(Resize, BackwardIsTheAdjoint) {
 TEST(Resize, ErrorsNameTheProblem) {
   Tensor x = ones({1, 2, 3, 4});
   EXPECT_KILN_ERROR(resize(x, {1, 2, 6}), "resize", "sizes must have one entry per dim", "[1, 2, 3, 4]");
-  EXPECT_KILN_ERROR(resize(x, {1, 2, -1, 4}), "resize", "negative entry at dim 2");
+  EXPECT_KILN_ERROR(resize(x, {1, 2, -2, 4}), "resize", "negative entry at dim 2");
   ResizeOptions bad_mode;
   bad_mode.mode = "bilinear";
   EXPECT_KILN_ERROR(resize(x, {1, 2, 6, 8}, bad_mode), "resize", "mode must be one of", "'bilinear'");

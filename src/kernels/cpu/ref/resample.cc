@@ -109,6 +109,8 @@ Tensor resize(const Tensor& x, const Attrs& a) {
   const auto& sizes = a.get_ints("sizes");
   const size_t rank = xs.size();
   Shape os(sizes.begin(), sizes.end());
+  for (size_t d = 0; d < rank; ++d)
+    if (os[d] == -1) os[d] = xs[d];  // -1 keeps x's dim
   std::vector<std::vector<Taps>> taps(rank);
   for (size_t d = 0; d < rank; ++d)
     for (int64_t y = 0; y < os[d]; ++y) taps[d].push_back(axis_taps(a, d, rank, xs[d], os[d], y));

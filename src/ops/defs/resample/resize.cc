@@ -31,6 +31,16 @@ std::string options_str(std::initializer_list<const char*> options) {
   {"half_pixel", "half_pixel_symmetric", "pytorch_half_pixel", "align_corners", "asymmetric", "tf_crop_and_resize"}
 #define KILN_RESIZE_NEAREST {"round_prefer_floor", "round_prefer_ceil", "floor", "ceil"}
 
+// The output shape: sizes, where -1 keeps x's dim (an axis that is not resized and whose size is
+// only known at run time, e.g. a symbolic batch imported from ONNX).
+Shape resize_sizes(const Shape& x, const Attrs& a) {
+  const auto& sizes = a.get_ints("sizes");
+  Shape out(sizes.begin(), sizes.end());
+  for (size_t d = 0; d < out.size() && d < x.size(); ++d)
+    if (out[d] == -1) out[d] = x[d];
+  return out;
+}
+
 // Checks the attributes against x's shape; `what` prefixes the messages.
 void check_resize_attrs(const std::string& what, const Shape& x, DType dtype, const Attrs& a) {
   const size_t rank = x.size();
@@ -44,8 +54,11 @@ void check_resize_attrs(const std::string& what, const Shape& x, DType dtype, co
   KILN_CHECK(sizes.size() == rank, what, ": sizes must have one entry per dim of x (", rank, "), got ",
              attr_value_str(sizes), " for x of shape ", shape_str(x));
   for (size_t d = 0; d < rank; ++d) {
-    KILN_CHECK(sizes[d] >= 0, what, ": sizes ", attr_value_str(sizes), " has a negative entry at dim ", d);
-    KILN_CHECK(x[d] > 0 || sizes[d] == 0, what, ": dim ", d, " of x (shape ", shape_str(x),
+    KILN_CHECK(sizes[d] >= -1, what, ": sizes ", attr_value_str(sizes), " has a negative entry at dim ", d,
+               " (-1 keeps x's dim)");
+    KILN_CHECK(sizes[d] != -1 || a.get_floats("scales").size() != rank || a.get_floats("scales")[d] == 1.0, what,
+               ": sizes keeps dim ", d, " (-1) but scales ", attr_value_str(a.get_floats("scales")), " resizes it");
+    KILN_CHECK(x[d] > 0 || sizes[d] <= 0, what, ": dim ", d, " of x (shape ", shape_str(x),
                ") is empty and cannot be resized to ", sizes[d]);
   }
   KILN_CHECK(scales.empty() || scales.size() == rank, what, ": scales must be empty or have one entry per dim of x (",
@@ -153,7 +166,7 @@ ResampleAxis axis_table(const Attrs& a, size_t d, size_t rank, int64_t in, int64
 
 // The tables of every axis that is not the identity, in axis order.
 std::vector<ResampleAxis> resize_tables(const Shape& x, const Attrs& a) {
-  const auto& sizes = a.get_ints("sizes");
+  const Shape sizes = resize_sizes(x, a);
   const auto& scales = a.get_floats("scales");
   const auto& roi = a.get_floats("roi");
   const bool crop = a.get_string("coordinate_transformation_mode") == "tf_crop_and_resize";
@@ -170,7 +183,7 @@ std::vector<ResampleAxis> resize_tables(const Shape& x, const Attrs& a) {
 std::vector<TensorMeta> infer_resize(const InferCtx& c) {
   const TensorMeta& x = c.in(0);
   check_resize_attrs(c.op.name(), x.shape, x.dtype, c.attrs);
-  return {{x.dtype, Shape(c.attrs.get_ints("sizes").begin(), c.attrs.get_ints("sizes").end())}};
+  return {{x.dtype, resize_sizes(x.shape, c.attrs)}};
 }
 
 void resize_kernel(const KernelCall& k) {
@@ -196,9 +209,8 @@ std::vector<TensorMeta> infer_resize_backward(const InferCtx& c) {
   const auto& in_shape = c.attrs.get_ints("input_shape");
   Shape xs(in_shape.begin(), in_shape.end());
   check_resize_attrs(c.op.name(), xs, g.dtype, c.attrs);
-  const auto& sizes = c.attrs.get_ints("sizes");
-  if (g.shape != Shape(sizes.begin(), sizes.end()))
-    c.fail("grad has shape " + shape_str(g.shape) + " but the resize produced " + attr_value_str(sizes));
+  const Shape sizes = resize_sizes(xs, c.attrs);
+  if (g.shape != sizes) c.fail("grad has shape " + shape_str(g.shape) + " but the resize produced " + shape_str(sizes));
   if (!is_floating(g.dtype)) c.fail("grad must be floating, got " + meta_str(g));
   return {{g.dtype, xs}};
 }
@@ -228,7 +240,7 @@ void register_resize_ops(OpRegistry& r) {
                      return std::vector<Tensor>{dispatch1(op("resize_backward"), {g[0]}, a)};
                    },
                    {}, {}})
-      .doc("ONNX Resize 19 to explicit sizes (one per dim); nearest (any dtype), linear and cubic (floating; "
+      .doc("ONNX Resize 19 to explicit sizes (one per dim; -1 keeps x's dim); nearest (any dtype), linear and cubic (floating; "
            "16-bit floats compute in f32) over any number of axes, applied one axis at a time; scales, when "
            "given, drive the coordinate transform (Note [Resize coordinates]). exclude_outside does not apply "
            "to nearest.");
