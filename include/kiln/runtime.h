@@ -12,6 +12,7 @@
 #include <cstdint>
 #include <map>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -19,10 +20,12 @@
 #include "kiln/core/tensor.h"
 #include "kiln/ir.h"
 #include "kiln/ops/op_def.h"
+#include "kiln/target.h"
 
 namespace kiln::runtime {
 
-inline constexpr uint32_t kEngineFormatVersion = 1;
+// 2: the full Target (ISA, cores, caches, threads, budget, objective) and a tactic per step.
+inline constexpr uint32_t kEngineFormatVersion = 2;
 
 // A value the steps read or write.
 struct EngineValue {
@@ -42,6 +45,7 @@ struct EngineStep {
   Attrs attrs;                      // bound
   std::vector<int32_t> inputs;      // value indices; -1: absent optional input
   std::vector<int32_t> outputs;     // value indices
+  std::string tactic;               // the kernel's tactic; empty: the op's first kernel (Note [Tactics])
 };
 
 struct BatchRange {
@@ -62,7 +66,7 @@ struct MemoryStats {
 
 struct Engine {
   std::string name = "main";
-  std::string target;        // "x86_64-avx512"
+  Target target;             // target.name(): "x86_64-avx512"
   std::string kiln_version;  // of the compiler that built it
   std::vector<EngineValue> values;
   std::vector<EngineStep> steps;
@@ -86,9 +90,10 @@ struct Engine {
   static Engine load(const std::string& path);
 };
 
-// This machine's target string: "<arch>-<isa of the CPU kernels>", e.g. "x86_64-avx512".
+// This machine's target name: "<arch>-<isa of the CPU kernels>", e.g. "x86_64-avx512".
 std::string host_target();
-// Whether engines built for `target` run here (kiln::Error explaining why not, when `why` is null).
+// Whether engines built for target name `target` run here (kiln::Error explaining why not, when
+// `why` is null).
 bool target_runs_here(const std::string& target, std::string* why = nullptr);
 
 // ---- building (uses the compiler) ------------------------------------------------------------------
@@ -98,12 +103,34 @@ struct CompileOptions {
   int64_t batch_max = 0;
   std::vector<std::string> input_names;   // user-facing names (default: the graph's)
   std::vector<std::string> output_names;
+  std::optional<Target> target;  // default: Target::host()
+  int threads = 0;               // > 0: overrides target.threads (what tactics are timed on)
+  // Note [Tactics]: autotuning times every CPU kernel (tactic) of each step that has several, on
+  // random inputs at the largest batch, and keeps the fastest. Off by default in the library (no
+  // timing and no cache file unless asked); `kiln compile` turns it on unless --no-autotune.
+  bool autotune = false;
+  std::string timing_cache;      // file; empty: default_timing_cache_path(); "none": in memory only
+  int tune_runs = 5;             // timed runs per tactic per step (after one warm-up run) ...
+  double tune_ms = 50;           // ... or fewer, once a tactic has used this many milliseconds
+};
+struct TuneReport {
+  bool autotune = false;
+  std::string cache_path;         // empty: none
+  int64_t tuned_steps = 0;        // steps with a choice of tactics
+  int64_t hits = 0, misses = 0;   // timing cache
+  double ms = 0;                  // spent timing
+  std::vector<std::string> warnings;  // unreadable cache file, cache not written, ...
+  std::vector<std::string> choices;   // "step 'x' (gemm): prepacked 0.12 ms (default 0.20 ms)"
+  std::string summary() const;
 };
 struct CompileResult {
   Engine engine;
   std::vector<compiler::PassReport> passes;
   std::string memory_summary;
+  TuneReport tuning;
 };
+// $XDG_CACHE_HOME/kiln/timing_cache, else $HOME/.cache/kiln/timing_cache; empty if neither is set.
+std::string default_timing_cache_path();
 // Optimizes a copy of g, plans its memory and packs it into an engine. The batch symbol is the
 // only symbolic dim allowed (the first input's leading dim, or the graph's only symbol).
 CompileResult compile(const ir::Graph& g, const CompileOptions& options = {});

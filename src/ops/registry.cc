@@ -33,6 +33,13 @@ const OpDef* OpRegistry::find(const std::string& name) const {
   return nullptr;
 }
 
+OpDef& OpRegistry::extend(const std::string& name) {
+  for (const auto& d : ops_)
+    if (d->name() == name) return *d;
+  KILN_ASSERT(false, "extend: op '", name, "' is not registered (register its family first)");
+  throw InternalError("unreachable");
+}
+
 const OpDef& OpRegistry::get(const std::string& name) const {
   const OpDef* d = find(name);
   KILN_CHECK(d != nullptr, "unknown op '", name, "'");

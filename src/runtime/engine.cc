@@ -5,6 +5,7 @@
 #include <sstream>
 
 #include "compiler/memory_plan.h"
+#include "runtime/tactics.h"
 #include "kernels/cpu/isa.h"
 #include "kiln/runtime.h"
 #include "kiln/version.h"
@@ -69,26 +70,19 @@ std::string find_batch_symbol(const ir::Graph& g) {
 std::string host_target() { return host_arch() + "-" + std::string(kernels::cpu::isa_name(kernels::cpu::active_isa())); }
 
 bool target_runs_here(const std::string& target, std::string* why) {
-  auto fail = [&](const std::string& msg) {
+  auto dash = target.find('-');
+  if (dash == std::string::npos) {
+    std::string msg = "engine target '" + target + "' is not of the form <arch>-<isa> (e.g. " + host_target() + ")";
     if (why) {
       *why = msg;
       return false;
     }
     KILN_FAIL(msg);
-  };
-  auto dash = target.find('-');
-  if (dash == std::string::npos)
-    return fail("engine target '" + target + "' is not of the form <arch>-<isa> (e.g. " + host_target() + ")");
-  std::string arch = target.substr(0, dash), isa = target.substr(dash + 1);
-  if (arch != host_arch())
-    return fail("engine was built for " + target + " but this machine is " + host_arch() +
-                " (" + host_target() + "); recompile the model here");
-  for (auto supported : kernels::cpu::supported_isas())
-    if (kernels::cpu::isa_name(supported) == isa) return true;
-  std::string have;
-  for (auto supported : kernels::cpu::supported_isas()) have += (have.empty() ? "" : ", ") + std::string(kernels::cpu::isa_name(supported));
-  return fail("engine was built for " + target + " but this CPU supports only " + have +
-              "; recompile the model here (or build it with KILN_ISA set to one of those)");
+  }
+  Target t;
+  t.arch = target.substr(0, dash);
+  t.isa = target.substr(dash + 1);
+  return t.runs_here(why);
 }
 
 std::string MemoryStats::summary() const {
@@ -146,6 +140,7 @@ std::string Engine::steps_str() const {
     os << " = " << st.op->name() << "(";
     for (size_t k = 0; k < st.inputs.size(); ++k) os << (k ? ", " : "") << slot(st.inputs[k]);
     os << ")";
+    if (!st.tactic.empty()) os << " [" << st.tactic << "]";
     if (!st.attrs.values().empty()) {
       os << " {";
       bool first = true;
@@ -219,6 +214,16 @@ void Engine::validate() const {
     const EngineStep& st = steps[s];
     std::string where = "step #" + std::to_string(s) + " '" + st.name + "'";
     KILN_CHECK(st.op != nullptr, "engine '", name, "': ", where, " has no op");
+    if (!st.tactic.empty()) {
+      bool known = false;
+      for (const KernelEntry& k : st.op->kernels()) known = known || (k.device == DeviceType::cpu && k.tactic == st.tactic);
+      std::string have;
+      for (const KernelEntry& k : st.op->kernels())
+        if (k.device == DeviceType::cpu) have += (have.empty() ? "" : ", ") + k.tactic;
+      KILN_CHECK(known, "engine '", name, "': ", where, " (", st.op->name(), ") uses tactic '", st.tactic,
+                 "' which this kiln does not have (its CPU tactics: ", have.empty() ? "none" : have,
+                 "); recompile the model");
+    }
     for (int32_t id : st.inputs) {
       check_id(id, true, where);
       KILN_CHECK(id < 0 || defined[static_cast<size_t>(id)], "engine '", name, "': ", where, " reads %",
@@ -249,7 +254,11 @@ CompileResult compile(const ir::Graph& source, const CompileOptions& options) {
 
   Engine& e = result.engine;
   e.name = g.name;
-  e.target = host_target();
+  e.target = options.target ? *options.target : Target::host();
+  if (options.threads > 0) e.target.threads = options.threads;
+  KILN_CHECK(e.target.threads >= 1, "compile graph '", g.name, "': target threads must be >= 1, got ",
+             e.target.threads);
+  e.target.runs_here();
   e.kiln_version = kVersion;
   e.batch.symbol = find_batch_symbol(g);
   if (e.batch.symbol.empty()) {
@@ -267,6 +276,10 @@ CompileResult compile(const ir::Graph& source, const CompileOptions& options) {
   result.memory_summary = plan.summary();
   e.memory = MemoryStats{plan.arena_bytes, plan.sum_bytes, plan.lower_bound, static_cast<int64_t>(plan.buffers.size()),
                          plan.inplace_count, plan.view_count};
+  int64_t weight_bytes = 0;
+  for (const ir::Value* c : g.constants())
+    weight_bytes += c->constant().numel() * static_cast<int64_t>(dtype_size(c->constant().dtype()));
+  check_memory_budget(g.name, e.target, e.batch, plan.arena_bytes, weight_bytes, 0);
 
   std::map<const ir::Value*, int32_t> ids;
   auto add_value = [&](const ir::Value* v, EngineValue ev) {
@@ -310,6 +323,7 @@ CompileResult compile(const ir::Graph& source, const CompileOptions& options) {
   KILN_CHECK(e.input_names.size() == e.inputs.size() && e.output_names.size() == e.outputs.size(),
              "compile graph '", g.name, "': ", e.input_names.size(), " input names for ", e.inputs.size(),
              " inputs or ", e.output_names.size(), " output names for ", e.outputs.size(), " outputs");
+  result.tuning = select_tactics(e, options);
   e.validate();
   return result;
 }

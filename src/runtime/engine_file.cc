@@ -20,6 +20,10 @@ namespace kiln::runtime {
 // header, the magic, the version, the recorded against the actual size (truncation), the checksum,
 // then parses the metadata with every read bounds-checked, then the target, then the engine's own
 // invariants (Engine::validate). Each failure is a kiln::Error that names the file and the problem.
+// Version 2 (the version 1 target string became the Target): the metadata starts with the kiln
+// version, then the target (arch, isa, i64 cores, threads, L1d, L2, L3 bytes, memory budget, u8
+// objective); each step ends with its tactic (empty: the op's first kernel). Files of another
+// version are refused with "recompile the model".
 
 namespace {
 
@@ -204,7 +208,12 @@ std::string Engine::serialize() const {
   validate();
   Writer m;
   m.str(kiln_version);
-  m.str(target);
+  m.str(target.arch);
+  m.str(target.isa);
+  for (int64_t x : {int64_t{target.cores}, int64_t{target.threads}, target.l1d_bytes, target.l2_bytes, target.l3_bytes,
+                    target.memory_budget})
+    m.i64(x);
+  m.u8(static_cast<uint8_t>(target.objective));
   m.str(name);
   m.str(batch.symbol);
   m.i64(batch.min);
@@ -245,6 +254,7 @@ std::string Engine::serialize() const {
     }
     m.ids(st.inputs);
     m.ids(st.outputs);
+    m.str(st.tactic);
   }
   m.ids(inputs);
   m.ids(outputs);
@@ -318,9 +328,24 @@ Engine Engine::deserialize(const std::string& bytes, const std::string& source) 
   Reader r(bytes, meta_at, meta_at + meta_size, src);
   Engine e;
   e.kiln_version = r.str("kiln version");
-  e.target = r.str("target");
+  e.target.arch = r.str("target arch");
+  e.target.isa = r.str("target isa");
+  int64_t cores = r.i64("target cores"), threads = r.i64("target threads");
+  KILN_CHECK(cores >= 1 && cores <= 1 << 20 && threads >= 1 && threads <= 1 << 20, "engine file '", src,
+             "' is corrupt: target has ", cores, " cores and ", threads, " threads");
+  e.target.cores = static_cast<int>(cores);
+  e.target.threads = static_cast<int>(threads);
+  e.target.l1d_bytes = r.i64("target L1d size");
+  e.target.l2_bytes = r.i64("target L2 size");
+  e.target.l3_bytes = r.i64("target L3 size");
+  e.target.memory_budget = r.i64("target memory budget");
+  uint8_t objective = r.u8("target objective");
+  KILN_CHECK(objective <= 1 && e.target.l1d_bytes >= 0 && e.target.l2_bytes >= 0 && e.target.l3_bytes >= 0 &&
+                 e.target.memory_budget >= 0,
+             "engine file '", src, "' is corrupt: bad target fields (objective code ", int{objective}, ")");
+  e.target.objective = static_cast<Target::Objective>(objective);
   std::string why;
-  KILN_CHECK(target_runs_here(e.target, &why), "engine file '", src, "': ", why);
+  KILN_CHECK(e.target.runs_here(&why), "engine file '", src, "': ", why);
   e.name = r.str("engine name");
   e.batch.symbol = r.str("batch symbol");
   e.batch.min = r.i64("batch range");
@@ -371,7 +396,7 @@ Engine Engine::deserialize(const std::string& bytes, const std::string& source) 
     v.bytes = r.i64("value bytes");
     e.values.push_back(std::move(v));
   }
-  size_t nsteps = r.count("steps", 20);
+  size_t nsteps = r.count("steps", 24);
   for (size_t i = 0; i < nsteps; ++i) {
     EngineStep st;
     st.name = r.str("step name");
@@ -392,6 +417,7 @@ Engine Engine::deserialize(const std::string& bytes, const std::string& source) 
     }
     st.inputs = r.ids("step inputs");
     st.outputs = r.ids("step outputs");
+    st.tactic = r.str("step tactic");
     e.steps.push_back(std::move(st));
   }
   e.inputs = r.ids("signature inputs");

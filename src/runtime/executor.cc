@@ -107,7 +107,7 @@ std::vector<Tensor> Executor::run(const std::vector<Tensor>& inputs) {
                                      contiguous_strides(metas[k].shape), v.dtype));
         }
         std::vector<Tensor> slots = outs;
-        outs = run_kernel(call, std::move(outs));
+        outs = run_kernel(call, std::move(outs), st.tactic);
         for (size_t k = 0; k < outs.size(); ++k)
           if (outs[k].data_ptr() != slots[k].data_ptr()) slots[k].copy_(outs[k]);  // a kernel that allocated anyway
         outs = std::move(slots);

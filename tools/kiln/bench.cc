@@ -123,7 +123,7 @@ int run_bench_command(const BenchOptions& opt) {
   if (opt.json) {
     std::ostringstream os;
     os << std::setprecision(6);
-    os << "{\"model\": " << json_string(opt.model) << ", \"target\": " << json_string(e.target)
+    os << "{\"model\": " << json_string(opt.model) << ", \"target\": " << json_string(e.target.name())
        << ", \"batch\": " << batch << ", \"threads\": " << threads << ", \"iterations\": " << opt.iterations
        << ", \"warmup\": " << opt.warmup << ", \"latency_ms\": {\"min\": " << sorted.front()
        << ", \"median\": " << percentile(sorted, 50) << ", \"p90\": " << percentile(sorted, 90)
@@ -140,7 +140,7 @@ int run_bench_command(const BenchOptions& opt) {
     return 0;
   }
   std::cout << std::fixed << std::setprecision(3);
-  std::cout << "engine: " << opt.model << " (" << e.target << "), " << e.steps.size() << " steps, arena "
+  std::cout << "engine: " << opt.model << " (" << e.target.name() << "), " << e.steps.size() << " steps, arena "
             << e.memory.arena_bytes << " bytes\n";
   std::cout << "batch " << batch << ", threads " << threads << ", " << opt.iterations << " iterations after "
             << opt.warmup << " warmup\n";

@@ -1,14 +1,18 @@
-// `kiln compile MODEL.onnx|GRAPH.kir -o model.kiln [-O N] [--disable-pass NAME] [--batch MIN:MAX]`:
-// optimizes the graph, plans its memory and writes an engine; prints the pass report and the plan.
+// `kiln compile MODEL.onnx|GRAPH.kir -o model.kiln [-O N] [--disable-pass NAME] [--batch MIN:MAX]
+//  [--target host|ARCH-ISA] [--threads N] [--memory-budget SIZE] [--no-autotune] [--timing-cache FILE]`:
+// optimizes the graph, plans its memory, picks tactics (timed, with a timing cache) and writes an
+// engine; prints the pass report, the plan and the tactic report.
 // Also the engine side of `kiln run` and `kiln inspect`.
 #include <CLI/CLI.hpp>
 
 #include <algorithm>
+#include <chrono>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <iomanip>
 #include <iostream>
+#include <optional>
 #include <utility>
 
 #include "engine_commands.h"
@@ -27,6 +31,20 @@ CLI::App* add_compile_command(CLI::App& app, CompileCommandOptions& opt) {
   c->add_option("--known", opt.known, "ONNX: an input kiln needs at compile time (a shape tensor), name=file");
   c->add_option("--dim", opt.dims, "ONNX: fix a symbolic dim other than the batch, name=value");
   c->add_flag("--verify-each", opt.verify_each, "run the IR verifier after every pass");
+  c->add_option("--target", opt.target,
+                "what to build for: host (default) or ARCH-ISA, e.g. x86_64-avx2 for a lesser machine");
+  c->add_option("--threads", opt.threads, "threads the engine's tactics are timed on (default: kiln's thread count)")
+      ->check(CLI::Range(1, 1024));
+  c->add_option("--memory-budget", opt.memory_budget,
+                "bytes for the arena and the weights, e.g. 64MiB, 1.5GiB (compile fails when the plan exceeds it)");
+  c->add_option("--objective", opt.objective, "latency (default) or throughput");
+  c->add_flag("--no-autotune", opt.no_autotune, "choose tactics by heuristics, without timing kernels");
+  c->add_option("--timing-cache", opt.timing_cache,
+                "timing cache file (default $XDG_CACHE_HOME/kiln/timing_cache or ~/.cache/kiln/timing_cache; "
+                "'none': keep no file)");
+  c->add_option("--tune-runs", opt.tune_runs, "timed runs per tactic per layer")->check(CLI::Range(1, 1000));
+  c->add_option("--tune-ms", opt.tune_ms, "time budget per tactic per layer, milliseconds")->check(CLI::Range(0.1, 1e5));
+  c->add_flag("--show-tactics", opt.show_tactics, "print every tuned step's choice and timings");
   return c;
 }
 
@@ -89,16 +107,46 @@ int run_compile_command(const CompileCommandOptions& opt) {
   for (const kiln::ir::Value* v : lg.graph.inputs())
     for (const auto& d : v->type().shape) symbolic_inputs = symbolic_inputs || d.is_symbolic();
   bool default_range = opt.batch.empty() && symbolic_inputs;
-  if (default_range) std::tie(co.batch_min, co.batch_max) = std::pair<int64_t, int64_t>{1, kDefaultBatchMax};
-  kiln::runtime::CompileResult r = kiln::runtime::compile(lg.graph, co);
-  if (default_range && r.engine.memory.arena_bytes > kDefaultArenaBudget) {
-    // Intermediates grow with the batch: scale the range down to the budget.
-    co.batch_max = std::max<int64_t>(
-        1, static_cast<int64_t>(static_cast<double>(kDefaultBatchMax) * static_cast<double>(kDefaultArenaBudget) /
-                                static_cast<double>(r.engine.memory.arena_bytes)));
-    r = kiln::runtime::compile(lg.graph, co);
+  kiln::runtime::Target target = kiln::runtime::Target::parse(opt.target);
+  if (opt.threads > 0) target.threads = opt.threads;
+  if (!opt.memory_budget.empty()) target.memory_budget = kiln::runtime::parse_bytes(opt.memory_budget);
+  target.objective = kiln::runtime::parse_objective(opt.objective);
+  co.target = target;
+  co.autotune = !opt.no_autotune;
+  co.timing_cache = opt.timing_cache;
+  co.tune_runs = opt.tune_runs;
+  co.tune_ms = opt.tune_ms;
+  auto t0 = std::chrono::steady_clock::now();
+  std::optional<kiln::runtime::CompileResult> result;
+  if (default_range) {
+    // Probe at 1:64 without timing or the budget, then shrink the range to what 1 GiB of arena (and
+    // the memory budget, less the weights) allows.
+    kiln::runtime::CompileOptions probe = co;
+    probe.batch_min = 1, probe.batch_max = kDefaultBatchMax;
+    probe.autotune = false;
+    probe.target->memory_budget = 0;
+    kiln::runtime::CompileResult pr = kiln::runtime::compile(lg.graph, probe);
+    int64_t limit = kDefaultArenaBudget;
+    if (target.memory_budget > 0) {
+      int64_t weights = 0;
+      for (const auto& c : pr.engine.constants) weights += c.numel() * static_cast<int64_t>(kiln::dtype_size(c.dtype()));
+      limit = std::min(limit, target.memory_budget - weights);
+    }
+    co.batch_min = 1;
+    co.batch_max = kDefaultBatchMax;
+    if (pr.engine.memory.arena_bytes > limit)
+      co.batch_max = std::max<int64_t>(
+          1, static_cast<int64_t>(static_cast<double>(kDefaultBatchMax) * static_cast<double>(std::max<int64_t>(limit, 0)) /
+                                  static_cast<double>(pr.engine.memory.arena_bytes)));
+    else if (!co.autotune && target.memory_budget == 0)
+      result = std::move(pr);  // the probe is the engine
   }
-  std::cout << "compiled " << opt.model << " at -O" << opt.opt_level << " for " << r.engine.target << "\n";
+  if (!result) result = kiln::runtime::compile(lg.graph, co);
+  kiln::runtime::CompileResult& r = *result;
+  double compile_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  std::cout << "compiled " << opt.model << " at -O" << opt.opt_level << " for " << r.engine.target.name() << " in "
+            << std::fixed << std::setprecision(2) << compile_s << " s\n" << std::defaultfloat;
+  std::cout << "target: " << r.engine.target.str() << "\n";
   std::cout << "passes:\n";
   int shown = 0;
   for (const auto& p : r.passes) {
@@ -111,6 +159,10 @@ int run_compile_command(const CompileCommandOptions& opt) {
   if (shown == 0) std::cout << "  (no pass changed the graph)\n";
   std::cout << "nodes: " << nodes_before << " -> " << r.engine.steps.size() << " steps\n";
   std::cout << "memory: " << r.memory_summary << "\n";
+  std::cout << r.tuning.summary() << "\n";
+  for (const auto& w : r.tuning.warnings) std::cerr << "warning: " << w << "\n";
+  if (opt.show_tactics)
+    for (const auto& c : r.tuning.choices) std::cout << "  " << c << "\n";
   std::cout << r.engine.signature_str();
   r.engine.save(opt.out);
   std::cout << "wrote " << opt.out << " (" << std::filesystem::file_size(opt.out) << " bytes)\n";
@@ -148,7 +200,7 @@ int run_engine_file(const std::string& path, const std::map<std::string, kiln::T
 int inspect_engine_file(const std::string& path) {
   kiln::runtime::Engine e = kiln::runtime::Engine::load(path);
   std::cout << "engine " << e.name << " (" << path << ")\n";
-  std::cout << "target: " << e.target << " (this machine: " << kiln::runtime::host_target() << ")\n";
+  std::cout << "target: " << e.target.str() << " (this machine: " << kiln::runtime::host_target() << ")\n";
   std::cout << "built by: kiln " << e.kiln_version << ", format version " << kiln::runtime::kEngineFormatVersion << "\n";
   std::cout << e.signature_str();
   int64_t const_bytes = 0;

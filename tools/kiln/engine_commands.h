@@ -20,6 +20,15 @@ struct CompileCommandOptions {
   std::vector<std::string> known;    // ONNX compile-time inputs, name=file
   std::vector<std::string> dims;     // ONNX symbolic dims fixed at load, name=value
   bool verify_each = false;
+  std::string target = "host";       // "host" or <arch>-<isa>
+  int threads = 0;                   // 0: kiln's thread count
+  std::string memory_budget;         // "64MiB"; empty: none
+  std::string objective = "latency";
+  bool no_autotune = false;
+  std::string timing_cache;          // empty: the default path
+  int tune_runs = 5;
+  double tune_ms = 50;
+  bool show_tactics = false;
 };
 struct BenchOptions {
   std::string model;

@@ -132,7 +132,7 @@ int engine_stage(const TrainOptions& opt, const Tensor& test_x, const Tensor& te
   Tensor logits = exec.run({test_x.contiguous()})[0];
   const double engine_acc = logits.argmax(1).eq(test_y).to(DType::f64).mean().item<double>();
   std::printf("\n== engine %s (target %s)\n  test accuracy: eager %.2f%%, engine %.2f%% (%lld images)\n",
-              opt.engine_path.c_str(), engine->target.c_str(), 100.0 * eager_acc, 100.0 * engine_acc,
+              opt.engine_path.c_str(), engine->target.name().c_str(), 100.0 * eager_acc, 100.0 * engine_acc,
               static_cast<long long>(n));
 
   // Latency: median of repeated runs at batch 1 and at the whole test split, then a profiled pass.

@@ -213,6 +213,8 @@ class OpRegistry {
   static OpRegistry& instance();  // populated with every built-in op on first use
   OpDef& add(const std::string& schema_text);  // kiln::InternalError on a duplicate name
   const OpDef* find(const std::string& name) const;
+  // An op registered earlier, to attach more kernels (tactics) from another file; kiln::InternalError if missing.
+  OpDef& extend(const std::string& name);
   const OpDef& get(const std::string& name) const;  // kiln::Error "unknown op" if missing
   std::vector<const OpDef*> all() const;             // sorted by name
 

@@ -1,0 +1,240 @@
+// Extra CPU tactics for gemm, matmul and fused_gemm (f32) that engines choose between at compile
+// time (Note [Tactics] in include/kiln/runtime.h):
+//   "prepacked"  the weight (input 1) packed once into the GEMM micro-kernel layout and reused
+//   "openblas"   cblas_sgemm (when kiln was configured with OpenBLAS: KILN_HAS_OPENBLAS)
+// The ops' own kernels stay first, so eager calls and untuned engines run them unchanged.
+//
+// Note [Prepacked tactics]
+// A prepacked kernel looks the weight up in a process-wide cache keyed by its storage (held weakly:
+// an entry dies with the tensor), data pointer, k x n view, strides, storage version and the
+// active ISA, and packs it on a miss. Engine constants live as long as the engine, so each is
+// packed once per loaded engine (on its first run), not per run; the tuner times the tactic after
+// a warm-up run, i.e. without the packing. The cache cannot see writes that skip the storage
+// version (an executor's arena), so the tuner offers "prepacked" only where input 1 is an engine
+// constant (runtime/tactics.cc: candidate_tactics).
+#include <algorithm>
+#include <atomic>
+#include <optional>
+#include <memory>
+#include <mutex>
+#include <vector>
+
+#include "kernels/cpu/gemm.h"
+#include "kernels/cpu/isa.h"
+#include "kernels/cpu/loops.h"
+#include "kiln/core/thread_pool.h"
+#include "kiln/ops/op_def.h"
+#include "ops/defs/register_all.h"
+
+#if KILN_HAS_OPENBLAS
+#include <cblas.h>
+#endif
+
+namespace kiln {
+namespace {
+
+using kernels::cpu::PackedGemmB;
+
+struct PackEntry {
+  std::weak_ptr<StorageImpl> storage;
+  const void* data = nullptr;
+  int64_t k = 0, n = 0, rs = 0, cs = 0;
+  uint64_t version = 0;
+  int isa = 0;
+  std::shared_ptr<const PackedGemmB> packed;
+};
+
+std::mutex g_pack_mu;
+std::vector<PackEntry> g_packs;
+
+// The packed form of B = b viewed as k x n with strides (rs, cs) (Note [Prepacked tactics]).
+std::shared_ptr<const PackedGemmB> packed_weight(const Tensor& b, int64_t k, int64_t n, int64_t rs, int64_t cs) {
+  const int isa = static_cast<int>(kernels::cpu::active_isa());
+  const Storage& st = b.storage();
+  std::lock_guard<std::mutex> lock(g_pack_mu);
+  std::erase_if(g_packs, [](const PackEntry& e) { return e.storage.expired(); });
+  for (const PackEntry& e : g_packs)
+    if (e.storage.lock() == st && e.data == b.data_ptr() && e.k == k && e.n == n && e.rs == rs && e.cs == cs &&
+        e.version == st->version() && e.isa == isa)
+      return e.packed;
+  auto packed = std::make_shared<const PackedGemmB>(
+      kernels::cpu::pack_gemm_b_f32(k, n, static_cast<const float*>(b.data_ptr()), rs, cs));
+  g_packs.push_back(PackEntry{st, b.data_ptr(), k, n, rs, cs, st->version(), isa, packed});
+  return packed;
+}
+
+// The op's first CPU kernel for f32 (its default tactic), for shapes a tactic does not cover.
+void run_default(const KernelCall& k) {
+  const KernelEntry* e = k.op.find_kernel(DeviceType::cpu, DType::f32);
+  KILN_ASSERT(e != nullptr, k.op.name(), ": no f32 CPU kernel");
+  e->fn(k);
+}
+
+bool aliases(const Tensor& a, const Tensor& b) { return a.defined() && b.defined() && a.storage() == b.storage(); }
+
+// gemm operands as (m, n, k) with element strides of op(a) and op(b).
+struct GemmArgs {
+  int64_t m, n, k, a_rs, a_cs, b_rs, b_cs;
+  float alpha;
+};
+GemmArgs gemm_args(const KernelCall& k) {
+  const Tensor& a = k.in(0);
+  const Tensor& b = k.in(1);
+  const bool ta = k.attrs.get_bool("trans_a"), tb = k.attrs.get_bool("trans_b");
+  return GemmArgs{k.out(0).shape()[0],
+                  k.out(0).shape()[1],
+                  ta ? a.shape()[0] : a.shape()[1],
+                  ta ? a.strides()[1] : a.strides()[0],
+                  ta ? a.strides()[0] : a.strides()[1],
+                  tb ? b.strides()[1] : b.strides()[0],
+                  tb ? b.strides()[0] : b.strides()[1],
+                  static_cast<float>(k.attrs.get_float("alpha"))};
+}
+
+// matmul(a, b) with a 2-D b and a contiguous a folds to one (m x k) @ (k x n) product.
+bool matmul_folds(const KernelCall& k) {
+  const Tensor& a = k.in(0);
+  const Tensor& b = k.in(1);
+  return b.dim() == 2 && a.dim() >= 2 && a.is_contiguous() && k.out(0).is_contiguous() && !aliases(k.out(0), a) &&
+         !aliases(k.out(0), b) && a.numel() > 0 && b.numel() > 0;
+}
+
+// ---- prepacked -------------------------------------------------------------------------------------
+
+void gemm_prepacked_kernel(const KernelCall& k) {
+  const Tensor& out = k.out(0);
+  const Tensor c = k.inputs.size() > 2 ? k.in(2) : Tensor();
+  const double beta = k.attrs.get_float("beta");
+  GemmArgs g = gemm_args(k);
+  if (!out.is_contiguous() || out.numel() == 0 || g.k == 0 || aliases(out, k.in(0)) || aliases(out, k.in(1))) {
+    run_default(k);
+    return;
+  }
+  const bool use_c = c.defined() && beta != 0.0;
+  if (use_c) kernels::cpu::copy_into(out, c);  // broadcasts C to M x N
+  auto packed = packed_weight(k.in(1), g.k, g.n, g.b_rs, g.b_cs);
+  kernels::cpu::gemm_f32_prepacked(g.m, g.alpha, static_cast<const float*>(k.in(0).data_ptr()), g.a_rs, g.a_cs, *packed,
+                                   use_c ? static_cast<float>(beta) : 0.0f, static_cast<float*>(out.data_ptr()), g.n);
+}
+
+void matmul_prepacked_kernel(const KernelCall& k) {
+  if (!matmul_folds(k)) {
+    run_default(k);
+    return;
+  }
+  const Tensor& a = k.in(0);
+  const Tensor& b = k.in(1);
+  const int64_t kk = b.shape()[0], n = b.shape()[1], m = a.numel() / kk;
+  auto packed = packed_weight(b, kk, n, b.strides()[0], b.strides()[1]);
+  kernels::cpu::gemm_f32_prepacked(m, 1.0f, static_cast<const float*>(a.data_ptr()), kk, 1, *packed, 0.0f,
+                                   static_cast<float*>(k.out(0).data_ptr()), n);
+}
+
+kernels::cpu::GemmActivation parse_activation(const std::string& s) {
+  using kernels::cpu::GemmActivation;
+  if (s == "relu") return GemmActivation::relu;
+  if (s == "relu6") return GemmActivation::relu6;
+  if (s == "sigmoid") return GemmActivation::sigmoid;
+  if (s == "tanh") return GemmActivation::tanh;
+  if (s == "silu") return GemmActivation::silu;
+  if (s == "gelu") return GemmActivation::gelu;
+  if (s == "gelu_tanh") return GemmActivation::gelu_tanh;
+  KILN_CHECK(s == "none", "fused_gemm: unknown activation '", s, "'");
+  return GemmActivation::none;
+}
+
+void fused_gemm_prepacked_kernel(const KernelCall& k) {
+  const Tensor& out = k.out(0);
+  GemmArgs g = gemm_args(k);
+  if (!out.is_contiguous() || out.numel() == 0 || g.k == 0 || aliases(out, k.in(0)) || aliases(out, k.in(1))) {
+    run_default(k);
+    return;
+  }
+  Tensor bias = k.inputs.size() > 2 && k.in(2).defined() ? k.in(2).contiguous() : Tensor();
+  Tensor res = k.inputs.size() > 3 && k.in(3).defined() ? k.in(3).contiguous() : Tensor();
+  kernels::cpu::GemmEpilogue ep;
+  if (bias.defined()) {
+    ep.bias_kind = kernels::cpu::GemmBias::per_col;
+    ep.bias = static_cast<const float*>(bias.data_ptr());
+  }
+  ep.activation = parse_activation(k.attrs.get_string("activation"));
+  ep.residual = res.defined() ? static_cast<const float*>(res.data_ptr()) : nullptr;
+  ep.ldr = g.n;
+  ep.residual_before_activation = k.attrs.get_bool("residual_before_activation");
+  auto packed = packed_weight(k.in(1), g.k, g.n, g.b_rs, g.b_cs);
+  kernels::cpu::gemm_f32_prepacked(g.m, g.alpha, static_cast<const float*>(k.in(0).data_ptr()), g.a_rs, g.a_cs, *packed,
+                                   0.0f, static_cast<float*>(out.data_ptr()), g.n, ep);
+}
+
+// ---- openblas --------------------------------------------------------------------------------------
+#if KILN_HAS_OPENBLAS
+
+// A row-major operand for cblas: (transposed?, leading dimension), or nullopt when its strides fit
+// neither layout.
+std::optional<std::pair<CBLAS_TRANSPOSE, int64_t>> blas_layout(int64_t rows, int64_t cols, int64_t rs, int64_t cs) {
+  if (cs == 1 && rs >= std::max<int64_t>(1, cols)) return std::make_pair(CblasNoTrans, rs);
+  if (rs == 1 && cs >= std::max<int64_t>(1, rows)) return std::make_pair(CblasTrans, cs);
+  if (rows == 1 && cs == 1) return std::make_pair(CblasNoTrans, std::max<int64_t>(1, cols));
+  if (cols == 1 && rs == 1) return std::make_pair(CblasTrans, std::max<int64_t>(1, rows));
+  return std::nullopt;
+}
+
+void blas_threads() {
+  static std::atomic<int> current{0};
+  const int want = get_num_threads();
+  if (current.exchange(want) != want) openblas_set_num_threads(want);
+}
+
+void gemm_openblas_kernel(const KernelCall& k) {
+  const Tensor& out = k.out(0);
+  const Tensor c = k.inputs.size() > 2 ? k.in(2) : Tensor();
+  const double beta = k.attrs.get_float("beta");
+  GemmArgs g = gemm_args(k);
+  auto la = blas_layout(g.m, g.k, g.a_rs, g.a_cs), lb = blas_layout(g.k, g.n, g.b_rs, g.b_cs);
+  if (!out.is_contiguous() || out.numel() == 0 || g.k == 0 || !la || !lb || aliases(out, k.in(0)) ||
+      aliases(out, k.in(1))) {
+    run_default(k);
+    return;
+  }
+  const bool use_c = c.defined() && beta != 0.0;
+  if (use_c) kernels::cpu::copy_into(out, c);
+  blas_threads();
+  cblas_sgemm(CblasRowMajor, la->first, lb->first, static_cast<int>(g.m), static_cast<int>(g.n), static_cast<int>(g.k),
+              g.alpha, static_cast<const float*>(k.in(0).data_ptr()), static_cast<int>(la->second),
+              static_cast<const float*>(k.in(1).data_ptr()), static_cast<int>(lb->second),
+              use_c ? static_cast<float>(beta) : 0.0f, static_cast<float*>(out.data_ptr()), static_cast<int>(g.n));
+}
+
+void matmul_openblas_kernel(const KernelCall& k) {
+  const Tensor& b = k.in(1);
+  std::optional<std::pair<CBLAS_TRANSPOSE, int64_t>> lb;
+  if (matmul_folds(k)) lb = blas_layout(b.shape()[0], b.shape()[1], b.strides()[0], b.strides()[1]);
+  if (!lb) {
+    run_default(k);
+    return;
+  }
+  const Tensor& a = k.in(0);
+  const int64_t kk = b.shape()[0], n = b.shape()[1], m = a.numel() / kk;
+  blas_threads();
+  cblas_sgemm(CblasRowMajor, CblasNoTrans, lb->first, static_cast<int>(m), static_cast<int>(n), static_cast<int>(kk),
+              1.0f, static_cast<const float*>(a.data_ptr()), static_cast<int>(kk),
+              static_cast<const float*>(b.data_ptr()), static_cast<int>(lb->second), 0.0f,
+              static_cast<float*>(k.out(0).data_ptr()), static_cast<int>(n));
+}
+
+#endif
+
+}  // namespace
+
+void register_tactic_kernels(OpRegistry& r) {
+  const DTypeSet f32{DType::f32};
+  r.extend("gemm").kernel(DeviceType::cpu, f32, gemm_prepacked_kernel, "prepacked");
+  r.extend("matmul").kernel(DeviceType::cpu, f32, matmul_prepacked_kernel, "prepacked");
+  r.extend("fused_gemm").kernel(DeviceType::cpu, f32, fused_gemm_prepacked_kernel, "prepacked");
+#if KILN_HAS_OPENBLAS
+  r.extend("gemm").kernel(DeviceType::cpu, f32, gemm_openblas_kernel, "openblas");
+  r.extend("matmul").kernel(DeviceType::cpu, f32, matmul_openblas_kernel, "openblas");
+#endif
+}
+
+}  // namespace kiln

@@ -1,0 +1,315 @@
+// Tactic selection with a timing cache (Note [Tactics] in include/kiln/runtime.h, Note [Timing
+// cache] below) and the memory budget check.
+#include "runtime/tactics.h"
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <sstream>
+
+#include "kernels/cpu/isa.h"
+#include "kiln/core/thread_pool.h"
+#include "kiln/ops/dispatch.h"
+
+namespace kiln::runtime {
+
+namespace {
+
+std::string mib(int64_t b) {
+  char s[48];
+  std::snprintf(s, sizeof s, "%.2f MiB", static_cast<double>(b) / (1024.0 * 1024.0));
+  return s;
+}
+
+// Note [Timing cache]
+// A text file: the line "kiln-timing-cache 1", then one line per timed configuration,
+//   <key> TAB <fastest tactic> TAB <tactic>=<ms>,<tactic>=<ms>,...
+// The key is the op, its bound attributes, each input's dtype and shape at the largest batch
+// (with "@const" for constant weights: some tactics need them), the ISA and the thread count.
+// A file that does not parse is ignored with a warning (and rewritten after the next timing); a
+// hit whose tactic this kiln no longer has counts as a miss.
+constexpr const char* kCacheHeader = "kiln-timing-cache 1";
+
+struct CacheEntry {
+  std::string best;
+  std::string timings;
+};
+using Cache = std::map<std::string, CacheEntry>;
+
+std::string clean(std::string s) {
+  for (char& c : s)
+    if (c == '\t' || c == '\n' || c == '\r') c = ' ';
+  return s;
+}
+
+bool load_cache(const std::string& path, Cache& cache, std::vector<std::string>& warnings) {
+  std::ifstream f(path);
+  if (!f) return false;  // no file yet
+  std::string line;
+  int64_t lineno = 0;
+  Cache loaded;
+  auto corrupt = [&](const std::string& why) {
+    warnings.push_back("timing cache '" + path + "' is unreadable at line " + std::to_string(lineno) + " (" + why +
+                       "); ignoring it, it will be rewritten");
+    return false;
+  };
+  while (std::getline(f, line)) {
+    ++lineno;
+    if (lineno == 1) {
+      if (line != kCacheHeader) return corrupt("expected the header \"" + std::string(kCacheHeader) + "\"");
+      continue;
+    }
+    if (line.empty()) continue;
+    auto t1 = line.find('\t');
+    auto t2 = t1 == std::string::npos ? t1 : line.find('\t', t1 + 1);
+    if (t2 == std::string::npos || line.find('\t', t2 + 1) != std::string::npos || t1 == 0 || t2 == t1 + 1)
+      return corrupt("expected <key> TAB <tactic> TAB <timings>");
+    loaded[line.substr(0, t1)] = CacheEntry{line.substr(t1 + 1, t2 - t1 - 1), line.substr(t2 + 1)};
+  }
+  if (lineno == 0) return corrupt("empty file");
+  cache = std::move(loaded);
+  return true;
+}
+
+void save_cache(const std::string& path, const Cache& cache, std::vector<std::string>& warnings) {
+  std::error_code ec;
+  std::filesystem::path p(path);
+  if (p.has_parent_path()) std::filesystem::create_directories(p.parent_path(), ec);
+  std::string tmp = path + ".tmp" + std::to_string(static_cast<long long>(
+                                        std::chrono::steady_clock::now().time_since_epoch().count()));
+  {
+    std::ofstream f(tmp, std::ios::trunc);
+    if (!f) {
+      warnings.push_back("cannot write the timing cache '" + path + "' (" +
+                         (ec ? ec.message() : std::string("cannot create ") + tmp) + "); timings not kept");
+      return;
+    }
+    f << kCacheHeader << "\n";
+    for (const auto& [key, entry] : cache) f << key << "\t" << entry.best << "\t" << entry.timings << "\n";
+    if (!f.good()) {
+      warnings.push_back("writing the timing cache '" + tmp + "' failed; timings not kept");
+      return;
+    }
+  }
+  std::filesystem::rename(tmp, path, ec);
+  if (ec) {
+    warnings.push_back("cannot replace the timing cache '" + path + "': " + ec.message());
+    std::filesystem::remove(tmp, ec);
+  }
+}
+
+int64_t resolve(const ir::Dim& d, int64_t batch) { return d.is_symbolic() ? d.scale * batch : d.size; }
+
+Shape max_shape(const EngineValue& v, int64_t batch) {
+  Shape s;
+  for (const ir::Dim& d : v.shape) s.push_back(resolve(d, batch));
+  return s;
+}
+
+DType key_dtype(const Engine& e, const EngineStep& st) {
+  int key = st.op->dtype_key_index();
+  if (key >= 0 && static_cast<size_t>(key) < st.inputs.size() && st.inputs[static_cast<size_t>(key)] >= 0)
+    return e.values[static_cast<size_t>(st.inputs[static_cast<size_t>(key)])].dtype;
+  return e.values[static_cast<size_t>(st.outputs[0])].dtype;
+}
+
+// The step's CPU tactics for its dtype, in registration order (the first is the heuristic default).
+// "prepacked" tactics need a constant weight (input 1): Note [Prepacked tactics] in
+// src/ops/defs/linalg/matmul_tactics.cc.
+std::vector<std::string> candidate_tactics(const Engine& e, const EngineStep& st, DType dt) {
+  std::vector<std::string> out;
+  const bool const_weight = st.inputs.size() > 1 && st.inputs[1] >= 0 &&
+                            e.values[static_cast<size_t>(st.inputs[1])].kind == EngineValue::Kind::constant;
+  for (const KernelEntry& k : st.op->kernels()) {
+    if (k.device != DeviceType::cpu || !k.dtypes.contains(dt)) continue;
+    if (k.tactic == "prepacked" && !const_weight) continue;
+    if (std::find(out.begin(), out.end(), k.tactic) == out.end()) out.push_back(k.tactic);
+  }
+  return out;
+}
+
+std::string cache_key(const Engine& e, const EngineStep& st, const Target& t) {
+  std::ostringstream os;
+  os << st.op->name() << "|";
+  bool first = true;
+  for (const auto& [k, v] : st.attrs.values()) {
+    os << (first ? "" : ",") << k << "=" << attr_value_str(v);
+    first = false;
+  }
+  os << "|";
+  for (size_t i = 0; i < st.inputs.size(); ++i) {
+    if (i) os << ",";
+    if (st.inputs[i] < 0) {
+      os << "_";
+      continue;
+    }
+    const EngineValue& v = e.values[static_cast<size_t>(st.inputs[i])];
+    os << dtype_name(v.dtype) << shape_str(max_shape(v, e.batch.max));
+    if (v.kind == EngineValue::Kind::constant) os << "@const";
+  }
+  os << "|" << t.name() << "|t" << t.threads;
+  return clean(os.str());
+}
+
+double elapsed_ms(std::chrono::steady_clock::time_point t0) {
+  return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+}
+
+// Times each tactic on the step's shapes at the largest batch: constants as they are, every other
+// input random in [0.5, 1.5) (never zero). One warm-up run (a prepacked tactic packs there), then
+// up to `runs` timed runs or until `budget_ms` is used; the tactic's time is its fastest run.
+std::vector<double> time_tactics(const Engine& e, const EngineStep& st, const std::vector<std::string>& tactics,
+                                 int runs, double budget_ms) {
+  std::vector<Tensor> ins;
+  for (int32_t id : st.inputs) {
+    if (id < 0) {
+      ins.emplace_back();
+      continue;
+    }
+    const EngineValue& v = e.values[static_cast<size_t>(id)];
+    if (v.kind == EngineValue::Kind::constant) ins.push_back(e.constants[static_cast<size_t>(v.index)]);
+    else ins.push_back((rand(max_shape(v, e.batch.max), TensorOptions(DType::f32)) + 0.5).to(v.dtype));
+  }
+  std::vector<TensorMeta> metas = infer_call(*st.op, ins, st.attrs);
+  std::vector<double> best(tactics.size(), 0.0);
+  for (size_t t = 0; t < tactics.size(); ++t) {
+    std::vector<Tensor> outs;
+    for (const TensorMeta& m : metas) outs.push_back(empty(m.shape, TensorOptions(m.dtype)));
+    OpCall call{*st.op, ins, st.attrs, KILN_HERE, Tensor(), nullptr};
+    run_kernel(call, outs, tactics[t]);  // warm-up
+    auto start = std::chrono::steady_clock::now();
+    double fastest = 1e300;
+    for (int r = 0; r < std::max(1, runs); ++r) {
+      auto t0 = std::chrono::steady_clock::now();
+      run_kernel(call, outs, tactics[t]);
+      fastest = std::min(fastest, elapsed_ms(t0));
+      if (elapsed_ms(start) >= budget_ms) break;
+    }
+    best[t] = fastest;
+  }
+  return best;
+}
+
+std::string fmt_ms(double ms) {
+  char s[32];
+  std::snprintf(s, sizeof s, "%.4g", ms);
+  return s;
+}
+
+}  // namespace
+
+std::string default_timing_cache_path() {
+  if (const char* x = std::getenv("XDG_CACHE_HOME"); x && *x) return std::string(x) + "/kiln/timing_cache";
+  if (const char* h = std::getenv("HOME"); h && *h) return std::string(h) + "/.cache/kiln/timing_cache";
+  return "";
+}
+
+std::string TuneReport::summary() const {
+  std::ostringstream os;
+  if (!autotune) {
+    os << "tactics: heuristic (no autotuning), " << tuned_steps << " steps with a choice";
+    return os.str();
+  }
+  os << "tactics: " << tuned_steps << " steps with a choice, timing cache " << hits << " hits / " << misses
+     << " misses, " << fmt_ms(ms) << " ms timing";
+  os << " (" << (cache_path.empty() ? std::string("no cache file") : cache_path) << ")";
+  return os.str();
+}
+
+void check_memory_budget(const std::string& graph, const Target& target, const BatchRange& batch, int64_t arena_bytes,
+                         int64_t weight_bytes, int64_t packed_bytes) {
+  if (target.memory_budget <= 0) return;
+  const int64_t total = arena_bytes + weight_bytes + packed_bytes;
+  KILN_CHECK(total <= target.memory_budget, "compile graph '", graph, "': the engine needs ", mib(total),
+             " but the memory budget is ", mib(target.memory_budget), " (", target.memory_budget,
+             " B): planned arena ", mib(arena_bytes),
+             batch.symbol.empty() ? std::string() : " at batch " + std::to_string(batch.max), " + weights ",
+             mib(weight_bytes), packed_bytes ? " + packed weights " + mib(packed_bytes) : std::string(),
+             "; raise --memory-budget",
+             batch.symbol.empty() ? std::string() : ", or lower the largest batch (--batch)");
+}
+
+TuneReport select_tactics(Engine& e, const CompileOptions& options) {
+  TuneReport rep;
+  rep.autotune = options.autotune;
+  KILN_CHECK(options.tune_runs >= 1 && options.tune_ms > 0, "compile: tune_runs (", options.tune_runs,
+             ") and tune_ms (", options.tune_ms, ") must be positive");
+  Cache cache;
+  if (options.autotune) {
+    rep.cache_path = options.timing_cache.empty() ? default_timing_cache_path() : options.timing_cache;
+    if (rep.cache_path == "none") rep.cache_path.clear();
+    if (!rep.cache_path.empty()) load_cache(rep.cache_path, cache, rep.warnings);
+  }
+  int64_t weight_bytes = 0, packed_bytes = 0;
+  for (const Tensor& c : e.constants) weight_bytes += c.numel() * static_cast<int64_t>(dtype_size(c.dtype()));
+
+  // Time under the target's ISA and threads, restored afterwards.
+  std::optional<kernels::cpu::IsaOverride> isa;
+  const int saved_threads = get_num_threads();
+  bool changed_cache = false;
+  try {
+    if (options.autotune) {
+      isa.emplace(kernels::cpu::parse_isa(e.target.isa));
+      set_num_threads(e.target.threads);
+    }
+    for (EngineStep& st : e.steps) {
+      st.tactic.clear();
+      if (st.op->is_view() || st.outputs.empty()) continue;
+      const DType dt = key_dtype(e, st);
+      std::vector<std::string> tactics = candidate_tactics(e, st, dt);
+      if (tactics.size() < 2) continue;
+      ++rep.tuned_steps;
+      if (!options.autotune) continue;
+      // A prepacked tactic keeps a packed copy of the weight: only where the budget has room.
+      int64_t packed_cost = 0;
+      if (st.inputs.size() > 1 && st.inputs[1] >= 0)
+        packed_cost = e.constants.empty() ? 0
+                      : e.values[static_cast<size_t>(st.inputs[1])].kind == EngineValue::Kind::constant
+                          ? e.constants[static_cast<size_t>(e.values[static_cast<size_t>(st.inputs[1])].index)].numel() *
+                                static_cast<int64_t>(dtype_size(dt))
+                          : 0;
+      if (e.target.memory_budget > 0 &&
+          e.memory.arena_bytes + weight_bytes + packed_bytes + packed_cost > e.target.memory_budget)
+        tactics.erase(std::remove(tactics.begin(), tactics.end(), std::string("prepacked")), tactics.end());
+      if (tactics.size() < 2) continue;
+      bool floating_inputs = true;
+      for (int32_t id : st.inputs)
+        if (id >= 0 && e.values[static_cast<size_t>(id)].kind != EngineValue::Kind::constant)
+          floating_inputs = floating_inputs && is_floating(e.values[static_cast<size_t>(id)].dtype);
+      if (!floating_inputs) continue;
+      const std::string key = cache_key(e, st, e.target);
+      auto hit = cache.find(key);
+      if (hit != cache.end() && std::find(tactics.begin(), tactics.end(), hit->second.best) != tactics.end()) {
+        ++rep.hits;
+        st.tactic = hit->second.best;
+        rep.choices.push_back("step '" + st.name + "' (" + st.op->name() + "): " + st.tactic + " (cached: " +
+                              hit->second.timings + ")");
+      } else {
+        ++rep.misses;
+        auto t0 = std::chrono::steady_clock::now();
+        std::vector<double> ms = time_tactics(e, st, tactics, options.tune_runs, options.tune_ms);
+        rep.ms += elapsed_ms(t0);
+        size_t best = static_cast<size_t>(std::min_element(ms.begin(), ms.end()) - ms.begin());
+        st.tactic = tactics[best];
+        std::string timings;
+        for (size_t i = 0; i < tactics.size(); ++i) timings += (i ? "," : "") + tactics[i] + "=" + fmt_ms(ms[i]);
+        cache[key] = CacheEntry{st.tactic, timings};
+        changed_cache = true;
+        rep.choices.push_back("step '" + st.name + "' (" + st.op->name() + "): " + st.tactic + " (" + timings + " ms)");
+      }
+      if (st.tactic == "prepacked") packed_bytes += packed_cost;
+    }
+  } catch (...) {
+    set_num_threads(saved_threads);
+    throw;
+  }
+  if (options.autotune) set_num_threads(saved_threads);
+  if (changed_cache && !rep.cache_path.empty()) save_cache(rep.cache_path, cache, rep.warnings);
+  return rep;
+}
+
+}  // namespace kiln::runtime
