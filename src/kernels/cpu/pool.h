@@ -19,7 +19,8 @@ struct Pool2dParams {
 
 // x: contiguous [planes, H, W]; y: contiguous [planes, Ho, Wo]; same floating dtype (f32, f64,
 // f16, bf16; 16-bit ones compute in f32). Max pooling propagates NaN; a window with no element
-// inside the input gives -inf.
+// inside the input gives -inf. f32 runs the active ISA's vectorized window kernels
+// (kernels/cpu/window_f32.h); the other dtypes direct loops.
 void max_pool2d(const Pool2dParams& p, const Tensor& x, const Tensor& y);
 // The divisor counts the window's taps inside the input, or (count_include_pad) inside the padded
 // input [-pad, size + pad) — a window hanging past the padding (ceil_mode) is not counted there.
