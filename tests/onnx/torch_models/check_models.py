@@ -77,8 +77,8 @@ def run_case(args, case, case_dir, work):
         if level is not None:
             engine = os.path.join(work, "O{}.kiln".format(level))
             cmd = [args.kiln, "compile", model, "-o", engine, "-O", str(level)]
-            if meta.get("dynamic_batch"):
-                cmd += ["--batch", "1:16"]
+            if meta.get("dynamic_batch") and args.batch:
+                cmd += ["--batch", args.batch]  # default: kiln compile's own range (1..64)
             rc, text = run(cmd, args.timeout)
             if rc != 0:
                 results.append((label, "*", False, float("inf"), "compile: " + last_line(text)))
@@ -118,6 +118,8 @@ def main():
     ap.add_argument("--rtol", type=float, default=1e-4)
     ap.add_argument("--atol", type=float, default=1e-5)
     ap.add_argument("--timeout", type=float, default=600)
+    ap.add_argument("--batch", default="", help="kiln compile --batch for dynamic-batch models (default: none, "
+                    "as a user would compile them)")
     args = ap.parse_args()
     args.levels = [int(x) for x in args.levels.split(",") if x != ""]
     cases = sorted(d for d in os.listdir(args.cases) if os.path.exists(os.path.join(args.cases, d, "meta.json")))
