@@ -88,7 +88,7 @@ std::set<std::string> cpu_tactics(const OpDef& d) {
 }
 
 TEST(Tactics, OpsOfferSeveralTactics) {
-  for (const char* name : {"gemm", "matmul", "fused_gemm"}) {
+  for (const char* name : {"gemm", "matmul", "fused_gemm", "conv2d", "fused_conv2d"}) {
     std::set<std::string> t = cpu_tactics(op(name));
     EXPECT_GE(t.size(), 2u) << name;
     EXPECT_TRUE(t.count("prepacked")) << name;
@@ -270,6 +270,41 @@ TEST(Tactics, FusedGemmTacticsMatchTheDefault) {
                                             random_tensor({m, n}, DType::f32, seed++)}, at);
         expect_tactics_agree("fused_gemm", {a, b, Tensor(), Tensor()}, at);
       }
+}
+
+TEST(Tactics, ConvTacticsMatchTheDefault) {
+  struct Case {
+    Shape x, w;
+    std::vector<int64_t> stride, padding, dilation;
+    int64_t groups;
+  };
+  const std::vector<Case> cases = {
+      {{1, 3, 9, 7}, {8, 3, 3, 3}, {1, 1}, {1, 1, 1, 1}, {1, 1}, 1},
+      {{3, 6, 11, 10}, {4, 6, 1, 1}, {1, 1}, {0, 0, 0, 0}, {1, 1}, 1},   // 1x1: no im2col
+      {{2, 6, 11, 10}, {10, 3, 3, 2}, {2, 1}, {1, 0, 2, 1}, {1, 2}, 2},  // groups, stride, dilation, odd pads
+      {{2, 4, 8, 8}, {4, 1, 3, 3}, {1, 1}, {1, 1, 1, 1}, {1, 1}, 4},     // depthwise: the default kernel
+      {{1, 5, 13, 13}, {7, 5, 5, 5}, {3, 3}, {2, 2, 2, 2}, {1, 1}, 1}};
+  uint64_t seed = 300;
+  for (const Case& c : cases) {
+    Tensor x = random_tensor(c.x, DType::f32, seed++), w = random_tensor(c.w, DType::f32, seed++);
+    Tensor b = random_tensor({c.w[0]}, DType::f32, seed++);
+    Attrs at;
+    at.set("stride", c.stride);
+    at.set("padding", c.padding);
+    at.set("dilation", c.dilation);
+    at.set("groups", c.groups);
+    expect_tactics_agree("conv2d", {x, w, b}, at);
+    expect_tactics_agree("conv2d", {kiln::testing::noncontiguous(x), w, Tensor()}, at);
+    Tensor y = run_kernel(OpCall{op("conv2d"), {x, w, b}, op("conv2d").bind_attrs(at), KILN_HERE, Tensor(), nullptr})[0];
+    Tensor res = random_tensor(y.shape(), DType::f32, seed++);
+    for (const char* act : {"none", "relu", "silu"})
+      for (bool before : {false, true}) {
+        at.set("activation", std::string(act));
+        at.set("residual_before_activation", before);
+        expect_tactics_agree("fused_conv2d", {x, w, b, res}, at);
+        expect_tactics_agree("fused_conv2d", {x, w, Tensor(), Tensor()}, at);
+      }
+  }
 }
 
 // Forces every step that can take tactic `t` onto it and checks the engine's outputs.

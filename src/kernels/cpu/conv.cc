@@ -48,7 +48,8 @@ void im2col(const Conv2dParams& p, int64_t channels, const T* x, T* col) {
 }
 
 template <class T>
-void conv2d_nchw(const Conv2dParams& p, const T* x, const T* w, const T* bias, T* y, const Conv2dEpilogue& ep) {
+void conv2d_nchw(const Conv2dParams& p, const T* x, const T* w, const T* bias, T* y, const Conv2dEpilogue& ep,
+                 const float* prepacked_w = nullptr) {
   const int64_t cg = p.c / p.groups, kg = p.k / p.groups;
   const int64_t howo = p.ho * p.wo, crs = cg * p.r * p.s;
   // A 1x1 kernel with unit stride and no padding reads x as it is: no im2col.
@@ -59,7 +60,10 @@ void conv2d_nchw(const Conv2dParams& p, const T* x, const T* w, const T* bias, T
   float* packed_w = nullptr;
   size_t packed_per_group = 0;
   if constexpr (std::is_same_v<T, float>) {
-    if (p.n > 1) {
+    if (prepacked_w != nullptr) {  // pack_conv2d_weight_f32's layout, packed by the caller once
+      packed_per_group = packed_a_f32_floats(kg, crs);
+      packed_w = const_cast<float*>(prepacked_w);
+    } else if (p.n > 1) {
       packed_per_group = packed_a_f32_floats(kg, crs);
       packed_w = thread_scratch<float, ScratchSlot::packed_weight>(packed_per_group * static_cast<size_t>(p.groups));
       for (int64_t g = 0; g < p.groups; ++g)
@@ -117,6 +121,18 @@ void conv2d_nchw_f32(const Conv2dParams& p, const float* x, const float* w, cons
   const bool plain = epilogue.activation == GemmActivation::none && epilogue.residual == nullptr;
   if (is_depthwise(p) && plain) return conv2d_depthwise_f32(p, x, w, bias, y);  // one GEMM row per group otherwise
   conv2d_nchw<float>(p, x, w, bias, y, epilogue);
+}
+size_t conv2d_packed_weight_f32_floats(const Conv2dParams& p) {
+  return packed_a_f32_floats(p.k / p.groups, p.c / p.groups * p.r * p.s) * static_cast<size_t>(p.groups);
+}
+void pack_conv2d_weight_f32(const Conv2dParams& p, const float* w, float* out) {
+  const int64_t kg = p.k / p.groups, crs = p.c / p.groups * p.r * p.s;
+  const size_t per_group = packed_a_f32_floats(kg, crs);
+  for (int64_t g = 0; g < p.groups; ++g) pack_a_f32(kg, crs, w + g * kg * crs, crs, 1, out + static_cast<size_t>(g) * per_group);
+}
+void conv2d_nchw_f32_prepacked(const Conv2dParams& p, const float* x, const float* packed_w, const float* bias, float* y,
+                               const Conv2dEpilogue& epilogue) {
+  conv2d_nchw<float>(p, x, nullptr, bias, y, epilogue, packed_w);
 }
 void conv2d_nchw_f64(const Conv2dParams& p, const double* x, const double* w, const double* bias, double* y) {
   conv2d_nchw<double>(p, x, w, bias, y, Conv2dEpilogue{});

@@ -29,5 +29,12 @@ struct Conv2dEpilogue {
 void conv2d_nchw_f32(const Conv2dParams& p, const float* x, const float* w, const float* bias, float* y,
                      const Conv2dEpilogue& epilogue = {});
 void conv2d_nchw_f64(const Conv2dParams& p, const double* x, const double* w, const double* bias, double* y);
+// Filters packed once (the GEMM's A, per group, for the ISA active now) for weights reused across
+// calls: conv2d_nchw_f32_prepacked runs the im2col/direct GEMM path with them (never the depthwise
+// kernel) under the same ISA.
+size_t conv2d_packed_weight_f32_floats(const Conv2dParams& p);
+void pack_conv2d_weight_f32(const Conv2dParams& p, const float* w, float* out);
+void conv2d_nchw_f32_prepacked(const Conv2dParams& p, const float* x, const float* packed_w, const float* bias, float* y,
+                               const Conv2dEpilogue& epilogue = {});
 
 }  // namespace kiln::kernels::cpu

@@ -1,6 +1,7 @@
-// Extra CPU tactics for gemm, matmul and fused_gemm (f32) that engines choose between at compile
-// time (Note [Tactics] in include/kiln/runtime.h):
+// Extra CPU tactics for gemm, matmul, fused_gemm, conv2d and fused_conv2d (f32) that engines
+// choose between at compile time (Note [Tactics] in include/kiln/runtime.h):
 //   "prepacked"  the weight (input 1) packed once into the GEMM micro-kernel layout and reused
+//                (conv: the filters as the NCHW conv's GEMM A, per group; depthwise: default kernel)
 //   "openblas"   cblas_sgemm (when kiln was configured with OpenBLAS: KILN_HAS_OPENBLAS)
 // The ops' own kernels stay first, so eager calls and untuned engines run them unchanged.
 //
@@ -17,13 +18,16 @@
 #include <optional>
 #include <memory>
 #include <mutex>
+#include <new>
 #include <vector>
 
+#include "kernels/cpu/conv.h"
 #include "kernels/cpu/gemm.h"
 #include "kernels/cpu/isa.h"
 #include "kernels/cpu/loops.h"
 #include "kiln/core/thread_pool.h"
 #include "kiln/ops/op_def.h"
+#include "ops/defs/conv/conv_common.h"
 #include "ops/defs/register_all.h"
 
 #if KILN_HAS_OPENBLAS
@@ -38,29 +42,48 @@ using kernels::cpu::PackedGemmB;
 struct PackEntry {
   std::weak_ptr<StorageImpl> storage;
   const void* data = nullptr;
-  int64_t k = 0, n = 0, rs = 0, cs = 0;
   uint64_t version = 0;
   int isa = 0;
-  std::shared_ptr<const PackedGemmB> packed;
+  std::vector<int64_t> layout;  // what was packed: sizes and strides
+  std::shared_ptr<const void> packed;
 };
 
 std::mutex g_pack_mu;
 std::vector<PackEntry> g_packs;
 
-// The packed form of B = b viewed as k x n with strides (rs, cs) (Note [Prepacked tactics]).
-std::shared_ptr<const PackedGemmB> packed_weight(const Tensor& b, int64_t k, int64_t n, int64_t rs, int64_t cs) {
+// The packed form of weight `w` viewed as `layout`, made by `pack()` on a miss (Note [Prepacked
+// tactics]). Packing runs under the lock: concurrent first runs pack once.
+template <class P, class PackFn>
+std::shared_ptr<const P> cached_pack(const Tensor& w, std::vector<int64_t> layout, PackFn pack) {
   const int isa = static_cast<int>(kernels::cpu::active_isa());
-  const Storage& st = b.storage();
+  const Storage& st = w.storage();
   std::lock_guard<std::mutex> lock(g_pack_mu);
   std::erase_if(g_packs, [](const PackEntry& e) { return e.storage.expired(); });
   for (const PackEntry& e : g_packs)
-    if (e.storage.lock() == st && e.data == b.data_ptr() && e.k == k && e.n == n && e.rs == rs && e.cs == cs &&
-        e.version == st->version() && e.isa == isa)
-      return e.packed;
-  auto packed = std::make_shared<const PackedGemmB>(
-      kernels::cpu::pack_gemm_b_f32(k, n, static_cast<const float*>(b.data_ptr()), rs, cs));
-  g_packs.push_back(PackEntry{st, b.data_ptr(), k, n, rs, cs, st->version(), isa, packed});
+    if (e.storage.lock() == st && e.data == w.data_ptr() && e.version == st->version() && e.isa == isa &&
+        e.layout == layout)
+      return std::static_pointer_cast<const P>(e.packed);
+  std::shared_ptr<const P> packed = pack();
+  g_packs.push_back(PackEntry{st, w.data_ptr(), st->version(), isa, std::move(layout), packed});
   return packed;
+}
+
+std::shared_ptr<const PackedGemmB> packed_weight(const Tensor& b, int64_t k, int64_t n, int64_t rs, int64_t cs) {
+  return cached_pack<PackedGemmB>(b, {0, k, n, rs, cs}, [&] {
+    return std::make_shared<const PackedGemmB>(
+        kernels::cpu::pack_gemm_b_f32(k, n, static_cast<const float*>(b.data_ptr()), rs, cs));
+  });
+}
+
+// Conv filters [K, C/g, R, S] (contiguous) packed as the NCHW conv's GEMM A, per group.
+std::shared_ptr<const float> packed_conv_weight(const Tensor& w, const kernels::cpu::Conv2dParams& p) {
+  return cached_pack<float>(w, {1, p.k, p.c, p.r, p.s, p.groups}, [&] {
+    const size_t floats = kernels::cpu::conv2d_packed_weight_f32_floats(p);
+    float* buf = static_cast<float*>(::operator new(std::max<size_t>(floats, 1) * sizeof(float), std::align_val_t{64}));
+    std::shared_ptr<float> owned(buf, [](float* q) { ::operator delete(q, std::align_val_t{64}); });
+    kernels::cpu::pack_conv2d_weight_f32(p, static_cast<const float*>(w.data_ptr()), buf);
+    return std::shared_ptr<const float>(std::move(owned));
+  });
 }
 
 // The op's first CPU kernel for f32 (its default tactic), for shapes a tactic does not cover.
@@ -166,6 +189,52 @@ void fused_gemm_prepacked_kernel(const KernelCall& k) {
                                    0.0f, static_cast<float*>(out.data_ptr()), g.n, ep);
 }
 
+// ---- prepacked convolution ---------------------------------------------------------------------------
+
+// Conv2dParams from a conv2d / fused_conv2d call; false where the prepacked path does not apply
+// (depthwise filters run their own direct kernel, non-contiguous filters cannot be keyed).
+bool conv_params(const KernelCall& k, const char* name, kernels::cpu::Conv2dParams& p) {
+  const Tensor& x = k.in(0);
+  const Tensor& w = k.in(1);
+  const Tensor& out = k.out(0);
+  if (!w.is_contiguous() || !out.is_contiguous() || out.numel() == 0 || aliases(out, x) || aliases(out, w)) return false;
+  auto pad = defs::padding_attr(name, k.attrs);
+  const auto& stride = k.attrs.get_ints("stride");
+  const auto& dil = k.attrs.get_ints("dilation");
+  p.n = x.shape()[0], p.c = x.shape()[1], p.h = x.shape()[2], p.w = x.shape()[3];
+  p.k = w.shape()[0], p.r = w.shape()[2], p.s = w.shape()[3];
+  p.ho = out.shape()[2], p.wo = out.shape()[3];
+  p.stride_h = stride[0], p.stride_w = stride[1], p.pad_top = pad[0], p.pad_left = pad[1];
+  p.dil_h = dil[0], p.dil_w = dil[1], p.groups = k.attrs.get_int("groups");
+  const bool depthwise = p.groups > 1 && p.c / p.groups == 1;
+  return !depthwise && p.c / p.groups * p.r * p.s > 0;
+}
+
+void conv_prepacked(const KernelCall& k, const char* name, const kernels::cpu::Conv2dEpilogue& ep) {
+  kernels::cpu::Conv2dParams p;
+  if (!conv_params(k, name, p)) {
+    run_default(k);
+    return;
+  }
+  Tensor x = k.in(0).contiguous();
+  Tensor bias = k.inputs.size() > 2 && k.in(2).defined() ? k.in(2).contiguous() : Tensor();
+  auto packed = packed_conv_weight(k.in(1), p);
+  kernels::cpu::conv2d_nchw_f32_prepacked(p, static_cast<const float*>(x.data_ptr()), packed.get(),
+                                          bias.defined() ? static_cast<const float*>(bias.data_ptr()) : nullptr,
+                                          static_cast<float*>(k.out(0).data_ptr()), ep);
+}
+
+void conv2d_prepacked_kernel(const KernelCall& k) { conv_prepacked(k, "conv2d", {}); }
+
+void fused_conv2d_prepacked_kernel(const KernelCall& k) {
+  Tensor res = k.inputs.size() > 3 && k.in(3).defined() ? k.in(3).contiguous() : Tensor();
+  kernels::cpu::Conv2dEpilogue ep;
+  ep.activation = parse_activation(k.attrs.get_string("activation"));
+  ep.residual = res.defined() ? static_cast<const float*>(res.data_ptr()) : nullptr;
+  ep.residual_before_activation = k.attrs.get_bool("residual_before_activation");
+  conv_prepacked(k, "fused_conv2d", ep);  // res outlives the call
+}
+
 // ---- openblas --------------------------------------------------------------------------------------
 #if KILN_HAS_OPENBLAS
 
@@ -231,6 +300,8 @@ void register_tactic_kernels(OpRegistry& r) {
   r.extend("gemm").kernel(DeviceType::cpu, f32, gemm_prepacked_kernel, "prepacked");
   r.extend("matmul").kernel(DeviceType::cpu, f32, matmul_prepacked_kernel, "prepacked");
   r.extend("fused_gemm").kernel(DeviceType::cpu, f32, fused_gemm_prepacked_kernel, "prepacked");
+  r.extend("conv2d").kernel(DeviceType::cpu, f32, conv2d_prepacked_kernel, "prepacked");
+  r.extend("fused_conv2d").kernel(DeviceType::cpu, f32, fused_conv2d_prepacked_kernel, "prepacked");
 #if KILN_HAS_OPENBLAS
   r.extend("gemm").kernel(DeviceType::cpu, f32, gemm_openblas_kernel, "openblas");
   r.extend("matmul").kernel(DeviceType::cpu, f32, matmul_openblas_kernel, "openblas");
