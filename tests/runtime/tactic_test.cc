@@ -15,6 +15,7 @@
 #include "kiln/ir.h"
 #include "kiln/ops/dispatch.h"
 #include "kiln/runtime.h"
+#include "ops/tactics.h"
 #include "support/testing.h"
 
 namespace kiln::runtime {
@@ -338,6 +339,31 @@ void expect_engines_agree(const ir::Graph& g, const Shape& in_shape, int level) 
               << g.name << " -O" << level << " tactic " << t << " batch " << batch << " run " << rep;
       }
     }
+  }
+}
+
+TEST(Tactics, PrepackedWeightsArePackedOnceWhenTheEngineLoads) {
+  for (const ir::Graph& g : {mlp(), small_cnn()}) {
+    CompileOptions o = tuned("none", 2);
+    o.autotune = false;
+    Engine e = compile(g, o).engine;
+    int64_t forced = 0;
+    for (EngineStep& st : e.steps)
+      if (cpu_tactics(*st.op).count("prepacked")) st.tactic = "prepacked", ++forced;
+    ASSERT_GT(forced, 0) << g.name;
+    auto loaded = std::make_shared<Engine>(Engine::deserialize(e.serialize(), "packed.kiln"));
+    const int64_t before = prepacked_weight_count();
+    {
+      Executor ex(loaded);
+      EXPECT_EQ(prepacked_weight_count(), before + forced) << g.name << ": packed at load";
+      Shape s = g.inputs()[0]->type().shape.size() == 2 ? Shape{3, 13} : Shape{3, 3, 9, 7};
+      for (int rep = 0; rep < 3; ++rep) ex.run({random_tensor(s, DType::f32, 40 + static_cast<uint64_t>(rep))});
+      EXPECT_EQ(prepacked_weight_count(), before + forced) << g.name << ": no packing per run";
+      Executor second(loaded);  // another executor of the same loaded engine shares the packing
+      EXPECT_EQ(prepacked_weight_count(), before + forced) << g.name;
+    }
+    loaded.reset();
+    EXPECT_EQ(prepacked_weight_count(), before) << g.name << ": packed copies die with the engine";
   }
 }
 

@@ -29,6 +29,7 @@
 #include "kiln/ops/op_def.h"
 #include "ops/defs/conv/conv_common.h"
 #include "ops/defs/register_all.h"
+#include "ops/tactics.h"
 
 #if KILN_HAS_OPENBLAS
 #include <cblas.h>
@@ -294,6 +295,37 @@ void matmul_openblas_kernel(const KernelCall& k) {
 #endif
 
 }  // namespace
+
+bool prepack_weight(const OpDef& op, const std::string& tactic, const Tensor& w, const Attrs& attrs) {
+  if (tactic != "prepacked" || !w.defined() || w.dtype() != DType::f32 || w.numel() == 0) return false;
+  const std::string& name = op.name();
+  if ((name == "gemm" || name == "fused_gemm") && w.dim() == 2) {
+    const bool tb = attrs.get_bool("trans_b");
+    const int64_t k = tb ? w.shape()[1] : w.shape()[0], n = tb ? w.shape()[0] : w.shape()[1];
+    packed_weight(w, k, n, tb ? w.strides()[1] : w.strides()[0], tb ? w.strides()[0] : w.strides()[1]);
+    return true;
+  }
+  if (name == "matmul" && w.dim() == 2) {
+    packed_weight(w, w.shape()[0], w.shape()[1], w.strides()[0], w.strides()[1]);
+    return true;
+  }
+  if ((name == "conv2d" || name == "fused_conv2d") && w.dim() == 4 && w.is_contiguous()) {
+    kernels::cpu::Conv2dParams p;
+    p.groups = attrs.get_int("groups");
+    p.k = w.shape()[0], p.c = w.shape()[1] * p.groups, p.r = w.shape()[2], p.s = w.shape()[3];
+    if (p.groups > 1 && w.shape()[1] == 1) return false;  // depthwise: the default kernel
+    packed_conv_weight(w, p);
+    return true;
+  }
+  return false;
+}
+
+int64_t prepacked_weight_count() {
+  std::lock_guard<std::mutex> lock(g_pack_mu);
+  int64_t n = 0;
+  for (const PackEntry& e : g_packs) n += e.storage.expired() ? 0 : 1;
+  return n;
+}
 
 void register_tactic_kernels(OpRegistry& r) {
   const DTypeSet f32{DType::f32};

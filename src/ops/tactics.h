@@ -1,0 +1,19 @@
+// Hooks the runtime uses for the extra kernel tactics (src/ops/defs/linalg/matmul_tactics.cc):
+// packing a constant weight when an engine is loaded, and the packed-weight cache's size.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include "kiln/ops/op_def.h"
+
+namespace kiln {
+
+// Packs `weight` (the step's input 1, a constant) for `tactic` of `op` with bound `attrs`, so the
+// first run finds it packed (Note [Prepacked tactics]). False when the tactic packs nothing or the
+// weight does not fit its fast path (the kernel then runs its default at run time).
+bool prepack_weight(const OpDef& op, const std::string& tactic, const Tensor& weight, const Attrs& attrs);
+// Packed weights alive in the process-wide cache (tests: packing happens once, not per run).
+int64_t prepacked_weight_count();
+
+}  // namespace kiln
