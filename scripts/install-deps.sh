@@ -8,7 +8,8 @@ set -euo pipefail
 APT_PACKAGES=(
   build-essential cmake ninja-build ccache pkg-config zlib1g-dev
   libgtest-dev libgmock-dev libbenchmark-dev libcli11-dev
-  libopenblas-dev libdnnl-dev  # peers for bench/run_gemm_vs_openblas.sh only; kiln never links them
+  libopenblas-dev  # kiln's optional "openblas" GEMM tactic (KILN_OPENBLAS) and a benchmark peer
+  libdnnl-dev      # oneDNN: a peer in bench/run_gemm_vs_openblas.sh only; kiln never links it
   graphviz python3 python3-pip
   libonnx-dev libprotobuf-dev protobuf-compiler  # ONNX's protobuf classes and checker (src/onnx)
   libclang-rt-16-dev                             # libFuzzer for the ONNX importer's fuzz target (fuzz/)
