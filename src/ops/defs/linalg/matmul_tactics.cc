@@ -170,6 +170,18 @@ kernels::cpu::GemmActivation parse_activation(const std::string& s) {
 void fused_gemm_prepacked_kernel(const KernelCall& k) {
   const Tensor& out = k.out(0);
   GemmArgs g = gemm_args(k);
+  if (k.in(0).dim() > 2) {
+    // a [..., M, K]: its leading dims are rows (Note [Fused GEMM over a sequence] in fused.cc).
+    if (!k.in(0).is_contiguous() || out.numel() == 0) {
+      run_default(k);
+      return;
+    }
+    g.n = out.shape().back();
+    g.m = out.numel() / g.n;
+    g.k = k.in(0).shape().back();
+    g.a_rs = g.k;
+    g.a_cs = 1;
+  }
   if (!out.is_contiguous() || out.numel() == 0 || g.k == 0 || aliases(out, k.in(0)) || aliases(out, k.in(1))) {
     run_default(k);
     return;
