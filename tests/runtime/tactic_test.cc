@@ -270,6 +270,10 @@ TEST(Tactics, FusedGemmTacticsMatchTheDefault) {
         expect_tactics_agree("fused_gemm", {a, b, random_tensor({n}, DType::f32, seed++),
                                             random_tensor({m, n}, DType::f32, seed++)}, at);
         expect_tactics_agree("fused_gemm", {a, b, Tensor(), Tensor()}, at);
+        // A sequence input [B, T, K]: its leading dims are rows.
+        Tensor seq = random_tensor({2, 3, k}, DType::f32, seed++);
+        expect_tactics_agree("fused_gemm", {seq, b, random_tensor({n}, DType::f32, seed++),
+                                            random_tensor({2, 3, n}, DType::f32, seed++)}, at);
       }
 }
 
