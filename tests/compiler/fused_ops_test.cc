@@ -93,7 +93,7 @@ TEST(FusedConv2d, MatchesFloat64ReferenceForEveryEpilogue) {
     testing::Tol tol = dt == DType::f32 ? testing::Tol{2e-5, 2e-4} : testing::Tol{1e-12, 1e-12};
     for (const auto& act : kActs)
       for (int mode = 0; mode < 3; ++mode)
-        for (int64_t groups : {1, 2}) {
+        for (int64_t groups : {1, 2, 4}) {  // 4: depthwise (the direct kernel, epilogue per plane)
           SCOPED_TRACE(std::string(dtype_name(dt)) + " act=" + act + " mode=" + std::to_string(mode) +
                        " groups=" + std::to_string(groups));
           ++seed;
@@ -103,8 +103,9 @@ TEST(FusedConv2d, MatchesFloat64ReferenceForEveryEpilogue) {
           o.groups = groups;
           Tensor x = random_tensor({2, 4, 9, 7}, dt, seed, -1, 1);
           if (seed % 2) x = testing::noncontiguous(x);
-          Tensor w = random_tensor({6, 4 / groups, 3, 2}, dt, seed + 1000, -1, 1);
-          Tensor bias = seed % 3 ? random_tensor({6}, dt, seed + 2000) : Tensor();
+          const int64_t k = groups == 4 ? 8 : 6;  // depthwise with a depth multiplier of 2
+          Tensor w = random_tensor({k, 4 / groups, 3, 2}, dt, seed + 1000, -1, 1);
+          Tensor bias = seed % 3 ? random_tensor({k}, dt, seed + 2000) : Tensor();
           Tensor ref_conv = conv2d(f64(x), f64(w), f64(bias), o);
           Tensor res = mode ? random_tensor(ref_conv.shape(), dt, seed + 3000) : Tensor();
           Tensor got = dispatch1(op("fused_conv2d"), {x, w, bias, res},

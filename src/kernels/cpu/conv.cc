@@ -119,7 +119,19 @@ void conv2d_nchw(const Conv2dParams& p, const T* x, const T* w, const T* bias, T
 void conv2d_nchw_f32(const Conv2dParams& p, const float* x, const float* w, const float* bias, float* y,
                      const Conv2dEpilogue& epilogue) {
   const bool plain = epilogue.activation == GemmActivation::none && epilogue.residual == nullptr;
-  if (is_depthwise(p) && plain) return conv2d_depthwise_f32(p, x, w, bias, y);  // one GEMM row per group otherwise
+  if (is_depthwise(p)) {  // the direct kernel (the GEMM would see one row per group)
+    if (plain) return conv2d_depthwise_f32(p, x, w, bias, y);
+    // Activation and residual on each output plane right after it is written (bias is in already):
+    // the plane is the epilogue's row `image * K + channel` of an [N*K, Ho*Wo] matrix.
+    GemmEpilogue e;
+    e.activation = epilogue.activation;
+    e.residual = epilogue.residual;
+    e.ldr = p.ho * p.wo;
+    e.residual_before_activation = epilogue.residual_before_activation;
+    return conv2d_depthwise_f32(p, x, w, bias, y, [&](float* plane, int64_t image, int64_t channel) {
+      gemm_epilogue_f32(e, plane, p.ho * p.wo, image * p.k + channel, 0, 1, p.ho * p.wo);
+    });
+  }
   conv2d_nchw<float>(p, x, w, bias, y, epilogue);
 }
 size_t conv2d_packed_weight_f32_floats(const Conv2dParams& p) {

@@ -43,6 +43,11 @@ struct GemmEpilogue {
 void gemm_f32(int64_t m, int64_t n, int64_t k, float alpha, const float* a, int64_t a_rs, int64_t a_cs,
               const float* b, int64_t b_rs, int64_t b_cs, float beta, float* c, int64_t ldc,
               const GemmEpilogue& epilogue);
+// The epilogue alone on C[i0 : i0+m, j0 : j0+n] (c points at that corner; bias and residual are
+// indexed by the global i, j), for a kernel that computes its product some other way (the direct
+// depthwise convolution) but finishes it as the GEMM would.
+void gemm_epilogue_f32(const GemmEpilogue& epilogue, float* c, int64_t ldc, int64_t i0, int64_t j0, int64_t m,
+                       int64_t n);
 
 // B (k x n, any strides) packed once into the micro-kernel layout of the ISA active at packing
 // time, for weights reused across calls (the runtime packs constants at load). Using it after the

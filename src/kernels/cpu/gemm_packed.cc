@@ -298,6 +298,11 @@ void check_epilogue(const GemmEpilogue& ep, int64_t n) {
 
 }  // namespace
 
+void gemm_epilogue_f32(const GemmEpilogue& ep, float* c, int64_t ldc, int64_t i0, int64_t j0, int64_t m, int64_t n) {
+  check_epilogue(ep, j0 + n);
+  apply_epilogue(ep, c, ldc, i0, j0, m, n);
+}
+
 void gemm_f32(int64_t m, int64_t n, int64_t k, float alpha, const float* a, int64_t a_rs, int64_t a_cs,
               const float* b, int64_t b_rs, int64_t b_cs, float beta, float* c, int64_t ldc,
               const GemmEpilogue& epilogue) {

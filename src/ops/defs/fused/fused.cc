@@ -4,11 +4,11 @@
 // `residual_before_activation` says on which side of the activation the residual is added.
 // Activations: none, relu, relu6, sigmoid, tanh, silu, gelu (erf), gelu_tanh.
 //
-// Note [Fused kernels]: f32 fused_gemm and fused_conv2d (groups == 1) run bias, residual and the
-// activation as the packed GEMM's tile epilogue (kernels/cpu/vmath.h's block epilogue, vectorized
-// per ISA) while each output tile is still in cache: no extra pass over memory (Note [Fused GEMM
-// epilogue]). f64 and grouped convolutions run the GEMM/conv kernel, then one templated pass over
-// the output. Against the unfused ops this saves the intermediate tensors and their passes.
+// Note [Fused kernels]: f32 fused_gemm and fused_conv2d run bias, residual and the activation as
+// the packed GEMM's tile epilogue (kernels/cpu/vmath.h's block epilogue, vectorized per ISA) while
+// each output tile is still in cache: no extra pass over memory (Note [Fused GEMM epilogue]); a
+// depthwise fused_conv2d runs the direct kernel with the same epilogue on each output plane as it
+// is written. f64 runs the GEMM/conv kernel, then one templated pass over the output. Against the unfused ops this saves the intermediate tensors and their passes.
 // These ops exist for engines: no derivative (differentiate
 // the unfused graph), no batching rule and no ONNX form (export the unfused graph).
 #include <algorithm>
@@ -222,7 +222,8 @@ void fused_gemm_kernel(const KernelCall& k) {
   if (!y.is_same(out)) kernels::cpu::copy_into(out, y);
 }
 
-// groups == 1: im2col + GEMM with bias, residual and activation in the GEMM's tile epilogue.
+// im2col + GEMM with bias, residual and activation in the GEMM's tile epilogue (depthwise: the direct
+// kernel, the epilogue on each output plane).
 void fused_conv2d_f32(const KernelCall& k, const Tensor& y, const Tensor& bias_in) {
   Tensor x = k.in(0).contiguous(), w = k.in(1).contiguous();
   Tensor bias = bias_in.defined() ? bias_in.contiguous() : Tensor();
@@ -235,7 +236,7 @@ void fused_conv2d_f32(const KernelCall& k, const Tensor& y, const Tensor& bias_i
   p.k = w.shape()[0], p.r = w.shape()[2], p.s = w.shape()[3];
   p.ho = y.shape()[2], p.wo = y.shape()[3];
   p.stride_h = stride[0], p.stride_w = stride[1], p.pad_top = pad[0], p.pad_left = pad[1];
-  p.dil_h = dil[0], p.dil_w = dil[1], p.groups = 1;
+  p.dil_h = dil[0], p.dil_w = dil[1], p.groups = k.attrs.get_int("groups");
   kernels::cpu::Conv2dEpilogue ep;
   ep.activation = gemm_act(act_of(k.attrs));
   ep.residual = ptr_or_null<float>(res);
@@ -250,7 +251,7 @@ void fused_conv2d_kernel(const KernelCall& k) {
   const DType dt = out.dtype();
   Tensor y = out.is_contiguous() ? out : empty(out.shape(), TensorOptions(dt, out.device()));
   Tensor bias = k.inputs.size() > 2 ? k.in(2) : Tensor();
-  if (dt == DType::f32 && k.attrs.get_int("groups") == 1) {
+  if (dt == DType::f32) {  // any groups; depthwise runs the direct kernel with the epilogue per plane
     fused_conv2d_f32(k, y, bias);
     if (!y.is_same(out)) kernels::cpu::copy_into(out, y);
     return;
