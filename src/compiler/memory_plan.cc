@@ -186,7 +186,8 @@ GraphMemoryPlan plan_memory(const ir::Graph& g, const std::map<std::string, int6
   return plan;
 }
 
-std::string GraphMemoryPlan::summary() const {
+std::string memory_summary(int64_t arena_bytes, int64_t sum_bytes, int64_t lower_bound, int64_t buffers,
+                           int64_t inplace, int64_t views) {
   auto mib = [](int64_t b) {
     char s[32];
     if (b < 10 * 1024) std::snprintf(s, sizeof s, "%lld B", static_cast<long long>(b));
@@ -196,10 +197,17 @@ std::string GraphMemoryPlan::summary() const {
   };
   char buf[400];
   std::snprintf(buf, sizeof buf,
-                "arena %s = %.1f%% of %s of intermediates (lower bound, the largest live set: %s); %zu buffers, %d outputs in place, %d views",
+                "arena %s = %.1f%% of %s of intermediates (lower bound, the largest live set: %s); "
+                "%lld buffers, %lld outputs in place, %lld views",
                 mib(arena_bytes).c_str(), sum_bytes ? 100.0 * static_cast<double>(arena_bytes) / static_cast<double>(sum_bytes) : 0.0,
-                mib(sum_bytes).c_str(), mib(lower_bound).c_str(), buffers.size(), inplace_count, view_count);
+                mib(sum_bytes).c_str(), mib(lower_bound).c_str(), static_cast<long long>(buffers), static_cast<long long>(inplace),
+                static_cast<long long>(views));
   return buf;
+}
+
+std::string GraphMemoryPlan::summary() const {
+  return memory_summary(arena_bytes, sum_bytes, lower_bound, static_cast<int64_t>(buffers.size()), inplace_count,
+                        view_count);
 }
 
 }  // namespace kiln::compiler

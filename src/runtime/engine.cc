@@ -6,23 +6,12 @@
 
 #include "compiler/memory_plan.h"
 #include "runtime/tactics.h"
-#include "kernels/cpu/isa.h"
 #include "kiln/runtime.h"
 #include "kiln/version.h"
 
 namespace kiln::runtime {
 
 namespace {
-
-std::string host_arch() {
-#if defined(__x86_64__) || defined(_M_X64)
-  return "x86_64";
-#elif defined(__aarch64__)
-  return "aarch64";
-#else
-  return "unknown";
-#endif
-}
 
 // a *= b when the product fits in int64 (a, b >= 0); false otherwise. (Division, not
 // __builtin_mul_overflow, which GCC's UBSan instruments as a plain multiply.)
@@ -67,40 +56,8 @@ std::string find_batch_symbol(const ir::Graph& g) {
 
 }  // namespace
 
-std::string host_target() { return host_arch() + "-" + std::string(kernels::cpu::isa_name(kernels::cpu::active_isa())); }
-
-bool target_runs_here(const std::string& target, std::string* why) {
-  auto dash = target.find('-');
-  if (dash == std::string::npos) {
-    std::string msg = "engine target '" + target + "' is not of the form <arch>-<isa> (e.g. " + host_target() + ")";
-    if (why) {
-      *why = msg;
-      return false;
-    }
-    KILN_FAIL(msg);
-  }
-  Target t;
-  t.arch = target.substr(0, dash);
-  t.isa = target.substr(dash + 1);
-  return t.runs_here(why);
-}
-
 std::string MemoryStats::summary() const {
-  auto mib = [](int64_t b) {
-    char s[32];
-    if (b < 10 * 1024) std::snprintf(s, sizeof s, "%lld B", static_cast<long long>(b));
-    else if (b < 10 * 1024 * 1024) std::snprintf(s, sizeof s, "%.1f KiB", static_cast<double>(b) / 1024.0);
-    else std::snprintf(s, sizeof s, "%.2f MiB", static_cast<double>(b) / (1024.0 * 1024.0));
-    return std::string(s);
-  };
-  char buf[400];
-  std::snprintf(buf, sizeof buf,
-                "arena %s = %.1f%% of %s of intermediates (lower bound, the largest live set: %s); "
-                "%lld buffers, %lld outputs in place, %lld views",
-                mib(arena_bytes).c_str(), sum_bytes ? 100.0 * static_cast<double>(arena_bytes) / static_cast<double>(sum_bytes) : 0.0,
-                mib(sum_bytes).c_str(), mib(lower_bound).c_str(), static_cast<long long>(buffers), static_cast<long long>(inplace),
-                static_cast<long long>(views));
-  return buf;
+  return compiler::memory_summary(arena_bytes, sum_bytes, lower_bound, buffers, inplace, views);
 }
 
 std::string Engine::signature_str() const {

@@ -13,6 +13,7 @@
 #include "kernels/cpu/isa.h"
 #include "kiln/core/error.h"
 #include "kiln/core/thread_pool.h"
+#include "kiln/runtime.h"
 
 namespace kiln::runtime {
 
@@ -155,6 +156,25 @@ int64_t parse_bytes(const std::string& s) {
   KILN_CHECK(scale > 0 && v >= 0 && end && *end == '\0' && v * scale < 9.2e18, "memory size '", s,
              "' is not a size (examples: 4096, 512KiB, 64MiB, 1.5GiB, 2GB)");
   return static_cast<int64_t>(std::llround(v * scale));
+}
+
+// The engine-file form of a target, "<arch>-<isa>" (kiln/runtime.h).
+std::string host_target() { return host_arch() + "-" + std::string(kernels::cpu::isa_name(kernels::cpu::active_isa())); }
+
+bool target_runs_here(const std::string& target, std::string* why) {
+  auto dash = target.find('-');
+  if (dash == std::string::npos) {
+    std::string msg = "engine target '" + target + "' is not of the form <arch>-<isa> (e.g. " + host_target() + ")";
+    if (why) {
+      *why = msg;
+      return false;
+    }
+    KILN_FAIL(msg);
+  }
+  Target t;
+  t.arch = target.substr(0, dash);
+  t.isa = target.substr(dash + 1);
+  return t.runs_here(why);
 }
 
 }  // namespace kiln::runtime
