@@ -4,6 +4,7 @@
 // Tolerance: tol_for(result dtype) (each result is computed in f64 and rounded once).
 #include <cmath>
 
+#include "kernels/cpu/isa.h"
 #include "support/testing.h"
 
 namespace kiln {
@@ -88,6 +89,44 @@ TEST(Norm, LayerNormStridedInputsAndParams) {
   // A constant row normalizes to 0 (then the bias).
   Tensor c = full({2, 5}, 3.0);
   EXPECT_TRUE(all_close(layer_norm(c, 1), zeros({2, 5}, DType::f64)));
+}
+
+// Contiguous f32 rows take the vector row kernels (kernels/cpu/norm_f32.h) on every ISA this
+// machine has: rows past one 4096-element chunk, short rows, rows whose mean dwarfs their spread
+// (Note [Layer norm in f32 lanes]), a NaN or inf in one row (that row NaN, the others intact).
+TEST(Norm, LayerNormF32RowsOnEveryIsa) {
+  for (kernels::cpu::Isa isa : kernels::cpu::supported_isas()) {
+    kernels::cpu::IsaOverride o(isa);
+    const std::string name(kernels::cpu::isa_name(isa));
+    for (int64_t n : {1, 7, 16, 33, 64, 768, 1023, 4096, 5000, 9001}) {
+      for (double offset : {0.0, 1000.0, -3e4}) {
+        Tensor x = random_tensor({5, n}, DType::f32, 101 + static_cast<uint64_t>(n), offset - 1, offset + 1);
+        Tensor w = random_tensor({n}, DType::f32, 103), b = random_tensor({n}, DType::f32, 107);
+        EXPECT_TRUE(all_close(layer_norm(x, 1, w, b), ref::layer_norm(x, 1, w, b, 1e-5)))
+            << name << " n=" << n << " offset " << offset;
+        EXPECT_TRUE(all_close(layer_norm(x, 1, w, {}, 1e-3), ref::layer_norm(x, 1, w, {}, 1e-3)))
+            << name << " n=" << n << " offset " << offset << " weight only";
+        EXPECT_TRUE(all_close(layer_norm(x, 1, {}, b), ref::layer_norm(x, 1, {}, b, 1e-5)))
+            << name << " n=" << n << " offset " << offset << " bias only";
+        EXPECT_TRUE(all_close(layer_norm(x, -1), ref::layer_norm(x, -1, {}, {}, 1e-5)))
+            << name << " n=" << n << " offset " << offset << " no affine";
+      }
+    }
+    // Two normalized dims, [2, 3, 33, 17] over the last two; weight [33, 17].
+    Tensor x4 = random_tensor({2, 3, 33, 17}, DType::f32, 109);
+    Tensor w2 = random_tensor({33, 17}, DType::f32, 113), b2 = random_tensor({33, 17}, DType::f32, 127);
+    EXPECT_TRUE(all_close(layer_norm(x4, 2, w2, b2), ref::layer_norm(x4, 2, w2, b2, 1e-5))) << name;
+    // Non-finite values poison their own row only.
+    for (float bad : {std::nanf(""), INFINITY, -INFINITY}) {
+      Tensor x = random_tensor({3, 37}, DType::f32, 131);
+      static_cast<float*>(x.data_ptr())[37 + 20] = bad;
+      Tensor y = layer_norm(x, 1);
+      const float* yp = static_cast<const float*>(y.data_ptr());
+      for (int64_t j = 0; j < 37; ++j) EXPECT_TRUE(std::isnan(yp[37 + j])) << name << " " << bad << " j=" << j;
+      EXPECT_TRUE(all_close(y.slice(0, 0, 1), ref::layer_norm(x.slice(0, 0, 1), 1, {}, {}, 1e-5))) << name;
+      EXPECT_TRUE(all_close(y.slice(0, 2, 3), ref::layer_norm(x.slice(0, 2, 3), 1, {}, {}, 1e-5))) << name;
+    }
+  }
 }
 
 TEST(Norm, BatchNormMatchesReference) {

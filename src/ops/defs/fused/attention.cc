@@ -20,13 +20,19 @@
 // -inf gives NaN there as here (softmax of all -inf is 0/0), NaNs propagate, and a finite large
 // negative mask (-1e9, f32's lowest) weights its columns by exp(-huge) = 0. f32 rows use vmath's
 // vector exp on the active ISA; f64 uses std::exp.
+// On AVX-512 machines, f32 calls whose q, v and output rows are unit-stride along D (the BERT
+// layouts) run kernels/cpu/attention_f32.h instead: the same algorithm with register-tiled
+// products that read q and v in place and pack k^T once per task (Note [Attention rows in
+// registers] in attention_f32_avx512.cc); the GEMM-based loop below serves everything else.
 //
 // Compiler-emitted inference op: no derivative (differentiate the unfused graph), no batching
 // rule and no ONNX form (export the unfused graph).
 #include <algorithm>
 #include <cmath>
 #include <limits>
+#include <type_traits>
 
+#include "kernels/cpu/attention_f32.h"
 #include "kernels/cpu/gemm.h"
 #include "kernels/cpu/loops.h"
 #include "kernels/cpu/vmath.h"
@@ -163,6 +169,39 @@ void attention(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& 
   const int64_t b_rs = kt ? k.strides()[r - 2] : k.strides()[r - 1];
   const int64_t b_cs = kt ? k.strides()[r - 1] : k.strides()[r - 2];
   const int64_t m_rs = m.defined() ? m.strides()[r - 2] : 0, m_cs = m.defined() ? m.strides()[r - 1] : 0;
+  if constexpr (std::is_same_v<T, float>) {
+    const kernels::cpu::AttentionRowsF32 rows_f32 = kernels::cpu::attention_rows_f32(kernels::cpu::active_isa());
+    if (rows_f32 != nullptr && (q_cs == 1 || dh == 1) && (v_cs == 1 || dv == 1) && (y.strides()[r - 1] == 1 || dv == 1)) {
+      kernels::cpu::AttentionF32Args a;
+      a.sq = sq, a.sk = sk, a.d = dh, a.dv = dv, a.q_rs = q_rs, a.v_rs = v_rs, a.y_rs = y_rs, a.scale = scale;
+      a.k_js = kt ? k.strides()[r - 1] : k.strides()[r - 2];
+      a.k_ps = kt ? k.strides()[r - 2] : k.strides()[r - 1];
+      a.m_rs = m_rs, a.m_cs = m_cs;
+      // Note [Attention tasks]: whole (batch, head) entries when there are enough of them to
+      // keep every thread busy (k^T is packed once per task), else each entry's rows cut in
+      // blocks of a multiple of 6 (the kernel's register block); the score rows of a task stay
+      // within 256 KiB.
+      const int64_t entries = static_cast<int64_t>(qo.size()), skp = (sk + 15) / 16 * 16;
+      const int64_t want = (2 * get_num_threads() + entries - 1) / entries;
+      int64_t block = (sq + want - 1) / want;
+      block = std::min(block, std::max<int64_t>(6, 65536 / skp));
+      block = std::max<int64_t>(6, (block + 5) / 6 * 6);
+      const int64_t blocks = (sq + block - 1) / block;
+      parallel_for(0, entries * blocks, 1, [&](int64_t t0, int64_t t1) {
+        thread_local std::vector<float> ws;
+        ws.resize(std::max(ws.size(), kernels::cpu::attention_f32_workspace(block, sk, dh, dv)));
+        for (int64_t t = t0; t < t1; ++t) {
+          const size_t b = static_cast<size_t>(t / blocks);
+          const int64_t i0 = (t % blocks) * block, i1 = std::min(sq, i0 + block);
+          kernels::cpu::AttentionF32Args e = a;
+          e.q = qp + qo[b], e.k = kp + ko[b], e.v = vp + vo[b], e.y = yp + yo[b];
+          e.mask = mp != nullptr ? mp + mo[b] : nullptr;
+          rows_f32(e, i0, i1, ws.data());
+        }
+      });
+      return;
+    }
+  }
   const int64_t block = rows_per_block(sq, sk, sizeof(T));
   const int64_t blocks = (sq + block - 1) / block;
   const int64_t tasks = static_cast<int64_t>(qo.size()) * blocks;

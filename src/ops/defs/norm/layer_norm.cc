@@ -1,9 +1,14 @@
 // Normalization layers: layer_norm (over the trailing dims from `axis`, ONNX
 // LayerNormalization's convention) and batch_norm in inference form (per channel, dim 1, with
-// given running statistics). Statistics and the affine transform are computed in double.
+// given running statistics). Statistics and the affine transform are computed in double, except
+// layer_norm on contiguous f32 rows (vector row kernels, Note [Layer norm in f32 lanes]).
+#include <algorithm>
 #include <cmath>
 #include <numeric>
 
+#include "kernels/cpu/isa.h"
+#include "kernels/cpu/norm_f32.h"
+#include "kiln/core/thread_pool.h"
 #include "kiln/ops/norm.h"
 #include "ops/defs/common.h"
 #include "ops/defs/norm/norm_common.h"
@@ -44,11 +49,41 @@ std::vector<TensorMeta> infer_layer_norm(const InferCtx& c) {
   return {x};
 }
 
+// f32 rows contiguous in x and out, with f32 (or no) weight and bias: the vector row kernels of
+// kernels/cpu/norm_f32.h (Note [Layer norm in f32 lanes]), rows split over the pool. False when
+// the call does not qualify (the generic loop below then runs).
+bool layer_norm_f32_rows(const KernelCall& k, int64_t axis, double eps) {
+  const Tensor& x = k.in(0);
+  const Tensor& out = k.out(0);
+  if (x.dtype() != DType::f32 || out.dtype() != DType::f32 || !x.is_contiguous() || !out.is_contiguous()) return false;
+  Tensor w = k.inputs.size() > 1 && k.in(1).defined() ? k.in(1) : Tensor();
+  Tensor b = k.inputs.size() > 2 && k.in(2).defined() ? k.in(2) : Tensor();
+  if ((w.defined() && w.dtype() != DType::f32) || (b.defined() && b.dtype() != DType::f32)) return false;
+  int64_t inner = 1;
+  for (int64_t d = axis; d < x.dim(); ++d) inner *= x.shape()[d];
+  if (inner == 0 || x.numel() == 0) return false;
+  if (w.defined()) w = w.contiguous();
+  if (b.defined()) b = b.contiguous();
+  const int64_t rows = x.numel() / inner;
+  const float* xp = static_cast<const float*>(x.data_ptr());
+  float* yp = static_cast<float*>(out.data_ptr());
+  const float* wp = w.defined() ? static_cast<const float*>(w.data_ptr()) : nullptr;
+  const float* bp = b.defined() ? static_cast<const float*>(b.data_ptr()) : nullptr;
+  const kernels::cpu::NormKernelsF32 kern = kernels::cpu::norm_kernels_f32(kernels::cpu::active_isa());
+  // About 32K elements per task: a BERT-base LayerNorm (128 x 768) splits in three, not 128.
+  const int64_t grain = std::max<int64_t>(1, 32768 / inner);
+  parallel_for(0, rows, grain, [&](int64_t r0, int64_t r1) {
+    kern.layer_norm_rows(xp + r0 * inner, inner, yp + r0 * inner, inner, r1 - r0, inner, wp, bp, eps);
+  });
+  return true;
+}
+
 void layer_norm_kernel(const KernelCall& k) {
   const Tensor& x = k.in(0);
   const Tensor& out = k.out(0);
   const int64_t axis = layer_norm_axis("layer_norm", x.shape(), k.attrs.get_int("axis"));
   const double eps = k.attrs.get_float("eps");
+  if (layer_norm_f32_rows(k, axis, eps)) return;
   std::vector<int64_t> axes;
   for (int64_t d = axis; d < x.dim(); ++d) axes.push_back(d);
   std::array<std::vector<int64_t>, 2> st{defs::byte_strides(x), defs::byte_strides(out)};

@@ -1,0 +1,108 @@
+// AVX-512 normalization row kernels of kernels/cpu/norm_f32.h (Note [Layer norm in f32 lanes]):
+// 16 floats per vector, four accumulators in flight, masked loads and stores for a row's last
+// elements. Compiled for AVX-512 by the target pragma below, called only when active_isa() says the
+// machine has it (Note [ISA code in one binary] in gemm_f32_avx512.cc).
+// GCC 12 warns about the undefined upper half in its own _mm512 cast intrinsics (GCC bug 105593).
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wuninitialized"
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#include <immintrin.h>
+
+#include <algorithm>
+#include <cmath>
+
+#include "kernels/cpu/norm_f32.h"
+
+#pragma GCC push_options
+#pragma GCC target("avx512f,avx512vl,avx512bw,avx512dq,avx2,fma")
+
+namespace kiln::kernels::cpu {
+
+namespace {
+
+constexpr int64_t kChunk = 4096;  // elements summed in f32 lanes before the f64 total
+
+inline __mmask16 tail_mask(int64_t n) { return static_cast<__mmask16>((1u << n) - 1); }
+
+// Sum over the row of x[j] - shift (Sq = false) or of (x[j] - shift)^2 (Sq = true). Masked-off
+// lanes of the last vector contribute 0 (the subtraction is masked).
+template <bool Sq>
+inline __m512 accumulate(__m512 acc, __m512 v, __m512 shift, __mmask16 m) {
+  const __m512 d = _mm512_maskz_sub_ps(m, v, shift);
+  if constexpr (Sq) return _mm512_fmadd_ps(d, d, acc);
+  else return _mm512_add_ps(acc, d);
+}
+
+template <bool Sq>
+double row_sum(const float* x, int64_t n, float shift_value) {
+  const __m512 shift = _mm512_set1_ps(shift_value);
+  double total = 0;
+  for (int64_t c0 = 0; c0 < n; c0 += kChunk) {
+    const int64_t c1 = std::min(n, c0 + kChunk);
+    __m512 a0 = _mm512_setzero_ps(), a1 = _mm512_setzero_ps(), a2 = _mm512_setzero_ps(), a3 = _mm512_setzero_ps();
+    int64_t j = c0;
+    for (; j + 64 <= c1; j += 64) {
+      a0 = accumulate<Sq>(a0, _mm512_loadu_ps(x + j), shift, 0xffff);
+      a1 = accumulate<Sq>(a1, _mm512_loadu_ps(x + j + 16), shift, 0xffff);
+      a2 = accumulate<Sq>(a2, _mm512_loadu_ps(x + j + 32), shift, 0xffff);
+      a3 = accumulate<Sq>(a3, _mm512_loadu_ps(x + j + 48), shift, 0xffff);
+    }
+    for (; j + 16 <= c1; j += 16) a0 = accumulate<Sq>(a0, _mm512_loadu_ps(x + j), shift, 0xffff);
+    if (j < c1) {
+      const __mmask16 m = tail_mask(c1 - j);
+      a1 = accumulate<Sq>(a1, _mm512_maskz_loadu_ps(m, x + j), shift, m);
+    }
+    total += static_cast<double>(_mm512_reduce_add_ps(_mm512_add_ps(_mm512_add_ps(a0, a1), _mm512_add_ps(a2, a3))));
+  }
+  return total;
+}
+
+template <bool W, bool B>
+inline void normalize_vec(const float* x, float* y, int64_t j, __mmask16 m, __m512 vm, __m512 vr, __m512 vc,
+                          const float* w, const float* b) {
+  __m512 t = _mm512_fmadd_ps(_mm512_sub_ps(_mm512_maskz_loadu_ps(m, x + j), vm), vr, vc);
+  if constexpr (W && B) t = _mm512_fmadd_ps(t, _mm512_maskz_loadu_ps(m, w + j), _mm512_maskz_loadu_ps(m, b + j));
+  else if constexpr (W) t = _mm512_mul_ps(t, _mm512_maskz_loadu_ps(m, w + j));
+  else if constexpr (B) t = _mm512_add_ps(t, _mm512_maskz_loadu_ps(m, b + j));
+  _mm512_mask_storeu_ps(y + j, m, t);
+}
+
+template <bool W, bool B>
+void normalize_row(const float* x, float* y, int64_t n, float mean, float rstd, float shift, const float* w,
+                   const float* b) {
+  const __m512 vm = _mm512_set1_ps(mean), vr = _mm512_set1_ps(rstd), vc = _mm512_set1_ps(shift);
+  int64_t j = 0;
+  for (; j + 16 <= n; j += 16) normalize_vec<W, B>(x, y, j, 0xffff, vm, vr, vc, w, b);
+  if (j < n) normalize_vec<W, B>(x, y, j, tail_mask(n - j), vm, vr, vc, w, b);
+}
+
+void layer_norm_rows__avx512(const float* x, int64_t ldx, float* y, int64_t ldy, int64_t rows, int64_t n,
+                             const float* w, const float* b, double eps) {
+  for (int64_t r = 0; r < rows; ++r, x += ldx, y += ldy) {
+    // Summing x - x[0] keeps the f32 lane sums at the row's spread, not its mean.
+    const double mean = static_cast<double>(x[0]) + row_sum<false>(x, n, x[0]) / static_cast<double>(n);
+    const float mf = static_cast<float>(mean);
+    const double ss = row_sum<true>(x, n, mf);
+    // The deviations were taken from the f32-rounded mean mf; the exact mean differs by
+    // delta = mean - mf, which adds delta^2 to the mean squared deviation (removed here) and
+    // -delta * rstd to each normalized value (the fma's addend below). Without it a row near 1000
+    // would be off by up to ulp(1000) / 2 * rstd, far past f32 rounding of the result.
+    const double delta = mean - static_cast<double>(mf);
+    const double var = std::max(ss / static_cast<double>(n) - delta * delta, 0.0);
+    const double rstd = 1.0 / std::sqrt(var + eps);
+    const float rf = static_cast<float>(rstd), shift = static_cast<float>(-delta * rstd);
+    if (w != nullptr && b != nullptr) normalize_row<true, true>(x, y, n, mf, rf, shift, w, b);
+    else if (w != nullptr) normalize_row<true, false>(x, y, n, mf, rf, shift, w, b);
+    else if (b != nullptr) normalize_row<false, true>(x, y, n, mf, rf, shift, w, b);
+    else normalize_row<false, false>(x, y, n, mf, rf, shift, w, b);
+  }
+}
+
+}  // namespace
+
+NormKernelsF32 norm_kernels_f32_avx512() { return {layer_norm_rows__avx512}; }
+
+}  // namespace kiln::kernels::cpu
+
+#pragma GCC pop_options
+#pragma GCC diagnostic pop
