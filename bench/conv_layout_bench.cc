@@ -1,7 +1,9 @@
-// ResNet-50's convolution shapes in both layouts kiln has kernels for: NCHW (im2col + GEMM,
-// kernels/cpu/conv.h) and NHWC (row-blocked im2col or none + GEMM with the weight packed once,
+// ResNet-50's convolution shapes under every convolution kernel kiln has: NCHW im2col + GEMM
+// (kernels/cpu/conv.h) with filters packed per call and packed once (the engines' "prepacked"
+// tactic), the NCHW direct convolution with filters packed once (the "direct" tactic, Note [Direct
+// convolution]) and NHWC (row-blocked im2col or none + GEMM with the weight packed once,
 // kernels/cpu/conv_nhwc.h), batch 1 and 8, 1 and 2 threads, on the raw kernels (no dispatch), so
-// the numbers say which layout a compiler should pick per layer. GFLOPS counts 2 * MACs.
+// the numbers say which kernel and layout a compiler should pick per layer. GFLOPS counts 2 * MACs.
 //   ./build/bench/kiln_bench_conv_layout --benchmark_counters_tabular=true
 #include <benchmark/benchmark.h>
 
@@ -35,15 +37,33 @@ Conv2dParams params(const benchmark::State& s) {
   return p;
 }
 
-template <bool Nhwc>
+enum class Kernel { im2col, im2col_prepacked, direct_prepacked, nhwc };
+
+template <Kernel K>
 void BM_conv(benchmark::State& state) {
+  namespace cpu = kiln::kernels::cpu;
   kiln::set_num_threads(static_cast<int>(state.range(6)));
   const Conv2dParams p = params(state);
   std::vector<float> x = random_floats(p.n * p.c * p.h * p.w, 1), w = random_floats(p.k * p.c * p.r * p.s, 2),
                      bias = random_floats(p.k, 3), y(static_cast<size_t>(p.n * p.k * p.ho * p.wo));
+  std::vector<float> packed;
+  if constexpr (K == Kernel::im2col_prepacked) {
+    packed.resize(cpu::conv2d_packed_weight_f32_floats(p));
+    cpu::pack_conv2d_weight_f32(p, w.data(), packed.data());
+  } else if constexpr (K == Kernel::direct_prepacked) {
+    if (!cpu::conv2d_direct_supported(p)) {
+      state.SkipWithError("no direct convolution kernel for this ISA");
+      return;
+    }
+    packed.resize(cpu::conv2d_direct_packed_weight_f32_floats(p));
+    cpu::pack_conv2d_direct_weight_f32(p, w.data(), packed.data());
+  }
   for (auto _ : state) {
-    if constexpr (Nhwc) kiln::kernels::cpu::conv2d_nhwc_f32(p, x.data(), w.data(), bias.data(), y.data());
-    else kiln::kernels::cpu::conv2d_nchw_f32(p, x.data(), w.data(), bias.data(), y.data());
+    if constexpr (K == Kernel::nhwc) cpu::conv2d_nhwc_f32(p, x.data(), w.data(), bias.data(), y.data());
+    else if constexpr (K == Kernel::im2col) cpu::conv2d_nchw_f32(p, x.data(), w.data(), bias.data(), y.data());
+    else if constexpr (K == Kernel::im2col_prepacked)
+      cpu::conv2d_nchw_f32_prepacked(p, x.data(), packed.data(), bias.data(), y.data());
+    else cpu::conv2d_direct_f32(p, x.data(), nullptr, packed.data(), bias.data(), y.data());
     benchmark::DoNotOptimize(y.data());
   }
   state.counters["GFLOPS"] = benchmark::Counter(2.0 * static_cast<double>(p.n * p.k * p.ho * p.wo * p.c * p.r * p.s),
@@ -61,8 +81,10 @@ void shapes(benchmark::internal::Benchmark* b) {
   b->ArgNames({"n", "c", "hw", "k", "r", "stride", "threads"})->Unit(benchmark::kMillisecond)->UseRealTime();
 }
 
-BENCHMARK(BM_conv<false>)->Name("BM_conv_nchw")->Apply(shapes);
-BENCHMARK(BM_conv<true>)->Name("BM_conv_nhwc")->Apply(shapes);
+BENCHMARK(BM_conv<Kernel::im2col>)->Name("BM_conv_nchw")->Apply(shapes);
+BENCHMARK(BM_conv<Kernel::im2col_prepacked>)->Name("BM_conv_nchw_prepacked")->Apply(shapes);
+BENCHMARK(BM_conv<Kernel::direct_prepacked>)->Name("BM_conv_direct_prepacked")->Apply(shapes);
+BENCHMARK(BM_conv<Kernel::nhwc>)->Name("BM_conv_nhwc")->Apply(shapes);
 
 }  // namespace
 

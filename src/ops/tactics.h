@@ -9,11 +9,16 @@
 
 namespace kiln {
 
+// Tactics that keep a packed copy of the step's constant weight (input 1): "prepacked", "direct".
+bool tactic_packs_weight(const std::string& tactic);
 // Packs `weight` (the step's input 1, a constant) for `tactic` of `op` with bound `attrs`, so the
 // first run finds it packed (Note [Prepacked tactics]). False when the tactic packs nothing or the
 // weight does not fit its fast path (the kernel then runs its default at run time).
 bool prepack_weight(const OpDef& op, const std::string& tactic, const Tensor& weight, const Attrs& attrs);
 // Packed weights alive in the process-wide cache (tests: packing happens once, not per run).
 int64_t prepacked_weight_count();
+// Calls in which an extra tactic ran the op's default kernel instead (a shape or layout its fast
+// path does not take; tests: chosen tactics really run inside engines).
+int64_t tactic_fallback_count();
 
 }  // namespace kiln

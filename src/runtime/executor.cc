@@ -20,9 +20,9 @@ Executor::Executor(std::shared_ptr<const Engine> engine) : engine_(std::move(eng
     if (v.kind == EngineValue::Kind::constant) env_[i] = engine_->constants[static_cast<size_t>(v.index)];
   }
   // Note [Prepacked tactics] (src/ops/defs/linalg/matmul_tactics.cc): constant weights of
-  // "prepacked" steps are packed here, once per loaded engine, not on the first run.
+  // "prepacked" and "direct" steps are packed here, once per loaded engine, not on the first run.
   for (const EngineStep& st : engine_->steps)
-    if (st.tactic == "prepacked" && st.inputs.size() > 1 && st.inputs[1] >= 0 &&
+    if (tactic_packs_weight(st.tactic) && st.inputs.size() > 1 && st.inputs[1] >= 0 &&
         engine_->values[static_cast<size_t>(st.inputs[1])].kind == EngineValue::Kind::constant)
       prepack_weight(*st.op, st.tactic, env_[static_cast<size_t>(st.inputs[1])], st.attrs);
   reset_profile();

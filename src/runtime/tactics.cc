@@ -14,6 +14,7 @@
 #include "kernels/cpu/isa.h"
 #include "kiln/core/thread_pool.h"
 #include "kiln/ops/dispatch.h"
+#include "ops/tactics.h"
 
 namespace kiln::runtime {
 
@@ -126,15 +127,19 @@ std::vector<std::string> candidate_tactics(const Engine& e, const EngineStep& st
                             e.values[static_cast<size_t>(st.inputs[1])].kind == EngineValue::Kind::constant;
   for (const KernelEntry& k : st.op->kernels()) {
     if (k.device != DeviceType::cpu || !k.dtypes.contains(dt)) continue;
-    if (k.tactic == "prepacked" && !const_weight) continue;
+    if (tactic_packs_weight(k.tactic) && !const_weight) continue;
     if (std::find(out.begin(), out.end(), k.tactic) == out.end()) out.push_back(k.tactic);
   }
   return out;
 }
 
-std::string cache_key(const Engine& e, const EngineStep& st, const Target& t) {
+// The candidates are part of the key: a kiln with a new tactic times the step again instead of
+// reusing a choice made without it.
+std::string cache_key(const Engine& e, const EngineStep& st, const Target& t, const std::vector<std::string>& tactics) {
   std::ostringstream os;
-  os << st.op->name() << "|";
+  os << st.op->name() << "[";
+  for (size_t i = 0; i < tactics.size(); ++i) os << (i ? "," : "") << tactics[i];
+  os << "]|";
   bool first = true;
   for (const auto& [k, v] : st.attrs.values()) {
     os << (first ? "" : ",") << k << "=" << attr_value_str(v);
@@ -152,6 +157,7 @@ std::string cache_key(const Engine& e, const EngineStep& st, const Target& t) {
     if (v.kind == EngineValue::Kind::constant) os << "@const";
   }
   os << "|" << t.name() << "|t" << t.threads;
+  if (!e.batch.symbol.empty()) os << "|b" << e.batch.min << ":" << e.batch.max;  // both ends are timed
   return clean(os.str());
 }
 
@@ -159,11 +165,11 @@ double elapsed_ms(std::chrono::steady_clock::time_point t0) {
   return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
 }
 
-// Times each tactic on the step's shapes at the largest batch: constants as they are, every other
+// Times each tactic on the step's shapes at batch `batch`: constants as they are, every other
 // input random in [0.5, 1.5) (never zero). One warm-up run (a prepacked tactic packs there), then
 // up to `runs` timed runs or until `budget_ms` is used; the tactic's time is its fastest run.
 std::vector<double> time_tactics(const Engine& e, const EngineStep& st, const std::vector<std::string>& tactics,
-                                 int runs, double budget_ms) {
+                                 int64_t batch, int runs, double budget_ms) {
   std::vector<Tensor> ins;
   for (int32_t id : st.inputs) {
     if (id < 0) {
@@ -172,7 +178,7 @@ std::vector<double> time_tactics(const Engine& e, const EngineStep& st, const st
     }
     const EngineValue& v = e.values[static_cast<size_t>(id)];
     if (v.kind == EngineValue::Kind::constant) ins.push_back(e.constants[static_cast<size_t>(v.index)]);
-    else ins.push_back((rand(max_shape(v, e.batch.max), TensorOptions(DType::f32)) + 0.5).to(v.dtype));
+    else ins.push_back((rand(max_shape(v, batch), TensorOptions(DType::f32)) + 0.5).to(v.dtype));
   }
   std::vector<TensorMeta> metas = infer_call(*st.op, ins, st.attrs);
   std::vector<double> best(tactics.size(), 0.0);
@@ -263,7 +269,6 @@ TuneReport select_tactics(Engine& e, const CompileOptions& options) {
       std::vector<std::string> tactics = candidate_tactics(e, st, dt);
       if (tactics.size() < 2) continue;
       ++rep.tuned_steps;
-      if (!options.autotune) continue;
       // A prepacked tactic keeps a packed copy of the weight: only where the budget has room.
       int64_t packed_cost = 0;
       if (st.inputs.size() > 1 && st.inputs[1] >= 0)
@@ -274,14 +279,24 @@ TuneReport select_tactics(Engine& e, const CompileOptions& options) {
                           : 0;
       if (e.target.memory_budget > 0 &&
           e.memory.arena_bytes + weight_bytes + packed_bytes + packed_cost > e.target.memory_budget)
-        tactics.erase(std::remove(tactics.begin(), tactics.end(), std::string("prepacked")), tactics.end());
+        std::erase_if(tactics, tactic_packs_weight);
+      if (!options.autotune) {
+        // Note [Heuristic tactics]: without timing, a convolution with constant filters takes the
+        // direct kernel with its filters packed once (it beat im2col + GEMM on most of ResNet-50's
+        // layers, bench/RESULTS.md); everything else keeps the op's own kernel.
+        if (std::find(tactics.begin(), tactics.end(), "direct") != tactics.end()) {
+          st.tactic = "direct";
+          packed_bytes += packed_cost;
+        }
+        continue;
+      }
       if (tactics.size() < 2) continue;
       bool floating_inputs = true;
       for (int32_t id : st.inputs)
         if (id >= 0 && e.values[static_cast<size_t>(id)].kind != EngineValue::Kind::constant)
           floating_inputs = floating_inputs && is_floating(e.values[static_cast<size_t>(id)].dtype);
       if (!floating_inputs) continue;
-      const std::string key = cache_key(e, st, e.target);
+      const std::string key = cache_key(e, st, e.target, tactics);
       auto hit = cache.find(key);
       if (hit != cache.end() && std::find(tactics.begin(), tactics.end(), hit->second.best) != tactics.end()) {
         ++rep.hits;
@@ -291,17 +306,33 @@ TuneReport select_tactics(Engine& e, const CompileOptions& options) {
       } else {
         ++rep.misses;
         auto t0 = std::chrono::steady_clock::now();
-        std::vector<double> ms = time_tactics(e, st, tactics, options.tune_runs, options.tune_ms);
+        // Note [Tuning both ends of the batch range]: a tactic's costs per call (packing a weight on
+        // every run, say) hide at the largest batch and dominate at the smallest, so a dynamic
+        // batch range is timed at both ends and each tactic scored by the sum of its times relative
+        // to the fastest at each end.
+        std::vector<double> ms = time_tactics(e, st, tactics, e.batch.max, options.tune_runs, options.tune_ms);
+        std::vector<double> ms_min;
+        if (!e.batch.symbol.empty() && e.batch.min != e.batch.max)
+          ms_min = time_tactics(e, st, tactics, e.batch.min, options.tune_runs, options.tune_ms);
         rep.ms += elapsed_ms(t0);
-        size_t best = static_cast<size_t>(std::min_element(ms.begin(), ms.end()) - ms.begin());
+        std::vector<double> score(tactics.size(), 0.0);
+        for (const std::vector<double>* v : {&ms, &ms_min}) {
+          if (v->empty()) continue;
+          const double fastest = std::max(*std::min_element(v->begin(), v->end()), 1e-9);
+          for (size_t i = 0; i < v->size(); ++i) score[i] += (*v)[i] / fastest;
+        }
+        size_t best = static_cast<size_t>(std::min_element(score.begin(), score.end()) - score.begin());
         st.tactic = tactics[best];
         std::string timings;
-        for (size_t i = 0; i < tactics.size(); ++i) timings += (i ? "," : "") + tactics[i] + "=" + fmt_ms(ms[i]);
+        for (size_t i = 0; i < tactics.size(); ++i) {
+          timings += (i ? "," : "") + tactics[i] + "=" + fmt_ms(ms[i]);
+          if (!ms_min.empty()) timings += "/" + fmt_ms(ms_min[i]);
+        }
         cache[key] = CacheEntry{st.tactic, timings};
         changed_cache = true;
         rep.choices.push_back("step '" + st.name + "' (" + st.op->name() + "): " + st.tactic + " (" + timings + " ms)");
       }
-      if (st.tactic == "prepacked") packed_bytes += packed_cost;
+      if (tactic_packs_weight(st.tactic)) packed_bytes += packed_cost;
     }
   } catch (...) {
     set_num_threads(saved_threads);

@@ -11,6 +11,7 @@
 #include <fstream>
 #include <set>
 
+#include "kernels/cpu/gemm_ukernel.h"
 #include "kiln/core/thread_pool.h"
 #include "kiln/ir.h"
 #include "kiln/ops/dispatch.h"
@@ -44,7 +45,8 @@ ir::Graph mlp() {
   return g;
 }
 
-// conv -> relu -> pool -> flatten-ish mean -> gemm: the CNN head every image model has.
+// conv -> relu -> conv -> relu -> mean -> gemm: the CNN head every image model has (the second
+// conv and the gemm read their input from the engine's arena).
 ir::Graph small_cnn() {
   ir::Graph g;
   g.name = "small_cnn";
@@ -55,6 +57,9 @@ ir::Graph small_cnn() {
   ir::Value* x = g.add_input("x", ir::ValueType{DType::f32, {ir::Dim::sym("batch"), 3, 9, 7}});
   ir::Value* c = g.add_node(op("conv2d"), {x, cst("c1_w", {8, 3, 3, 3}), cst("c1_b", {8})},
                             {{"padding", std::vector<int64_t>{1, 1, 1, 1}}})->output();
+  c = g.add_node(op("relu"), {c})->output();
+  c = g.add_node(op("conv2d"), {c, cst("c2_w", {8, 8, 3, 3}), cst("c2_b", {8})},
+                 {{"padding", std::vector<int64_t>{1, 1, 1, 1}}})->output();
   c = g.add_node(op("relu"), {c})->output();
   ir::Value* m = g.add_node(op("mean"), {c}, {{"axes", std::vector<int64_t>{2, 3}}})->output();
   ir::Value* logits = g.add_node(op("gemm"), {m, cst("fc_w", {6, 8}), cst("fc_b", {6})}, {{"trans_b", true}})->output();
@@ -312,6 +317,20 @@ TEST(Tactics, ConvTacticsMatchTheDefault) {
   }
 }
 
+// The direct convolution's packed filters depend on the image size (its register tile): the same
+// filters at a size that picks the other tile must be packed again, not reused (an engine packed
+// them at load without the image size and ran every 8 x 48 layer with 12-row panels).
+TEST(Tactics, DirectConvFiltersFollowTheImageSize) {
+  Tensor w = random_tensor({64, 9, 3, 3}, DType::f32, 900), b = random_tensor({64}, DType::f32, 901);
+  Attrs at;
+  at.set("padding", std::vector<int64_t>{1, 1, 1, 1});
+  uint64_t seed = 902;
+  for (const Shape& xs : {Shape{1, 9, 6, 70}, Shape{1, 9, 7, 7}, Shape{2, 9, 6, 70}}) {
+    Tensor x = random_tensor(xs, DType::f32, seed++);
+    expect_tactics_agree("conv2d", {x, w, b}, at);
+  }
+}
+
 // Forces every step that can take tactic `t` onto it and checks the engine's outputs.
 void expect_engines_agree(const ir::Graph& g, const Shape& in_shape, int level) {
   CompileOptions o = tuned("none", level);
@@ -368,6 +387,30 @@ TEST(Tactics, PrepackedWeightsArePackedOnceWhenTheEngineLoads) {
     }
     loaded.reset();
     EXPECT_EQ(prepacked_weight_count(), before) << g.name << ": packed copies die with the engine";
+  }
+}
+
+// Every value of an engine is a view of one arena: a tactic that took sharing the arena for
+// aliasing its output fell back to the default kernel on every step whose input was not a graph
+// input, silently (the tuner, timing on separate tensors, never saw it).
+TEST(Tactics, ForcedTacticsRunInsideEnginesWithoutFallingBack) {
+  const bool direct = kernels::cpu::gemm_kernel_f32(kernels::cpu::active_isa()).taps[0].ukernel != nullptr;
+  for (const ir::Graph& g : {mlp(), small_cnn()}) {
+    for (const std::string t : {"prepacked", "direct"}) {
+      if (t == "direct" && !direct) continue;
+      CompileOptions o = tuned("none", 2);
+      o.autotune = false;
+      auto e = std::make_shared<Engine>(compile(g, o).engine);
+      int64_t forced = 0;
+      for (EngineStep& st : e->steps)
+        if (cpu_tactics(*st.op).count(t)) st.tactic = t, ++forced;
+      if (forced == 0) continue;
+      Executor ex(e);
+      Shape s = g.inputs()[0]->type().shape.size() == 2 ? Shape{3, 13} : Shape{3, 3, 9, 7};
+      const int64_t before = tactic_fallback_count();
+      ex.run({random_tensor(s, DType::f32, 50)});
+      EXPECT_EQ(tactic_fallback_count(), before) << g.name << " forced onto " << t << " (" << forced << " steps)";
+    }
   }
 }
 

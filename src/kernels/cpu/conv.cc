@@ -1,4 +1,5 @@
-// im2col convolution behind kernels/cpu/conv.h.
+// im2col convolution behind kernels/cpu/conv.h (and the f32 entry point, which prefers the direct
+// convolution of conv_direct.cc and the depthwise kernel where they apply).
 #include "kernels/cpu/conv.h"
 
 #include <algorithm>
@@ -132,6 +133,8 @@ void conv2d_nchw_f32(const Conv2dParams& p, const float* x, const float* w, cons
       gemm_epilogue_f32(e, plane, p.ho * p.wo, image * p.k + channel, 0, 1, p.ho * p.wo);
     });
   }
+  // Note [Direct convolution] (conv_direct.cc): no im2col matrix where the ISA has the kernel.
+  if (conv2d_direct_supported(p)) return conv2d_direct_f32(p, x, w, nullptr, bias, y, epilogue);
   conv2d_nchw<float>(p, x, w, bias, y, epilogue);
 }
 size_t conv2d_packed_weight_f32_floats(const Conv2dParams& p) {

@@ -37,4 +37,18 @@ void pack_conv2d_weight_f32(const Conv2dParams& p, const float* w, float* out);
 void conv2d_nchw_f32_prepacked(const Conv2dParams& p, const float* x, const float* packed_w, const float* bias, float* y,
                                const Conv2dEpilogue& epilogue = {});
 
+// The direct convolution (Note [Direct convolution] in conv_direct.cc): the GEMM micro-kernel reads
+// a once-per-image shifted (polyphase, padded) copy of x instead of an im2col matrix. Supported for
+// every non-depthwise shape when the active ISA has the kernel (AVX-512). Filters come either
+// packed by pack_conv2d_direct_weight_f32 under the same ISA (packed_w, w unused) or raw in w
+// (packed_w == nullptr: packed on each call).
+bool conv2d_direct_supported(const Conv2dParams& p);
+// The packed filters' panel height, which depends on the whole shape (the register tile is chosen
+// per convolution): packed filters fit another convolution only if this agrees.
+int conv2d_direct_tile_rows(const Conv2dParams& p);
+size_t conv2d_direct_packed_weight_f32_floats(const Conv2dParams& p);
+void pack_conv2d_direct_weight_f32(const Conv2dParams& p, const float* w, float* out);
+void conv2d_direct_f32(const Conv2dParams& p, const float* x, const float* w, const float* packed_w, const float* bias,
+                       float* y, const Conv2dEpilogue& epilogue = {});
+
 }  // namespace kiln::kernels::cpu

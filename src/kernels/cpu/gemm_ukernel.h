@@ -15,11 +15,28 @@ namespace kiln::kernels::cpu {
 using GemmUkernelF32 = void (*)(int64_t k, const float* a, const float* b, int64_t ldb, float* c, int64_t ldc,
                                 int m, int n, float alpha, float beta);
 
+// The direct convolution's tile (Note [Direct convolution] in conv_direct.cc): C[0:m, 0:n] =
+// A~ @ B~ (+ C when accumulate), where A~ is taps * k steps of mr floats (tap-major, rows >= m
+// zero) and B~ row (t, p) is b + tap_off[t] + p * ldb: each filter tap reads the activations at
+// its own shift, so no im2col matrix is ever written. Only the first n columns of each B~ row are
+// read (masked loads), so B~ may end at the last valid column.
+using GemmTapsUkernelF32 = void (*)(int taps, const int64_t* tap_off, int64_t k, const float* a, const float* b,
+                                    int64_t ldb, float* c, int64_t ldc, int m, int n, bool accumulate);
+
+// One register tile shape of the direct convolution (mr x nr, ukernel == nullptr: none).
+struct GemmTapsKernelF32 {
+  int mr = 0, nr = 0;
+  GemmTapsUkernelF32 ukernel = nullptr;
+};
+
 struct GemmKernelF32 {
   Isa isa;
   int mr, nr;       // register tile
   int64_t mc, kc, nc;  // cache blocks: A block mc x kc in L2, B panel kc x nr in L1, B block kc x nc
   GemmUkernelF32 ukernel;
+  // The direct convolution's tiles, in order of preference (Note [Direct convolution tiles] in
+  // conv_direct.cc); none: this ISA convolves through im2col only.
+  GemmTapsKernelF32 taps[2];
 };
 
 const GemmKernelF32& gemm_kernel_f32_scalar();

@@ -2,6 +2,9 @@
 // choose between at compile time (Note [Tactics] in include/kiln/runtime.h):
 //   "prepacked"  the weight (input 1) packed once into the GEMM micro-kernel layout and reused
 //                (conv: the filters as the NCHW conv's GEMM A, per group; depthwise: default kernel)
+//   "direct"     conv: the direct convolution (no im2col matrix, Note [Direct convolution] in
+//                kernels/cpu/conv_direct.cc) with its filters packed once; the heuristic choice
+//                without autotuning where it applies
 //   "openblas"   cblas_sgemm (when kiln was configured with OpenBLAS: KILN_HAS_OPENBLAS)
 // The ops' own kernels stay first, so eager calls and untuned engines run them unchanged.
 //
@@ -87,14 +90,47 @@ std::shared_ptr<const float> packed_conv_weight(const Tensor& w, const kernels::
   });
 }
 
+// Conv filters packed for the direct convolution (Note [Direct convolution] in
+// kernels/cpu/conv_direct.cc): per group and K slice, tap-major micro-panels.
+std::shared_ptr<const float> packed_direct_conv_weight(const Tensor& w, const kernels::cpu::Conv2dParams& p) {
+  return cached_pack<float>(w, {2, p.k, p.c, p.r, p.s, p.groups, kernels::cpu::conv2d_direct_tile_rows(p)}, [&] {
+    const size_t floats = kernels::cpu::conv2d_direct_packed_weight_f32_floats(p);
+    float* buf = static_cast<float*>(::operator new(std::max<size_t>(floats, 1) * sizeof(float), std::align_val_t{64}));
+    std::shared_ptr<float> owned(buf, [](float* q) { ::operator delete(q, std::align_val_t{64}); });
+    kernels::cpu::pack_conv2d_direct_weight_f32(p, static_cast<const float*>(w.data_ptr()), buf);
+    return std::shared_ptr<const float>(std::move(owned));
+  });
+}
+
+std::atomic<int64_t> g_fallbacks{0};
+
 // The op's first CPU kernel for f32 (its default tactic), for shapes a tactic does not cover.
 void run_default(const KernelCall& k) {
+  g_fallbacks.fetch_add(1, std::memory_order_relaxed);
   const KernelEntry* e = k.op.find_kernel(DeviceType::cpu, DType::f32);
   KILN_ASSERT(e != nullptr, k.op.name(), ": no f32 CPU kernel");
   e->fn(k);
 }
 
-bool aliases(const Tensor& a, const Tensor& b) { return a.defined() && b.defined() && a.storage() == b.storage(); }
+// Whether a and b may share memory: the byte ranges their elements span overlap. Not just the same
+// storage: an engine's values are all views of one arena, and a tactic that refused every output
+// in the arena of its input would never run inside an engine.
+bool aliases(const Tensor& a, const Tensor& b) {
+  if (!a.defined() || !b.defined() || a.storage() != b.storage() || a.numel() == 0 || b.numel() == 0) return false;
+  auto span = [](const Tensor& t) {
+    int64_t lo = 0, hi = 0;
+    for (int64_t d = 0; d < t.dim(); ++d) {
+      const int64_t ext = (t.shape()[static_cast<size_t>(d)] - 1) * t.strides()[static_cast<size_t>(d)];
+      (ext < 0 ? lo : hi) += ext;
+    }
+    const int64_t es = static_cast<int64_t>(dtype_size(t.dtype()));
+    const auto base = reinterpret_cast<intptr_t>(t.data_ptr());
+    return std::make_pair(base + lo * es, base + (hi + 1) * es);
+  };
+  const auto [a0, a1] = span(a);
+  const auto [b0, b1] = span(b);
+  return a0 < b1 && b0 < a1;
+}
 
 // gemm operands as (m, n, k) with element strides of op(a) and op(b).
 struct GemmArgs {
@@ -223,29 +259,41 @@ bool conv_params(const KernelCall& k, const char* name, kernels::cpu::Conv2dPara
   return !depthwise && p.c / p.groups * p.r * p.s > 0;
 }
 
+// The im2col GEMM ("prepacked") or the direct convolution ("direct") with filters packed once.
+template <bool Direct>
 void conv_prepacked(const KernelCall& k, const char* name, const kernels::cpu::Conv2dEpilogue& ep) {
   kernels::cpu::Conv2dParams p;
-  if (!conv_params(k, name, p)) {
+  if (!conv_params(k, name, p) || (Direct && !kernels::cpu::conv2d_direct_supported(p))) {
     run_default(k);
     return;
   }
   Tensor x = k.in(0).contiguous();
   Tensor bias = k.inputs.size() > 2 && k.in(2).defined() ? k.in(2).contiguous() : Tensor();
-  auto packed = packed_conv_weight(k.in(1), p);
-  kernels::cpu::conv2d_nchw_f32_prepacked(p, static_cast<const float*>(x.data_ptr()), packed.get(),
-                                          bias.defined() ? static_cast<const float*>(bias.data_ptr()) : nullptr,
-                                          static_cast<float*>(k.out(0).data_ptr()), ep);
+  const float* xp = static_cast<const float*>(x.data_ptr());
+  const float* bp = bias.defined() ? static_cast<const float*>(bias.data_ptr()) : nullptr;
+  float* yp = static_cast<float*>(k.out(0).data_ptr());
+  if constexpr (Direct) {
+    auto packed = packed_direct_conv_weight(k.in(1), p);
+    kernels::cpu::conv2d_direct_f32(p, xp, nullptr, packed.get(), bp, yp, ep);
+  } else {
+    auto packed = packed_conv_weight(k.in(1), p);
+    kernels::cpu::conv2d_nchw_f32_prepacked(p, xp, packed.get(), bp, yp, ep);
+  }
 }
 
-void conv2d_prepacked_kernel(const KernelCall& k) { conv_prepacked(k, "conv2d", {}); }
+template <bool Direct>
+void conv2d_prepacked_kernel(const KernelCall& k) {
+  conv_prepacked<Direct>(k, "conv2d", {});
+}
 
+template <bool Direct>
 void fused_conv2d_prepacked_kernel(const KernelCall& k) {
   Tensor res = k.inputs.size() > 3 && k.in(3).defined() ? k.in(3).contiguous() : Tensor();
   kernels::cpu::Conv2dEpilogue ep;
   ep.activation = parse_activation(k.attrs.get_string("activation"));
   ep.residual = res.defined() ? static_cast<const float*>(res.data_ptr()) : nullptr;
   ep.residual_before_activation = k.attrs.get_bool("residual_before_activation");
-  conv_prepacked(k, "fused_conv2d", ep);  // res outlives the call
+  conv_prepacked<Direct>(k, "fused_conv2d", ep);  // res outlives the call
 }
 
 // ---- openblas --------------------------------------------------------------------------------------
@@ -308,8 +356,10 @@ void matmul_openblas_kernel(const KernelCall& k) {
 
 }  // namespace
 
+bool tactic_packs_weight(const std::string& tactic) { return tactic == "prepacked" || tactic == "direct"; }
+
 bool prepack_weight(const OpDef& op, const std::string& tactic, const Tensor& w, const Attrs& attrs) {
-  if (tactic != "prepacked" || !w.defined() || w.dtype() != DType::f32 || w.numel() == 0) return false;
+  if (!tactic_packs_weight(tactic) || !w.defined() || w.dtype() != DType::f32 || w.numel() == 0) return false;
   const std::string& name = op.name();
   if ((name == "gemm" || name == "fused_gemm") && w.dim() == 2) {
     const bool tb = attrs.get_bool("trans_b");
@@ -326,11 +376,16 @@ bool prepack_weight(const OpDef& op, const std::string& tactic, const Tensor& w,
     p.groups = attrs.get_int("groups");
     p.k = w.shape()[0], p.c = w.shape()[1] * p.groups, p.r = w.shape()[2], p.s = w.shape()[3];
     if (p.groups > 1 && w.shape()[1] == 1) return false;  // depthwise: the default kernel
+    // The direct layout depends on the image size too (its register tile), which the weight alone
+    // does not tell: those filters are packed on the step's first run instead.
+    if (tactic == "direct") return false;
     packed_conv_weight(w, p);
     return true;
   }
   return false;
 }
+
+int64_t tactic_fallback_count() { return g_fallbacks.load(std::memory_order_relaxed); }
 
 int64_t prepacked_weight_count() {
   std::lock_guard<std::mutex> lock(g_pack_mu);
@@ -344,8 +399,10 @@ void register_tactic_kernels(OpRegistry& r) {
   r.extend("gemm").kernel(DeviceType::cpu, f32, gemm_prepacked_kernel, "prepacked");
   r.extend("matmul").kernel(DeviceType::cpu, f32, matmul_prepacked_kernel, "prepacked");
   r.extend("fused_gemm").kernel(DeviceType::cpu, f32, fused_gemm_prepacked_kernel, "prepacked");
-  r.extend("conv2d").kernel(DeviceType::cpu, f32, conv2d_prepacked_kernel, "prepacked");
-  r.extend("fused_conv2d").kernel(DeviceType::cpu, f32, fused_conv2d_prepacked_kernel, "prepacked");
+  r.extend("conv2d").kernel(DeviceType::cpu, f32, conv2d_prepacked_kernel<false>, "prepacked");
+  r.extend("fused_conv2d").kernel(DeviceType::cpu, f32, fused_conv2d_prepacked_kernel<false>, "prepacked");
+  r.extend("conv2d").kernel(DeviceType::cpu, f32, conv2d_prepacked_kernel<true>, "direct");
+  r.extend("fused_conv2d").kernel(DeviceType::cpu, f32, fused_conv2d_prepacked_kernel<true>, "direct");
 #if KILN_HAS_OPENBLAS
   r.extend("gemm").kernel(DeviceType::cpu, f32, gemm_openblas_kernel, "openblas");
   r.extend("matmul").kernel(DeviceType::cpu, f32, matmul_openblas_kernel, "openblas");

@@ -1,0 +1,363 @@
+// Direct f32 convolution (NCHW) behind kernels/cpu/conv.h: the GEMM's micro-kernel reads the
+// activations in place at a per-tap offset, so no im2col matrix is written or packed.
+#include <algorithm>
+#include <cstdint>
+#include <cstring>
+#include <utility>
+#include <vector>
+
+#include "kernels/cpu/conv.h"
+#include "kernels/cpu/conv_depthwise.h"
+#include "kernels/cpu/gemm_ukernel.h"
+#include "kernels/cpu/scratch.h"
+#include "kiln/core/error.h"
+#include "kiln/core/thread_pool.h"
+
+namespace kiln::kernels::cpu {
+
+// Note [Direct convolution]
+// The im2col convolution copies the input R*S times into a matrix and the GEMM then copies that
+// matrix again into packed panels: on ResNet-18 those two copies were ~30% of the time, the
+// micro-kernel 56%. Here the output plane is flattened with a halo: output (oh, ow) is column
+// q = oh * Wq + ow of the product, and the input is laid out once per image as X', C channels of
+// Hq x Wq planes, so that filter tap (r, s) reads X' at column q + off(r, s) for every q. The
+// GEMM's B row for (tap, channel) is then a contiguous run of X', which the micro-kernel loads
+// where it lies (GemmTapsUkernelF32), all taps of a channel slice accumulating in registers.
+//
+// Strides: X' holds the polyphase split of the padded input (phase (a, b) = rows a, a + sh, ...
+// and columns b, b + sw, ...), only the phases some tap uses, so every tap is again a unit-stride
+// shift within one phase plane. Padding is written into X' as zeros once; a 1x1 unit-stride
+// unpadded convolution uses x itself as X'.
+//
+// Columns ow in [Wo, Wq) are computed and dropped (2 of 58 on a 56-wide 3x3 layer, 2 of 9 on a
+// 7-wide one): the tile goes to a scratch plane and its valid runs are copied to y, with the
+// epilogue (bias, residual, activation) applied right there; when Wq == Wo (1x1 convolutions) the
+// tile is stored into y directly. K is sliced by channels so that a slice (all its taps) is about
+// kc deep, and the filters are packed per slice, tap-major, into the micro-kernel's panels.
+//
+// Threads: images in parallel when there are enough of them; otherwise each image's tiles are cut
+// between the threads by output columns or output channels, whichever splits more evenly.
+
+namespace {
+
+struct Geometry {
+  int64_t cg = 0, kg = 0, taps = 0;
+  int64_t hq = 0, wq = 0, plane = 0;  // one phase plane of X'
+  int64_t cstride = 0;                // floats per channel of X' (all its phase planes)
+  int64_t nq = 0;                     // product columns: Ho * Wq
+  int64_t kcs = 0;                    // channels per K slice
+  GemmTapsKernelF32 tile;             // the register tile (Note [Direct convolution tiles])
+  int64_t mpad = 0;                   // kg rounded up to the tile's rows
+  bool identity = false;              // X' is x itself
+  std::vector<std::pair<int64_t, int64_t>> phases;  // (row phase, column phase) per plane of X'
+  std::vector<int64_t> tap_off;                     // per tap (r * S + s): offset within a channel of X'
+  std::vector<int64_t> line_off;  // the cache lines (as offsets from a tile's column) a tile reads per channel
+};
+
+// Note [Prefetching the next tile]
+// A tile's B rows are a channel (a plane, kilobytes) apart, a pattern the hardware prefetcher does
+// not follow: without help the first micro-kernel on each column tile waited on memory for every
+// row (1x1 convolutions over a batch of 8 ran at 40% of the im2col path's speed). So while one
+// tile runs, the lines the next tile will read are prefetched, per channel: the union of the tap
+// spans [off, off + nr) with a point every 16 floats and at each span's end, so every cache line in
+// it gets one whatever the alignment.
+void prefetch_lines(Geometry& g, int nr) {
+  std::vector<int64_t> starts = g.tap_off;
+  std::sort(starts.begin(), starts.end());
+  for (size_t i = 0; i < starts.size();) {
+    const int64_t a = starts[i];
+    int64_t b = a + nr - 1;
+    for (++i; i < starts.size() && starts[i] <= b + 1; ++i) b = std::max(b, starts[i] + nr - 1);
+    for (int64_t l = a; l < b; l += 16) g.line_off.push_back(l);
+    g.line_off.push_back(b);
+  }
+}
+
+// Note [Direct convolution tiles]
+// The 12 x 32 tile wastes a ninth of its rows on 64 output channels (6 panels of 12 for 64 rows),
+// a third of ResNet-18; an 8 x 48 tile fits every multiple of 8 but wastes columns on small
+// planes (a 7 x 9 plane is 63 columns: 2 tiles of 32, or 2 of 48). Each convolution takes the tile
+// with the larger useful fraction of rows x columns, the first on a near tie.
+GemmTapsKernelF32 pick_tile(const GemmKernelF32& kk, int64_t rows, int64_t cols) {
+  auto useful = [&](const GemmTapsKernelF32& t) {
+    const int64_t r = (rows + t.mr - 1) / t.mr * t.mr, c = (cols + t.nr - 1) / t.nr * t.nr;
+    return static_cast<double>(rows * cols) / static_cast<double>(r * c);
+  };
+  GemmTapsKernelF32 best = kk.taps[0];
+  for (const GemmTapsKernelF32& t : kk.taps)
+    if (t.ukernel != nullptr && useful(t) > 1.01 * useful(best)) best = t;
+  return best;
+}
+
+Geometry geometry(const Conv2dParams& p, const GemmKernelF32& kk) {
+  Geometry g;
+  g.cg = p.c / p.groups;
+  g.kg = p.k / p.groups;
+  g.taps = p.r * p.s;
+  g.tile = pick_tile(kk, g.kg, p.ho * (p.wo + (p.s - 1) * p.dil_w / p.stride_w));
+  g.mpad = (g.kg + g.tile.mr - 1) / g.tile.mr * g.tile.mr;
+  const int64_t slices = std::max<int64_t>(1, (g.cg * g.taps + kk.kc - 1) / kk.kc);
+  g.kcs = (g.cg + slices - 1) / slices;
+  g.identity = p.r == 1 && p.s == 1 && p.stride_h == 1 && p.stride_w == 1 && p.pad_top == 0 && p.pad_left == 0 &&
+               p.ho == p.h && p.wo == p.w;
+  if (g.identity) {
+    g.hq = p.h, g.wq = p.w, g.plane = g.cstride = p.h * p.w, g.nq = p.h * p.w;
+    g.phases = {{0, 0}};
+    g.tap_off = {0};
+    prefetch_lines(g, g.tile.nr);
+    return g;
+  }
+  const int64_t shift_h = (p.r - 1) * p.dil_h / p.stride_h, shift_w = (p.s - 1) * p.dil_w / p.stride_w;
+  g.wq = p.wo + shift_w;
+  g.hq = p.ho + shift_h + 1;  // one more row: the halo columns of the last output row read into it
+  g.plane = g.hq * g.wq;
+  g.nq = p.ho * g.wq;
+  for (int64_t r = 0; r < p.r; ++r) {
+    for (int64_t s = 0; s < p.s; ++s) {
+      const std::pair<int64_t, int64_t> ph{r * p.dil_h % p.stride_h, s * p.dil_w % p.stride_w};
+      const auto it = std::find(g.phases.begin(), g.phases.end(), ph);
+      const int64_t slot = it - g.phases.begin();
+      if (it == g.phases.end()) g.phases.push_back(ph);
+      g.tap_off.push_back(slot * g.plane + r * p.dil_h / p.stride_h * g.wq + s * p.dil_w / p.stride_w);
+    }
+  }
+  g.cstride = static_cast<int64_t>(g.phases.size()) * g.plane;
+  prefetch_lines(g, g.tile.nr);
+  return g;
+}
+
+// Channel c of X' from channel c of x (xc: H x W).
+void fill_channel(const Conv2dParams& p, const Geometry& g, const float* xc, float* dst) {
+  for (size_t slot = 0; slot < g.phases.size(); ++slot) {
+    const auto [ph, pw] = g.phases[slot];
+    // Columns j of the plane whose input column j * sw + pw - pad_left lies in [0, W).
+    int64_t j_lo = 0, j_hi = g.wq;
+    while (j_lo < g.wq && j_lo * p.stride_w + pw - p.pad_left < 0) ++j_lo;
+    while (j_hi > j_lo && (j_hi - 1) * p.stride_w + pw - p.pad_left >= p.w) --j_hi;
+    float* plane = dst + static_cast<int64_t>(slot) * g.plane;
+    for (int64_t i = 0; i < g.hq; ++i) {
+      float* row = plane + i * g.wq;
+      const int64_t y = i * p.stride_h + ph - p.pad_top;
+      if (y < 0 || y >= p.h) {
+        std::fill(row, row + g.wq, 0.0f);
+        continue;
+      }
+      const float* xr = xc + y * p.w + pw - p.pad_left;
+      std::fill(row, row + j_lo, 0.0f);
+      if (p.stride_w == 1) {
+        std::copy(xr + j_lo, xr + j_hi, row + j_lo);
+      } else {
+        for (int64_t j = j_lo; j < j_hi; ++j) row[j] = xr[j * p.stride_w];
+      }
+      std::fill(row + j_hi, row + g.wq, 0.0f);
+    }
+  }
+}
+
+void pack_weights(const Conv2dParams& p, const Geometry& g, const float* w, float* out) {
+  const int mr = g.tile.mr;
+  const size_t per_group = static_cast<size_t>(g.mpad * g.cg * g.taps);
+  for (int64_t grp = 0; grp < p.groups; ++grp) {
+    const float* wg = w + grp * g.kg * g.cg * g.taps;
+    float* og = out + static_cast<size_t>(grp) * per_group;
+    for (int64_t c0 = 0; c0 < g.cg; c0 += g.kcs) {
+      const int64_t kcur = std::min(g.kcs, g.cg - c0);
+      float* slice = og + c0 * g.taps * g.mpad;
+      for (int64_t ir = 0; ir < g.mpad; ir += mr) {
+        float* panel = slice + ir * g.taps * kcur;
+        for (int64_t t = 0; t < g.taps; ++t)
+          for (int64_t c = 0; c < kcur; ++c)
+            for (int64_t i = 0; i < mr; ++i) {
+              const int64_t o = ir + i;
+              panel[(t * kcur + c) * mr + i] = o < g.kg ? wg[(o * g.cg + c0 + c) * g.taps + t] : 0.0f;
+            }
+      }
+    }
+  }
+}
+
+constexpr int kMaxTile = 12 * 32;  // the largest micro-kernel tile (AVX-512's)
+
+// One image, one group: rows [i0, i1) (i0 a multiple of mr) x product columns [j0, j1).
+struct GroupRun {
+  const Conv2dParams* p;
+  const Geometry* g;
+  const GemmKernelF32* kk;
+  const float* xq;      // X' of this group's first channel
+  const float* packed;  // this group's packed filters
+  float* yq;            // the product plane (ldq = nq): y itself when Wq == Wo
+  float* y;             // this image and group's output, [kg, Ho * Wo]
+  GemmEpilogue ep;      // indexed by the group's rows and y's columns
+
+  // Tile (ir, jr) is final: the epilogue runs on it in the product plane (bias, activation, and
+  // the residual gathered into the plane's layout first), then its valid runs go to y.
+  void finish(int64_t ir, int64_t jr, int mv, int nv) const {
+    const int64_t howo = p->ho * p->wo;
+    if (yq == y) {
+      if (!ep.empty()) gemm_epilogue_f32(ep, y + ir * howo + jr, howo, ir, jr, mv, nv);
+      return;
+    }
+    float* tile = yq + ir * g->nq + jr;
+    const int nr = g->tile.nr;
+    auto for_runs = [&](auto&& fn) {  // fn(q offset in the tile, y column, length) per valid run
+      for (int64_t q = jr; q < jr + nv;) {
+        const int64_t oh = q / g->wq, ow = q % g->wq, end = std::min(jr + nv, (oh + 1) * g->wq);
+        if (ow < p->wo) fn(q - jr, oh * p->wo + ow, std::min(p->wo, ow + end - q) - ow);
+        q = end;
+      }
+    };
+    if (!ep.empty()) {
+      GemmEpilogue e = ep;
+      if (e.bias != nullptr) e.bias += ir;
+      float res[kMaxTile];
+      if (ep.residual != nullptr) {
+        KILN_ASSERT(mv * nr <= kMaxTile, "direct convolution: tile larger than its residual buffer");
+        std::fill(res, res + mv * nr, 0.0f);  // the halo columns, dropped afterwards
+        for_runs([&](int64_t t, int64_t col, int64_t len) {
+          for (int i = 0; i < mv; ++i)
+            std::memcpy(res + i * nr + t, ep.residual + (ir + i) * ep.ldr + col, static_cast<size_t>(len) * sizeof(float));
+        });
+        e.residual = res;
+        e.ldr = nr;
+      }
+      gemm_epilogue_f32(e, tile, g->nq, 0, 0, mv, nv);
+    }
+    for_runs([&](int64_t t, int64_t col, int64_t len) {
+      for (int i = 0; i < mv; ++i)
+        std::memcpy(y + (ir + i) * howo + col, tile + i * g->nq + t, static_cast<size_t>(len) * sizeof(float));
+    });
+  }
+
+  void run(int64_t i0, int64_t i1, int64_t j0, int64_t j1) const {
+    const int mr = g->tile.mr, nr = g->tile.nr;
+    for (int64_t c0 = 0; c0 < g->cg; c0 += g->kcs) {
+      const int64_t kcur = std::min(g->kcs, g->cg - c0);
+      const bool last = c0 + kcur == g->cg;
+      const float* a = packed + c0 * g->taps * g->mpad;
+      const float* b = xq + c0 * g->cstride;
+      for (int64_t ic = i0; ic < i1; ic += kk->mc) {
+        const int64_t iend = std::min(ic + kk->mc, i1);
+        for (int64_t jr = j0; jr < j1; jr += nr) {
+          const int nv = static_cast<int>(std::min<int64_t>(nr, j1 - jr));
+          if (jr + nr < j1) {  // Note [Prefetching the next tile]; a prefetch never faults
+            const uintptr_t next = reinterpret_cast<uintptr_t>(b + jr + nr);
+            for (int64_t c = 0; c < kcur; ++c)
+              for (int64_t l : g->line_off)
+                __builtin_prefetch(reinterpret_cast<const void*>(
+                    next + static_cast<uintptr_t>(c * g->cstride + l) * sizeof(float)));
+          }
+          for (int64_t ir = ic; ir < iend; ir += mr) {
+            const int mv = static_cast<int>(std::min<int64_t>(mr, iend - ir));
+            g->tile.ukernel(static_cast<int>(g->taps), g->tap_off.data(), kcur, a + ir * g->taps * kcur, b + jr,
+                             g->cstride, yq + ir * g->nq + jr, g->nq, mv, nv, c0 != 0);
+            if (last) finish(ir, jr, mv, nv);
+          }
+        }
+      }
+    }
+  }
+};
+
+constexpr int64_t kSerialFlops = int64_t{1} << 21;
+
+// How evenly `blocks` split into `parts` (1 = perfectly).
+double balance(int64_t blocks, int64_t parts) {
+  const int64_t most = (blocks + parts - 1) / parts;
+  return static_cast<double>(blocks) / static_cast<double>(most * parts);
+}
+
+}  // namespace
+
+bool conv2d_direct_supported(const Conv2dParams& p) {
+  return gemm_kernel_f32(active_isa()).taps[0].ukernel != nullptr && !is_depthwise(p) && p.c / p.groups > 0 &&
+         p.k / p.groups > 0 && p.r > 0 && p.s > 0;
+}
+
+int conv2d_direct_tile_rows(const Conv2dParams& p) { return geometry(p, gemm_kernel_f32(active_isa())).tile.mr; }
+
+size_t conv2d_direct_packed_weight_f32_floats(const Conv2dParams& p) {
+  const Geometry g = geometry(p, gemm_kernel_f32(active_isa()));
+  return static_cast<size_t>(p.groups * g.mpad * g.cg * g.taps);
+}
+
+void pack_conv2d_direct_weight_f32(const Conv2dParams& p, const float* w, float* out) {
+  const GemmKernelF32& kk = gemm_kernel_f32(active_isa());
+  KILN_ASSERT(conv2d_direct_supported(p), "pack_conv2d_direct_weight_f32: no direct kernel for this ISA and shape");
+  pack_weights(p, geometry(p, kk), w, out);
+}
+
+void conv2d_direct_f32(const Conv2dParams& p, const float* x, const float* w, const float* packed_w, const float* bias,
+                       float* y, const Conv2dEpilogue& epilogue) {
+  const GemmKernelF32& kk = gemm_kernel_f32(active_isa());
+  KILN_ASSERT(conv2d_direct_supported(p), "conv2d_direct_f32: unsupported convolution for the active ISA");
+  const Geometry g = geometry(p, kk);
+  if (packed_w == nullptr) {
+    float* buf = thread_scratch<float, ScratchSlot::packed_weight>(conv2d_direct_packed_weight_f32_floats(p));
+    pack_weights(p, g, w, buf);
+    packed_w = buf;
+  }
+  const int64_t howo = p.ho * p.wo;
+  const size_t xq_floats = g.identity ? 0 : static_cast<size_t>(p.c * g.cstride);
+  const size_t yq_floats = g.wq == p.wo ? 0 : static_cast<size_t>(p.k * g.nq);
+  const size_t per_group = static_cast<size_t>(g.mpad * g.cg * g.taps);
+
+  // Image `img` with X' and the product plane at xq, yq; this worker's share `part` of `parts`.
+  auto image = [&](int64_t img, const float* xq, float* yq, int part, int parts) {
+    const int64_t mr = g.tile.mr, nr = g.tile.nr, col_tiles = (g.nq + nr - 1) / nr, row_tiles = g.mpad / mr;
+    // Splitting by columns makes every thread read all the filters, by rows all of X': duplicate
+    // the smaller one unless that split is much less even (at batch 1 a 7x7 layer's 512 x 4608
+    // filters read by both threads made it memory-bound).
+    const double bc = balance(col_tiles, parts), br = balance(row_tiles, parts);
+    const bool by_cols = g.kg <= g.nq ? bc >= 0.75 * br : bc > br / 0.75;
+    for (int64_t grp = 0; grp < p.groups; ++grp) {
+      GroupRun run{&p, &g, &kk, xq + grp * g.cg * g.cstride, packed_w + static_cast<size_t>(grp) * per_group,
+                   nullptr, y + (img * p.k + grp * g.kg) * howo, {}};
+      run.yq = yq == nullptr ? run.y : yq + grp * g.kg * g.nq;
+      if (bias != nullptr) run.ep.bias_kind = GemmBias::per_row, run.ep.bias = bias + grp * g.kg;
+      run.ep.activation = epilogue.activation;
+      if (epilogue.residual != nullptr) {
+        run.ep.residual = epilogue.residual + (img * p.k + grp * g.kg) * howo;
+        run.ep.ldr = howo;
+      }
+      run.ep.residual_before_activation = epilogue.residual_before_activation;
+      if (by_cols) {
+        const int64_t t0 = col_tiles * part / parts, t1 = col_tiles * (part + 1) / parts;
+        if (t0 < t1) run.run(0, g.kg, t0 * nr, std::min(g.nq, t1 * nr));
+      } else {
+        const int64_t t0 = row_tiles * part / parts, t1 = row_tiles * (part + 1) / parts;
+        if (t0 < t1) run.run(t0 * mr, std::min(g.kg, t1 * mr), 0, g.nq);
+      }
+    }
+  };
+  auto fill = [&](int64_t img, float* xq, int64_t c0, int64_t c1) {
+    for (int64_t c = c0; c < c1; ++c) fill_channel(p, g, x + (img * p.c + c) * p.h * p.w, xq + c * g.cstride);
+  };
+
+  int threads = in_parallel_region() ? 1 : get_num_threads();
+  if (2 * p.k * g.cg * g.taps * g.nq < kSerialFlops) threads = 1;
+  if (threads > 1 && p.n >= threads && (p.n % threads == 0 || p.n >= 4 * threads)) {
+    parallel_for(0, p.n, 1, [&](int64_t i0, int64_t i1) {
+      float* xq = xq_floats ? thread_scratch<float, ScratchSlot::direct_conv_x>(xq_floats) : nullptr;
+      float* yq = yq_floats ? thread_scratch<float, ScratchSlot::direct_conv_y>(yq_floats) : nullptr;
+      for (int64_t img = i0; img < i1; ++img) {
+        if (xq != nullptr) fill(img, xq, 0, p.c);
+        image(img, xq != nullptr ? xq : x + img * p.c * p.h * p.w, yq, 0, 1);
+      }
+    });
+    return;
+  }
+  float* xq = xq_floats ? thread_scratch<float, ScratchSlot::direct_conv_x>(xq_floats) : nullptr;
+  float* yq = yq_floats ? thread_scratch<float, ScratchSlot::direct_conv_y>(yq_floats) : nullptr;
+  for (int64_t img = 0; img < p.n; ++img) {
+    const float* xi = xq != nullptr ? xq : x + img * p.c * p.h * p.w;
+    if (threads <= 1) {
+      if (xq != nullptr) fill(img, xq, 0, p.c);
+      image(img, xi, yq, 0, 1);
+      continue;
+    }
+    if (xq != nullptr) parallel_for(0, p.c, 4, [&](int64_t c0, int64_t c1) { fill(img, xq, c0, c1); });
+    parallel_run(threads, [&](int t, int nt) { image(img, xi, yq, t, nt); });
+  }
+}
+
+}  // namespace kiln::kernels::cpu

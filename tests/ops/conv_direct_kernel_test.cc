@@ -1,0 +1,152 @@
+// The direct NCHW convolution (kernels/cpu/conv.h: conv2d_direct_f32, Note [Direct convolution])
+// against the float64 reference: unit and larger strides (the polyphase copy), asymmetric padding,
+// dilation, groups, 1x1 with and without the copy, a ResNet stem, output widths with and without a
+// halo, channel counts deep enough to slice K and rows past one mc block, images in parallel and
+// one image split between threads by columns or by channels, both register tiles (12 x 32 and
+// 8 x 48, Note [Direct convolution tiles]), raw and prepacked filters, and the epilogue. Runs where the ISA has the direct kernel (AVX-512); elsewhere conv2d_direct_supported
+// must say no.
+//
+// Tolerance: each element within eps * (the same convolution of |x|, |w|, |bias|, plus |residual|)
+// with eps = 1e-5: a few f32 roundings per product, summed in a different order than the reference.
+#include <vector>
+
+#include "kernels/cpu/conv.h"
+#include "kernels/cpu/isa.h"
+#include "kiln/core/thread_pool.h"
+#include "support/testing.h"
+
+namespace kiln {
+namespace {
+
+using kernels::cpu::Conv2dEpilogue;
+using kernels::cpu::Conv2dParams;
+using kernels::cpu::GemmActivation;
+using testing::abs_values;
+using testing::close_by_magnitude;
+using testing::random_tensor;
+
+struct Case {
+  Shape x, w;  // NCHW / OIHW
+  std::vector<int64_t> stride{1, 1}, padding{0, 0, 0, 0}, dilation{1, 1};
+  int64_t groups = 1;
+};
+
+const std::vector<Case> kCases = {
+    {{1, 1, 1, 1}, {1, 1, 1, 1}},                                     // everything size 1: x read in place
+    {{2, 3, 7, 9}, {4, 3, 3, 3}},                                     // no padding, halo of 2
+    {{2, 3, 9, 11}, {5, 3, 3, 3}, {2, 2}, {1, 1, 1, 1}},              // stride 2: four phases
+    {{1, 2, 7, 8}, {3, 2, 3, 2}, {1, 2}, {0, 2, 1, 0}},               // asymmetric stride and padding
+    {{1, 3, 11, 9}, {2, 3, 3, 3}, {1, 1}, {2, 1, 2, 1}, {2, 3}},      // dilation
+    {{1, 4, 10, 9}, {2, 4, 3, 3}, {3, 2}, {1, 1, 1, 1}, {2, 1}},      // dilation with stride 3 x 2
+    {{1, 4, 8, 7}, {6, 2, 3, 3}, {1, 1}, {1, 1, 1, 1}, {1, 1}, 2},    // groups
+    {{2, 5, 7, 7}, {33, 5, 1, 1}},                                    // 1x1: x in place, y direct
+    {{1, 5, 7, 7}, {3, 5, 1, 1}, {2, 2}},                             // 1x1 strided: one phase
+    {{1, 6, 5, 5}, {7, 6, 1, 1}, {1, 1}, {1, 1, 1, 1}},               // 1x1 padded: a copy
+    {{1, 3, 33, 33}, {7, 3, 7, 7}, {2, 2}, {3, 3, 3, 3}},             // a ResNet stem, odd size
+    {{1, 100, 9, 9}, {150, 100, 3, 3}, {1, 1}, {1, 1, 1, 1}},         // K in 2 slices, rows in 2 mc blocks
+    {{1, 1000, 3, 5}, {13, 1000, 1, 1}},                              // 1x1 K in 2 slices, 15 columns
+    {{1, 17, 33, 33}, {32, 17, 3, 3}, {1, 1}, {1, 1, 1, 1}},          // one image: split by columns, 8 x 48
+    {{1, 64, 7, 7}, {256, 64, 3, 3}, {1, 1}, {1, 1, 1, 1}},           // one image: split by channels, 12 x 32
+    {{3, 16, 20, 20}, {24, 8, 3, 3}, {1, 1}, {1, 1, 1, 1}, {1, 1}, 2},  // 3 images: each split
+    {{4, 8, 12, 12}, {16, 8, 3, 3}, {2, 2}, {1, 1, 1, 1}},            // 4 images in parallel, 8 x 48
+    {{1, 9, 6, 70}, {64, 9, 3, 3}, {1, 1}, {1, 1, 1, 1}},             // 8 x 48 with a ragged last tile
+};
+
+Conv2dParams params_of(const Case& c) {
+  Conv2dParams p;
+  p.n = c.x[0], p.c = c.x[1], p.h = c.x[2], p.w = c.x[3];
+  p.k = c.w[0], p.r = c.w[2], p.s = c.w[3];
+  p.stride_h = c.stride[0], p.stride_w = c.stride[1];
+  p.pad_top = c.padding[0], p.pad_left = c.padding[1];
+  p.dil_h = c.dilation[0], p.dil_w = c.dilation[1];
+  p.groups = c.groups;
+  p.ho = (p.h + c.padding[0] + c.padding[2] - p.dil_h * (p.r - 1) - 1) / p.stride_h + 1;
+  p.wo = (p.w + c.padding[1] + c.padding[3] - p.dil_w * (p.s - 1) - 1) / p.stride_w + 1;
+  return p;
+}
+
+const float* f32(const Tensor& t) { return t.defined() ? static_cast<const float*>(t.data_ptr()) : nullptr; }
+
+Tensor run_direct(const Case& c, const Tensor& x, const Tensor& w, const Tensor& bias, const Conv2dEpilogue& ep,
+                  bool prepacked) {
+  const Conv2dParams p = params_of(c);
+  Tensor y = full({p.n, p.k, p.ho, p.wo}, 123.0, TensorOptions(DType::f32));  // every element must be written
+  std::vector<float> packed;
+  if (prepacked) {
+    packed.resize(kernels::cpu::conv2d_direct_packed_weight_f32_floats(p));
+    kernels::cpu::pack_conv2d_direct_weight_f32(p, f32(w), packed.data());
+  }
+  kernels::cpu::conv2d_direct_f32(p, f32(x), prepacked ? nullptr : f32(w), prepacked ? packed.data() : nullptr,
+                                  f32(bias), static_cast<float*>(y.data_ptr()), ep);
+  return y;
+}
+
+class ConvDirectTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    if (!kernels::cpu::conv2d_direct_supported(params_of(kCases[1])))
+      GTEST_SKIP() << "no direct convolution kernel for " << kernels::cpu::isa_name(kernels::cpu::active_isa());
+  }
+  void TearDown() override { set_num_threads(saved_); }
+  int saved_ = get_num_threads();
+};
+
+TEST_F(ConvDirectTest, MatchesReferenceOnEveryCase) {
+  uint64_t seed = 1;
+  for (int threads : {1, 2}) {
+    set_num_threads(threads);
+    for (const Case& c : kCases) {
+      for (bool with_bias : {false, true}) {
+        const bool prepacked = with_bias == (threads == 2);
+        Tensor x = random_tensor(c.x, DType::f32, seed++), w = random_tensor(c.w, DType::f32, seed++);
+        Tensor bias = with_bias ? random_tensor({c.w[0]}, DType::f32, seed++) : Tensor();
+        Tensor got = run_direct(c, x, w, bias, {}, prepacked);
+        Tensor want = ref::conv2d(x, w, bias, c.stride, c.padding, c.dilation, c.groups);
+        Tensor mag = ref::conv2d(abs_values(x), abs_values(w), with_bias ? abs_values(bias) : Tensor(), c.stride,
+                                 c.padding, c.dilation, c.groups);
+        EXPECT_TRUE(close_by_magnitude(got, want, mag, 1e-5))
+            << "x " << shape_str(c.x) << " w " << shape_str(c.w) << " bias " << with_bias << " threads " << threads
+            << " prepacked " << prepacked;
+      }
+    }
+  }
+}
+
+TEST_F(ConvDirectTest, EpilogueActivationAndResidual) {
+  uint64_t seed = 100;
+  set_num_threads(2);
+  for (const Case& c : {kCases[2], kCases[6], kCases[7], kCases[13], kCases[14], kCases[16]}) {
+    for (bool before : {false, true}) {
+      const Conv2dParams p = params_of(c);
+      Tensor x = random_tensor(c.x, DType::f32, seed++), w = random_tensor(c.w, DType::f32, seed++);
+      Tensor bias = random_tensor({c.w[0]}, DType::f32, seed++);
+      Tensor res = random_tensor({p.n, p.k, p.ho, p.wo}, DType::f32, seed++);
+      Conv2dEpilogue ep;
+      ep.activation = GemmActivation::relu;
+      ep.residual = f32(res);
+      ep.residual_before_activation = before;
+      Tensor got = run_direct(c, x, w, bias, ep, before);
+      Tensor conv = ref::conv2d(x, w, bias, c.stride, c.padding, c.dilation, c.groups);
+      Tensor res64 = res.to(DType::f64);
+      Tensor want = before ? (conv + res64).relu() : conv.relu() + res64;
+      Tensor mag =
+          ref::conv2d(abs_values(x), abs_values(w), abs_values(bias), c.stride, c.padding, c.dilation, c.groups) +
+          abs_values(res64);
+      EXPECT_TRUE(close_by_magnitude(got, want, mag, 1e-5))
+          << "x " << shape_str(c.x) << " w " << shape_str(c.w) << " before " << before;
+    }
+  }
+}
+
+TEST(ConvDirect, DepthwiseAndOtherIsasAreNotSupported) {
+  Conv2dParams dw = params_of({{1, 6, 9, 9}, {6, 1, 3, 3}, {1, 1}, {1, 1, 1, 1}, {1, 1}, 6});
+  EXPECT_FALSE(kernels::cpu::conv2d_direct_supported(dw));
+  for (kernels::cpu::Isa isa : {kernels::cpu::Isa::scalar, kernels::cpu::Isa::avx2}) {
+    if (!kernels::cpu::isa_supported(isa)) continue;
+    kernels::cpu::IsaOverride o(isa);
+    EXPECT_FALSE(kernels::cpu::conv2d_direct_supported(params_of(kCases[1]))) << kernels::cpu::isa_name(isa);
+  }
+}
+
+}  // namespace
+}  // namespace kiln
