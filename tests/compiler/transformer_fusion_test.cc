@@ -280,6 +280,53 @@ TEST(TransformerFusion, PipelineAndEngineMatchTheUnfusedGraph) {
     EXPECT_NE(std::find(o2.begin(), o2.end(), p), o2.end()) << p;
 }
 
+// Note [Attention output layout] (attention_fusion.cc): the head-merge permute after attention
+// folds into fused_attention's out_dims, BERT's [0, 2, 1, 3] and nn.MultiheadAttention's
+// [2, 0, 1, 3] alike; a permute that moves Dv, or an attention output read twice, stays.
+TEST(TransformerFusion, HeadMergePermuteFoldsIntoAttention) {
+  const int64_t b = 2, s = 7, h = 3, d = 4;
+  struct Case {
+    std::vector<int64_t> perm;
+    bool second_reader;
+    bool folds;
+  };
+  for (const Case& c : {Case{{0, 2, 1, 3}, false, true}, Case{{2, 0, 1, 3}, false, true}, Case{{0, 1, 3, 2}, false, false},
+                        Case{{0, 2, 1, 3}, true, false}}) {
+    SCOPED_TRACE(shape_str(Shape(c.perm.begin(), c.perm.end())) + (c.second_reader ? " read twice" : ""));
+    ir::Graph g;
+    g.name = "heads";
+    ir::Value* q = g.add_input("q", {DType::f32, {b, h, s, d}});
+    ir::Value* k = g.add_input("k", {DType::f32, {b, h, s, d}});
+    ir::Value* v = g.add_input("v", {DType::f32, {b, h, s, d}});
+    ir::Value* mask = g.add_input("mask", {DType::f32, {b, 1, 1, s}});
+    ir::Value* kt = node(g, "permute", {k}, {{"dims", std::vector<int64_t>{0, 1, 3, 2}}});
+    ir::Value* sc = node(g, "mul", {node(g, "matmul", {q, kt}), scalar(g, 0.5)});
+    ir::Value* p = node(g, "softmax", {node(g, "add", {sc, mask})}, {{"axis", int64_t{-1}}});
+    ir::Value* o = node(g, "matmul", {p, v});
+    g.add_output(node(g, "permute", {o}, {{"dims", c.perm}}));
+    if (c.second_reader) g.add_output(node(g, "neg", {o}));
+    ir::verify(g);
+    std::vector<Tensor> in{random_tensor({b, h, s, d}, DType::f32, 1), random_tensor({b, h, s, d}, DType::f32, 2),
+                           random_tensor({b, h, s, d}, DType::f32, 3), padding_mask(b, s)};
+    std::vector<Tensor> want = ir::run(g, in);
+    ir::Graph f = g.clone();
+    auto reps = compiler::run_passes(f, {"attention_fusion", "dce"}, true);
+    ASSERT_TRUE(reps[0].changed) << reps[0].report;
+    EXPECT_EQ(count_op(f, "fused_attention"), 1) << ir::print(f);
+    EXPECT_EQ(count_op(f, "permute"), c.folds ? 0 : 1) << ir::print(f);
+    for (const ir::Node* n : f.nodes()) {
+      if (n->op().name() != "fused_attention") continue;
+      EXPECT_EQ(n->attrs().get_ints("out_dims"), c.folds ? c.perm : std::vector<int64_t>{}) << ir::print(f);
+    }
+    std::vector<Tensor> got = ir::run(f, in);
+    for (size_t i = 0; i < want.size(); ++i) EXPECT_TRUE(testing::all_close(got[i], want[i], testing::Tol{1e-5, 1e-6}));
+    // The engine runs the folded node (its reshape-free layout) to the same result.
+    runtime::Executor ex(std::make_shared<runtime::Engine>(runtime::compile(g, {}).engine));
+    std::vector<Tensor> eng = ex.run(in);
+    for (size_t i = 0; i < want.size(); ++i) EXPECT_TRUE(testing::all_close(eng[i], want[i], testing::Tol{1e-5, 1e-6}));
+  }
+}
+
 // The fused layer_norm node the pass writes in text IR may omit its absent weight and bias; the
 // kernels must not read past the inputs they were given (batch_norm likewise).
 TEST(TransformerFusion, NormKernelsAcceptOmittedOptionalInputs) {

@@ -194,5 +194,45 @@ TEST(AttentionKernel, NonFiniteRowsFollowTheUnfusedGraph) {
   }
 }
 
+// out_dims: the result written straight into a permuted layout (BERT's [B, Sq, H, Dv],
+// nn.MultiheadAttention's [Sq, B, H, Dv], rank 3's [Sq, H, Dv]) equals the permuted result, on
+// every ISA and in f64; permutations that move Dv or are not permutations are errors.
+TEST(AttentionKernel, OutDimsWritesThePermutedLayout) {
+  for (kernels::cpu::Isa isa : kernels::cpu::supported_isas()) {
+    kernels::cpu::IsaOverride o(isa);
+    for (DType dt : {DType::f32, DType::f64}) {
+      for (const std::vector<int64_t>& od : std::vector<std::vector<int64_t>>{{0, 2, 1, 3}, {2, 0, 1, 3}, {1, 2, 0, 3}}) {
+        SCOPED_TRACE(std::string(kernels::cpu::isa_name(isa)) + " " + std::string(dtype_name(dt)) + " out_dims " +
+                     shape_str(Shape(od.begin(), od.end())));
+        const Case c{2, 3, 33, 20, 64, 24, KLayout::bert_split};
+        Inputs in = make_inputs(c, 501, -1, 1);
+        Tensor q = in.q.to(dt), k = in.k.to(dt), v = in.v.to(dt);
+        Tensor mask = make_mask({c.b, 1, 1, c.sk}, 503).to(dt);
+        Tensor got = dispatch1(op("fused_attention"), {q, k, v, mask},
+                               {{"scale", 0.125}, {"k_transposed", in.kt}, {"out_dims", od}});
+        Tensor want = reference(q, k, v, mask, 0.125, in.kt).permute(od);
+        EXPECT_EQ(got.shape(), want.shape());
+        EXPECT_TRUE(got.is_contiguous());
+        EXPECT_TRUE(testing::all_close(got, want, dt == DType::f32 ? kTol : testing::Tol{1e-10, 1e-12}));
+      }
+      // Rank 3: [H, Sq, D] heads without a batch dim, written as [Sq, H, Dv].
+      Tensor q3 = random_tensor({3, 7, 16}, dt, 511, -1, 1), k3 = random_tensor({3, 9, 16}, dt, 513, -1, 1);
+      Tensor v3 = random_tensor({3, 9, 5}, dt, 517, -1, 1);
+      Tensor got3 = dispatch1(op("fused_attention"), {q3, k3, v3, Tensor()},
+                              {{"scale", 0.25}, {"out_dims", std::vector<int64_t>{1, 0, 2}}});
+      EXPECT_TRUE(testing::all_close(got3, reference(q3, k3, v3, Tensor(), 0.25, false).permute({1, 0, 2}),
+                                     dt == DType::f32 ? kTol : testing::Tol{1e-10, 1e-12}));
+    }
+  }
+  Tensor q = random_tensor({1, 2, 3, 4}, DType::f32, 1), kk = random_tensor({1, 2, 5, 4}, DType::f32, 2);
+  Tensor v = random_tensor({1, 2, 5, 4}, DType::f32, 3);
+  auto call = [&](std::vector<int64_t> od) {
+    return dispatch1(op("fused_attention"), {q, kk, v, Tensor()}, {{"out_dims", std::move(od)}});
+  };
+  EXPECT_KILN_ERROR(call({0, 1, 3, 2}), "fused_attention", "out_dims [0, 1, 3, 2]", "last (Dv) dim last");
+  EXPECT_KILN_ERROR(call({0, 2, 1}), "out_dims [0, 2, 1]", "all 4 dims");
+  EXPECT_KILN_ERROR(call({0, 0, 1, 3}), "out_dims [0, 0, 1, 3]", "permutation of 0..3");
+}
+
 }  // namespace
 }  // namespace kiln

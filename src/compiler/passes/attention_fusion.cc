@@ -1,6 +1,7 @@
 // Attention fusion: scaled dot-product attention as exporters emit it,
 //   s = matmul(q, k^T)  [* c | / c]  [+ mask]  ->  p = softmax(s, last axis)  ->  matmul(p, v)
-// becomes one fused_attention(q, k, v, mask) {scale, k_transposed} node
+//   [-> permute keeping the last dim last, the head merge's]
+// becomes one fused_attention(q, k, v, mask) {scale, k_transposed, out_dims} node
 // (src/ops/defs/fused/attention.cc) that never materializes the scores. k^T is either a permute
 // swapping k's last two dims (k is then read untransposed and the permute disappears when nothing
 // else reads it) or any value already laid out [..., D, Sk] (k_transposed = true; e.g. BERT's
@@ -26,9 +27,31 @@ struct AttentionMatch {
   ir::Value* mask = nullptr;
   double scale = 1.0;
   bool k_transposed = true;
+  std::vector<int64_t> out_dims;  // the permute after it, folded in (Note [Attention output layout])
   ir::Node* root = nullptr;
   std::set<ir::Node*> nodes;
 };
+
+// Note [Attention output layout]
+// Encoders merge heads by permuting the attention output [B, H, S, Dv] (to [B, S, H, Dv] in
+// BERT-style exports, [S, B, H, Dv] in nn.MultiheadAttention's) and reshaping it to rows of
+// H * Dv. The permute is a view, but the reshape of a permuted view is a copy: a full pass over the
+// activations in every layer. When such a permute (any that keeps Dv last) is the attention
+// output's only reader, fused_attention takes it over (out_dims: it writes its rows straight into
+// the permuted layout, H * Dv floats apart) and the reshape becomes a view.
+// The permute's dims, normalized, when it keeps the last dim last and is no identity; else empty.
+std::vector<int64_t> row_preserving_dims(const ir::Node* permute) {
+  std::vector<int64_t> dims = permute->attrs().get_ints("dims");
+  const int64_t r = static_cast<int64_t>(dims.size());
+  bool identity = true;
+  for (int64_t i = 0; i < r; ++i) {
+    int64_t& d = dims[static_cast<size_t>(i)];
+    d = d < 0 ? d + r : d;
+    identity = identity && d == i;
+  }
+  if (r < 3 || identity || dims.back() != r - 1) return {};
+  return dims;
+}
 
 bool swaps_last_two(const ir::Node* permute) {
   const std::vector<int64_t>& dims = permute->attrs().get_ints("dims");
@@ -106,6 +129,13 @@ class AttentionFusion {
       if (t->type().dtype != st.dtype) return std::nullopt;
     if (!std::isfinite(m.scale)) return std::nullopt;
     if (!private_to(g_, uses_, m.nodes, m.root)) return std::nullopt;
+    if (ir::Node* perm = sole_reader(g_, uses_, m.root->output()); perm && perm->op().name() == "permute") {
+      if (std::vector<int64_t> dims = row_preserving_dims(perm); !dims.empty()) {
+        m.nodes.insert(perm);
+        m.root = perm;
+        m.out_dims = std::move(dims);
+      }
+    }
     return m;
   }
 
@@ -172,8 +202,9 @@ class AttentionFusionPass : public ir::Pass {
       if (erased.count(n) || n->op().name() != "softmax") continue;
       auto m = AttentionFusion(g, uses).match(n);
       if (!m) continue;
-      ir::Node* fa = g.add_node(kiln::op("fused_attention"), {m->q, m->k, m->v, m->mask},
-                                {{"scale", m->scale}, {"k_transposed", m->k_transposed}});
+      Attrs attrs{{"scale", m->scale}, {"k_transposed", m->k_transposed}};
+      if (!m->out_dims.empty()) attrs.set("out_dims", m->out_dims);
+      ir::Node* fa = g.add_node(kiln::op("fused_attention"), {m->q, m->k, m->v, m->mask}, attrs);
       if (!(fa->output()->type() == m->root->output()->type())) {
         g.erase_nodes({fa});
         continue;
@@ -185,7 +216,9 @@ class AttentionFusionPass : public ir::Pass {
       std::string item = "%" + out + " = fused_attention(%" + m->q->name() + ", %" + m->k->name() + ", %" +
                          m->v->name() + (m->mask ? ", %" + m->mask->name() : std::string()) +
                          ") {scale=" + format_double(m->scale) +
-                         (m->k_transposed ? ", k_transposed" : "") + "} from " + std::to_string(count) + " nodes";
+                         (m->k_transposed ? ", k_transposed" : "") +
+                         (m->out_dims.empty() ? "" : ", out_dims=" + shape_str(Shape(m->out_dims.begin(), m->out_dims.end()))) +
+                         "} from " + std::to_string(count) + " nodes";
       items.push_back(std::move(item));
       uses = g.uses();
     }

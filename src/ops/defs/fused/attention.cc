@@ -6,7 +6,10 @@
 //   v    [..., Sk, Dv]
 //   mask broadcastable to the scores [..., Sq, Sk] (additive: 0 keeps, -inf or a large negative
 //        value masks), or absent
-//   out  [..., Sq, Dv]
+//   out  [..., Sq, Dv], or that permuted by out_dims (a permutation that keeps Dv last; e.g.
+//        [0, 2, 1, 3]: [B, Sq, H, Dv]): the layout an encoder's head merge wants, written in
+//        place of its permute's copy (Note [Attention output layout] in
+//        src/compiler/passes/attention_fusion.cc)
 // The leading dims of q, k and v must be equal (no matmul broadcasting); any strides are read in
 // place (permuted heads need no copy).
 //
@@ -30,7 +33,10 @@
 #include <algorithm>
 #include <cmath>
 #include <limits>
+#include <string>
 #include <type_traits>
+#include <utility>
+#include <vector>
 
 #include "kernels/cpu/attention_f32.h"
 #include "kernels/cpu/gemm.h"
@@ -44,6 +50,19 @@ namespace kiln {
 namespace {
 
 // ---- inference ---------------------------------------------------------------------------------
+
+// Why out_dims is no permutation of rank r keeping the last dim last; empty when it is one.
+std::string out_dims_error(const std::vector<int64_t>& od, size_t r) {
+  if (od.size() != r) return "must list all " + std::to_string(r) + " dims of the result";
+  std::vector<bool> seen(r, false);
+  for (int64_t d : od) {
+    if (d < 0 || d >= static_cast<int64_t>(r) || seen[static_cast<size_t>(d)])
+      return "must be a permutation of 0.." + std::to_string(r - 1);
+    seen[static_cast<size_t>(d)] = true;
+  }
+  if (od.back() != static_cast<int64_t>(r) - 1) return "must keep the last (Dv) dim last";
+  return "";
+}
 
 std::vector<TensorMeta> infer_fused_attention(const InferCtx& c) {
   const TensorMeta& q = c.in(0);
@@ -86,6 +105,14 @@ std::vector<TensorMeta> infer_fused_attention(const InferCtx& c) {
   if (!std::isfinite(c.attrs.get_float("scale"))) c.fail("scale must be finite");
   Shape out(q.shape.begin(), q.shape.end() - 1);
   out.push_back(v.shape[r - 1]);
+  const std::vector<int64_t>& od = c.attrs.get_ints("out_dims");
+  if (!od.empty()) {
+    std::string why = out_dims_error(od, r);
+    if (!why.empty()) c.fail("out_dims " + shape_str(Shape(od.begin(), od.end())) + " " + why);
+    Shape permuted;
+    for (int64_t d : od) permuted.push_back(out[static_cast<size_t>(d)]);
+    return {TensorMeta{q.dtype, permuted}};
+  }
   return {TensorMeta{q.dtype, out}};
 }
 
@@ -237,10 +264,18 @@ void attention(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& 
 }
 
 void fused_attention_kernel(const KernelCall& k) {
-  Tensor& out = k.out(0);
-  if (out.numel() == 0) return;
+  if (k.out(0).numel() == 0) return;
+  // The result as [..., Sq, Dv]: the output itself, or (out_dims) the output viewed through the
+  // inverse permutation. Rows must be unit-stride along Dv.
+  Tensor out = k.out(0);
+  if (const std::vector<int64_t>& od = k.attrs.get_ints("out_dims"); !od.empty()) {
+    std::vector<int64_t> inverse(od.size());
+    for (size_t i = 0; i < od.size(); ++i) inverse[static_cast<size_t>(od[i])] = static_cast<int64_t>(i);
+    out = out.permute(inverse);
+  }
   const DType dt = out.dtype();
-  Tensor y = out.is_contiguous() ? out : empty(out.shape(), TensorOptions(dt, out.device()));
+  const bool rows_ok = out.strides().back() == 1 || out.shape().back() == 1;
+  Tensor y = rows_ok ? out : empty(out.shape(), TensorOptions(dt, out.device()));
   Tensor mask = k.inputs.size() > 3 ? k.in(3) : Tensor();
   const bool kt = k.attrs.get_bool("k_transposed");
   const double scale = k.attrs.get_float("scale");
@@ -263,15 +298,16 @@ constexpr const char* kNoOnnx = "compiler-emitted inference op: export the unfus
 }  // namespace
 
 void register_fused_attention_ops(OpRegistry& r) {
-  r.add("fused_attention(Tensor q, Tensor k, Tensor v, Tensor? mask, float scale=1.0, bool k_transposed=false) "
-        "-> Tensor")
+  r.add("fused_attention(Tensor q, Tensor k, Tensor v, Tensor? mask, float scale=1.0, bool k_transposed=false, "
+        "int[] out_dims=[]) -> Tensor")
       .infer(infer_fused_attention)
       .kernel(DeviceType::cpu, DTypeSet{DType::f32, DType::f64}, fused_attention_kernel)
       .no_vjp(kNoVjp)
       .no_batch(kNoBatch)
       .no_onnx(kNoOnnx)
       .doc("softmax(scale * q @ k^T + mask, last axis) @ v without materializing the scores; q [..., Sq, D], "
-           "k [..., Sk, D] (or [..., D, Sk] when k_transposed), v [..., Sk, Dv], mask broadcast to [..., Sq, Sk].");
+           "k [..., Sk, D] (or [..., D, Sk] when k_transposed), v [..., Sk, Dv], mask broadcast to [..., Sq, Sk]; "
+           "the output [..., Sq, Dv], or that permuted by out_dims (which keeps Dv last).");
 }
 
 }  // namespace kiln
