@@ -10,6 +10,7 @@
 #include "kernels/cpu/conv_depthwise.h"
 #include "kernels/cpu/gemm_ukernel.h"
 #include "kernels/cpu/scratch.h"
+#include "kernels/cpu/window_f32.h"
 #include "kiln/core/error.h"
 #include "kiln/core/thread_pool.h"
 
@@ -36,16 +37,20 @@ namespace kiln::kernels::cpu {
 // kc deep, and the filters are packed per slice, tap-major, into the micro-kernel's panels.
 //
 // Threads: images in parallel when there are enough of them; otherwise each image's tiles are cut
-// between the threads by output columns or output channels, whichever splits more evenly.
+// between the threads by output columns or output channels (whichever duplicates the smaller
+// operand, unless it splits much less evenly), one parallel region per image, each worker copying
+// the part of X' it reads.
 
 namespace {
 
 struct Geometry {
   int64_t cg = 0, kg = 0, taps = 0;
   int64_t hq = 0, wq = 0, plane = 0;  // one phase plane of X'
+  int64_t shift_h = 0;                // the largest tap row shift within a plane
   int64_t cstride = 0;                // floats per channel of X' (all its phase planes)
   int64_t nq = 0;                     // product columns: Ho * Wq
   int64_t kcs = 0;                    // channels per K slice
+  int64_t mc = 0;                     // filter rows per pass over a column tile
   GemmTapsKernelF32 tile;             // the register tile (Note [Direct convolution tiles])
   int64_t mpad = 0;                   // kg rounded up to the tile's rows
   bool identity = false;              // X' is x itself
@@ -96,8 +101,13 @@ Geometry geometry(const Conv2dParams& p, const GemmKernelF32& kk) {
   g.taps = p.r * p.s;
   g.tile = pick_tile(kk, g.kg, p.ho * (p.wo + (p.s - 1) * p.dil_w / p.stride_w));
   g.mpad = (g.kg + g.tile.mr - 1) / g.tile.mr * g.tile.mr;
+  // Note [Direct convolution blocking]: the filter rows that share one pass over a column tile are
+  // as many as fit ~384 KiB of packed filters (of the 1 MiB L2), not the GEMM's fixed mc: a 1x1
+  // convolution over 64 channels then streams each activation tile from memory once for all its
+  // output channels instead of once per 144 of them.
   const int64_t slices = std::max<int64_t>(1, (g.cg * g.taps + kk.kc - 1) / kk.kc);
   g.kcs = (g.cg + slices - 1) / slices;
+  g.mc = std::max<int64_t>(g.tile.mr, (int64_t{384} << 10) / (4 * g.taps * g.kcs) / g.tile.mr * g.tile.mr);
   g.identity = p.r == 1 && p.s == 1 && p.stride_h == 1 && p.stride_w == 1 && p.pad_top == 0 && p.pad_left == 0 &&
                p.ho == p.h && p.wo == p.w;
   if (g.identity) {
@@ -108,6 +118,7 @@ Geometry geometry(const Conv2dParams& p, const GemmKernelF32& kk) {
     return g;
   }
   const int64_t shift_h = (p.r - 1) * p.dil_h / p.stride_h, shift_w = (p.s - 1) * p.dil_w / p.stride_w;
+  g.shift_h = shift_h;
   g.wq = p.wo + shift_w;
   g.hq = p.ho + shift_h + 1;  // one more row: the halo columns of the last output row read into it
   g.plane = g.hq * g.wq;
@@ -126,28 +137,47 @@ Geometry geometry(const Conv2dParams& p, const GemmKernelF32& kk) {
   return g;
 }
 
-// Channel c of X' from channel c of x (xc: H x W).
-void fill_channel(const Conv2dParams& p, const Geometry& g, const float* xc, float* dst) {
+// Rows [i0, i1) of every phase plane of one channel of X' from that channel of x (xc: H x W).
+// Stride 2 across columns splits each input row into its even and odd columns once (vectorized,
+// window_f32.h's deinterleave2) and copies runs of those; other strides gather element by element.
+void fill_rows(const Conv2dParams& p, const Geometry& g, const float* xc, float* dst, int64_t i0, int64_t i1,
+               const WindowKernelsF32& wk) {
+  std::vector<float> split;
+  if (p.stride_w == 2) split.resize(static_cast<size_t>(2 * (p.w / 2 + 1)));
+  float* even = split.data();
+  float* odd = even + (p.w / 2 + 1);
+  int64_t split_row = -1;
   for (size_t slot = 0; slot < g.phases.size(); ++slot) {
     const auto [ph, pw] = g.phases[slot];
-    // Columns j of the plane whose input column j * sw + pw - pad_left lies in [0, W).
+    // Columns j of the plane whose input column j * sw + d lies in [0, W).
+    const int64_t d = pw - p.pad_left;
     int64_t j_lo = 0, j_hi = g.wq;
-    while (j_lo < g.wq && j_lo * p.stride_w + pw - p.pad_left < 0) ++j_lo;
-    while (j_hi > j_lo && (j_hi - 1) * p.stride_w + pw - p.pad_left >= p.w) --j_hi;
+    while (j_lo < g.wq && j_lo * p.stride_w + d < 0) ++j_lo;
+    while (j_hi > j_lo && (j_hi - 1) * p.stride_w + d >= p.w) --j_hi;
     float* plane = dst + static_cast<int64_t>(slot) * g.plane;
-    for (int64_t i = 0; i < g.hq; ++i) {
+    for (int64_t i = i0; i < i1; ++i) {
       float* row = plane + i * g.wq;
       const int64_t y = i * p.stride_h + ph - p.pad_top;
-      if (y < 0 || y >= p.h) {
+      if (y < 0 || y >= p.h || j_lo == j_hi) {
         std::fill(row, row + g.wq, 0.0f);
         continue;
       }
-      const float* xr = xc + y * p.w + pw - p.pad_left;
+      const float* xr = xc + y * p.w;
       std::fill(row, row + j_lo, 0.0f);
       if (p.stride_w == 1) {
-        std::copy(xr + j_lo, xr + j_hi, row + j_lo);
+        std::copy(xr + (j_lo + d), xr + (j_hi + d), row + j_lo);
+      } else if (p.stride_w == 2) {
+        if (split_row != y) {
+          wk.deinterleave2(xr, even, odd, p.w / 2);
+          if (p.w % 2) even[p.w / 2] = xr[p.w - 1];
+          split_row = y;
+        }
+        // Input column 2j + d is even[j + e] or odd[j + e] for d = 2e or 2e + 1.
+        const int64_t e = d >= 0 ? d / 2 : -((1 - d) / 2);
+        const float* src = (d - 2 * e) != 0 ? odd : even;
+        std::copy(src + (j_lo + e), src + (j_hi + e), row + j_lo);
       } else {
-        for (int64_t j = j_lo; j < j_hi; ++j) row[j] = xr[j * p.stride_w];
+        for (int64_t j = j_lo; j < j_hi; ++j) row[j] = xr[j * p.stride_w + d];
       }
       std::fill(row + j_hi, row + g.wq, 0.0f);
     }
@@ -235,8 +265,8 @@ struct GroupRun {
       const bool last = c0 + kcur == g->cg;
       const float* a = packed + c0 * g->taps * g->mpad;
       const float* b = xq + c0 * g->cstride;
-      for (int64_t ic = i0; ic < i1; ic += kk->mc) {
-        const int64_t iend = std::min(ic + kk->mc, i1);
+      for (int64_t ic = i0; ic < i1; ic += g->mc) {
+        const int64_t iend = std::min(ic + g->mc, i1);
         for (int64_t jr = j0; jr < j1; jr += nr) {
           const int nv = static_cast<int>(std::min<int64_t>(nr, j1 - jr));
           if (jr + nr < j1) {  // Note [Prefetching the next tile]; a prefetch never faults
@@ -301,14 +331,31 @@ void conv2d_direct_f32(const Conv2dParams& p, const float* x, const float* w, co
   const size_t yq_floats = g.wq == p.wo ? 0 : static_cast<size_t>(p.k * g.nq);
   const size_t per_group = static_cast<size_t>(g.mpad * g.cg * g.taps);
 
-  // Image `img` with X' and the product plane at xq, yq; this worker's share `part` of `parts`.
-  auto image = [&](int64_t img, const float* xq, float* yq, int part, int parts) {
-    const int64_t mr = g.tile.mr, nr = g.tile.nr, col_tiles = (g.nq + nr - 1) / nr, row_tiles = g.mpad / mr;
-    // Splitting by columns makes every thread read all the filters, by rows all of X': duplicate
-    // the smaller one unless that split is much less even (at batch 1 a 7x7 layer's 512 x 4608
-    // filters read by both threads made it memory-bound).
+  // A worker's share of one image: filter rows [i0, i1) x product columns [j0, j1), which read the
+  // rows [r0, r1) of each plane of X' (the whole image: everything).
+  struct Share {
+    int64_t i0, i1, j0, j1, r0, r1;
+  };
+  const int64_t mr = g.tile.mr, nr = g.tile.nr, col_tiles = (g.nq + nr - 1) / nr, row_tiles = g.mpad / mr;
+  // Splitting by columns makes every thread read all the filters, by rows all of X': duplicate the
+  // smaller one unless that split is much less even (at batch 1 a 7x7 layer's 512 x 4608 filters
+  // read by both threads made it memory-bound).
+  auto share = [&](int part, int parts) {
+    if (parts <= 1) return Share{0, g.kg, 0, g.nq, 0, g.hq};
     const double bc = balance(col_tiles, parts), br = balance(row_tiles, parts);
     const bool by_cols = g.kg <= g.nq ? bc >= 0.75 * br : bc > br / 0.75;
+    if (!by_cols) {
+      const int64_t t0 = row_tiles * part / parts, t1 = row_tiles * (part + 1) / parts;
+      return Share{t0 * mr, std::min(g.kg, t1 * mr), 0, t0 < t1 ? g.nq : 0, 0, g.hq};
+    }
+    const int64_t t0 = col_tiles * part / parts, t1 = col_tiles * (part + 1) / parts;
+    const int64_t j0 = t0 * nr, j1 = std::min(g.nq, t1 * nr);
+    if (j0 >= j1) return Share{0, g.kg, 0, 0, 0, 0};
+    // Column q reads plane rows q / Wq up to (q + the largest in-plane tap offset) / Wq.
+    return Share{0, g.kg, j0, j1, j0 / g.wq, std::min(g.hq, (j1 - 1) / g.wq + g.shift_h + 2)};
+  };
+  auto image = [&](int64_t img, const float* xq, float* yq, const Share& sh) {
+    if (sh.i0 >= sh.i1 || sh.j0 >= sh.j1) return;
     for (int64_t grp = 0; grp < p.groups; ++grp) {
       GroupRun run{&p, &g, &kk, xq + grp * g.cg * g.cstride, packed_w + static_cast<size_t>(grp) * per_group,
                    nullptr, y + (img * p.k + grp * g.kg) * howo, {}};
@@ -320,43 +367,40 @@ void conv2d_direct_f32(const Conv2dParams& p, const float* x, const float* w, co
         run.ep.ldr = howo;
       }
       run.ep.residual_before_activation = epilogue.residual_before_activation;
-      if (by_cols) {
-        const int64_t t0 = col_tiles * part / parts, t1 = col_tiles * (part + 1) / parts;
-        if (t0 < t1) run.run(0, g.kg, t0 * nr, std::min(g.nq, t1 * nr));
-      } else {
-        const int64_t t0 = row_tiles * part / parts, t1 = row_tiles * (part + 1) / parts;
-        if (t0 < t1) run.run(t0 * mr, std::min(g.kg, t1 * mr), 0, g.nq);
-      }
+      run.run(sh.i0, sh.i1, sh.j0, sh.j1);
     }
   };
-  auto fill = [&](int64_t img, float* xq, int64_t c0, int64_t c1) {
-    for (int64_t c = c0; c < c1; ++c) fill_channel(p, g, x + (img * p.c + c) * p.h * p.w, xq + c * g.cstride);
+  // Rows [r0, r1) of every plane of image img's X'.
+  const WindowKernelsF32 wk = window_kernels_f32(active_isa());
+  auto fill = [&](int64_t img, float* xq, int64_t r0, int64_t r1) {
+    for (int64_t c = 0; c < p.c; ++c) fill_rows(p, g, x + (img * p.c + c) * p.h * p.w, xq + c * g.cstride, r0, r1, wk);
   };
 
   int threads = in_parallel_region() ? 1 : get_num_threads();
   if (2 * p.k * g.cg * g.taps * g.nq < kSerialFlops) threads = 1;
-  if (threads > 1 && p.n >= threads && (p.n % threads == 0 || p.n >= 4 * threads)) {
+  const bool by_images = threads > 1 && p.n >= threads && (p.n % threads == 0 || p.n >= 4 * threads);
+  if (threads <= 1 || by_images) {
     parallel_for(0, p.n, 1, [&](int64_t i0, int64_t i1) {
       float* xq = xq_floats ? thread_scratch<float, ScratchSlot::direct_conv_x>(xq_floats) : nullptr;
       float* yq = yq_floats ? thread_scratch<float, ScratchSlot::direct_conv_y>(yq_floats) : nullptr;
       for (int64_t img = i0; img < i1; ++img) {
-        if (xq != nullptr) fill(img, xq, 0, p.c);
-        image(img, xq != nullptr ? xq : x + img * p.c * p.h * p.w, yq, 0, 1);
+        if (xq != nullptr) fill(img, xq, 0, g.hq);
+        image(img, xq != nullptr ? xq : x + img * p.c * p.h * p.w, yq, share(0, 1));
       }
     });
     return;
   }
-  float* xq = xq_floats ? thread_scratch<float, ScratchSlot::direct_conv_x>(xq_floats) : nullptr;
+  // One image at a time across the threads, in one parallel region each: every worker copies the
+  // rows of X' its share reads into its own buffer (a halo row may be copied twice), so no worker
+  // waits for another's copy.
   float* yq = yq_floats ? thread_scratch<float, ScratchSlot::direct_conv_y>(yq_floats) : nullptr;
   for (int64_t img = 0; img < p.n; ++img) {
-    const float* xi = xq != nullptr ? xq : x + img * p.c * p.h * p.w;
-    if (threads <= 1) {
-      if (xq != nullptr) fill(img, xq, 0, p.c);
-      image(img, xi, yq, 0, 1);
-      continue;
-    }
-    if (xq != nullptr) parallel_for(0, p.c, 4, [&](int64_t c0, int64_t c1) { fill(img, xq, c0, c1); });
-    parallel_run(threads, [&](int t, int nt) { image(img, xi, yq, t, nt); });
+    parallel_run(threads, [&](int t, int nt) {
+      const Share sh = share(t, nt);
+      float* xq = xq_floats ? thread_scratch<float, ScratchSlot::direct_conv_x>(xq_floats) : nullptr;
+      if (xq != nullptr) fill(img, xq, sh.r0, sh.r1);
+      image(img, xq != nullptr ? xq : x + img * p.c * p.h * p.w, yq, sh);
+    });
   }
 }
 
