@@ -8,6 +8,8 @@
 //
 // Tolerance: each element within eps * (the same convolution of |x|, |w|, |bias|, plus |residual|)
 // with eps = 1e-5: a few f32 roundings per product, summed in a different order than the reference.
+#include <functional>
+#include <utility>
 #include <vector>
 
 #include "kernels/cpu/conv.h"
@@ -112,28 +114,38 @@ TEST_F(ConvDirectTest, MatchesReferenceOnEveryCase) {
   }
 }
 
+// relu and relu6 (with or without a residual stored straight into y) run in the micro-kernel's
+// store, silu and a residual over a halo in the separate epilogue: all against float64.
 TEST_F(ConvDirectTest, EpilogueActivationAndResidual) {
   uint64_t seed = 100;
   set_num_threads(2);
+  const std::vector<std::pair<GemmActivation, std::function<Tensor(const Tensor&)>>> acts = {
+      {GemmActivation::relu, [](const Tensor& t) { return t.relu(); }},
+      {GemmActivation::relu6, [](const Tensor& t) { return minimum(t.relu(), full_like(t, 6.0)); }},
+      {GemmActivation::silu, [](const Tensor& t) { return t * t.sigmoid(); }}};
   for (const Case& c : {kCases[2], kCases[6], kCases[7], kCases[13], kCases[14], kCases[16]}) {
-    for (bool before : {false, true}) {
-      const Conv2dParams p = params_of(c);
-      Tensor x = random_tensor(c.x, DType::f32, seed++), w = random_tensor(c.w, DType::f32, seed++);
-      Tensor bias = random_tensor({c.w[0]}, DType::f32, seed++);
-      Tensor res = random_tensor({p.n, p.k, p.ho, p.wo}, DType::f32, seed++);
-      Conv2dEpilogue ep;
-      ep.activation = GemmActivation::relu;
-      ep.residual = f32(res);
-      ep.residual_before_activation = before;
-      Tensor got = run_direct(c, x, w, bias, ep, before);
-      Tensor conv = ref::conv2d(x, w, bias, c.stride, c.padding, c.dilation, c.groups);
-      Tensor res64 = res.to(DType::f64);
-      Tensor want = before ? (conv + res64).relu() : conv.relu() + res64;
-      Tensor mag =
-          ref::conv2d(abs_values(x), abs_values(w), abs_values(bias), c.stride, c.padding, c.dilation, c.groups) +
-          abs_values(res64);
-      EXPECT_TRUE(close_by_magnitude(got, want, mag, 1e-5))
-          << "x " << shape_str(c.x) << " w " << shape_str(c.w) << " before " << before;
+    for (const auto& [act, ref_act] : acts) {
+      for (int residual : {0, 1, 2}) {  // none, after the activation, before it
+        const Conv2dParams p = params_of(c);
+        Tensor x = random_tensor(c.x, DType::f32, seed++), w = random_tensor(c.w, DType::f32, seed++);
+        // Wide enough that relu6 clips some outputs and leaves others.
+        Tensor bias = random_tensor({c.w[0]}, DType::f32, seed++, -3.0, 3.0);
+        Tensor res = random_tensor({p.n, p.k, p.ho, p.wo}, DType::f32, seed++, -4.0, 4.0);
+        Conv2dEpilogue ep;
+        ep.activation = act;
+        ep.residual = residual ? f32(res) : nullptr;
+        ep.residual_before_activation = residual == 2;
+        Tensor got = run_direct(c, x, w, bias, ep, residual == 1);
+        Tensor conv = ref::conv2d(x, w, bias, c.stride, c.padding, c.dilation, c.groups);
+        Tensor res64 = res.to(DType::f64);
+        Tensor want = residual == 0 ? ref_act(conv) : residual == 2 ? ref_act(conv + res64) : ref_act(conv) + res64;
+        Tensor mag =
+            ref::conv2d(abs_values(x), abs_values(w), abs_values(bias), c.stride, c.padding, c.dilation, c.groups) +
+            abs_values(res64);
+        EXPECT_TRUE(close_by_magnitude(got, want, mag, 1e-5))
+            << "x " << shape_str(c.x) << " w " << shape_str(c.w) << " activation " << static_cast<int>(act)
+            << " residual " << residual;
+      }
     }
   }
 }

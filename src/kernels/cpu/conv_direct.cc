@@ -218,13 +218,26 @@ struct GroupRun {
   float* yq;            // the product plane (ldq = nq): y itself when Wq == Wo
   float* y;             // this image and group's output, [kg, Ho * Wo]
   GemmEpilogue ep;      // indexed by the group's rows and y's columns
+  bool in_store = false;  // the micro-kernel applies ep (Note [Epilogue in the store])
+  ConvTileEpilogueF32::Act act = ConvTileEpilogueF32::Act::none;
+
+  // ep in the micro-kernel's store where it can: relu/relu6/none, and a residual only when the
+  // tile is stored into y itself (the residual's layout).
+  void plan_epilogue() {
+    const bool simple = ep.activation == GemmActivation::none || ep.activation == GemmActivation::relu ||
+                        ep.activation == GemmActivation::relu6;
+    in_store = !ep.empty() && simple && (yq == y || ep.residual == nullptr);
+    act = ep.activation == GemmActivation::relu    ? ConvTileEpilogueF32::Act::relu
+          : ep.activation == GemmActivation::relu6 ? ConvTileEpilogueF32::Act::relu6
+                                                   : ConvTileEpilogueF32::Act::none;
+  }
 
   // Tile (ir, jr) is final: the epilogue runs on it in the product plane (bias, activation, and
   // the residual gathered into the plane's layout first), then its valid runs go to y.
   void finish(int64_t ir, int64_t jr, int mv, int nv) const {
     const int64_t howo = p->ho * p->wo;
     if (yq == y) {
-      if (!ep.empty()) gemm_epilogue_f32(ep, y + ir * howo + jr, howo, ir, jr, mv, nv);
+      if (!ep.empty() && !in_store) gemm_epilogue_f32(ep, y + ir * howo + jr, howo, ir, jr, mv, nv);
       return;
     }
     float* tile = yq + ir * g->nq + jr;
@@ -236,7 +249,7 @@ struct GroupRun {
         q = end;
       }
     };
-    if (!ep.empty()) {
+    if (!ep.empty() && !in_store) {
       GemmEpilogue e = ep;
       if (e.bias != nullptr) e.bias += ir;
       float res[kMaxTile];
@@ -278,8 +291,17 @@ struct GroupRun {
           }
           for (int64_t ir = ic; ir < iend; ir += mr) {
             const int mv = static_cast<int>(std::min<int64_t>(mr, iend - ir));
+            ConvTileEpilogueF32 te;
+            if (last && in_store) {
+              te.bias = ep.bias != nullptr ? ep.bias + ir : nullptr;
+              te.residual = ep.residual != nullptr ? ep.residual + ir * ep.ldr + jr : nullptr;
+              te.ldr = ep.ldr;
+              te.residual_before_activation = ep.residual_before_activation;
+              te.act = act;
+            }
             g->tile.ukernel(static_cast<int>(g->taps), g->tap_off.data(), kcur, a + ir * g->taps * kcur, b + jr,
-                             g->cstride, yq + ir * g->nq + jr, g->nq, mv, nv, c0 != 0);
+                            g->cstride, yq + ir * g->nq + jr, g->nq, mv, nv, c0 != 0,
+                            last && in_store ? &te : nullptr);
             if (last) finish(ir, jr, mv, nv);
           }
         }
@@ -367,6 +389,7 @@ void conv2d_direct_f32(const Conv2dParams& p, const float* x, const float* w, co
         run.ep.ldr = howo;
       }
       run.ep.residual_before_activation = epilogue.residual_before_activation;
+      run.plan_epilogue();
       run.run(sh.i0, sh.i1, sh.j0, sh.j1);
     }
   };

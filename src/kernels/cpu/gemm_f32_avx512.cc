@@ -94,7 +94,8 @@ void f32_gemm_ukernel__avx512(int64_t k, const float* a, const float* b, int64_t
 // rows of one tap are a channel, ldb floats, apart).
 template <int MR, int NV, int M>
 void f32_conv_taps_ukernel__avx512(int taps, const int64_t* tap_off, int64_t k, const float* a, const float* b,
-                                   int64_t ldb, float* c, int64_t ldc, int n, bool accumulate) {
+                                   int64_t ldb, float* c, int64_t ldc, int n, bool accumulate,
+                                   const ConvTileEpilogueF32* ep) {
   static_assert(M * NV <= 24 && M <= MR);
   __m512 acc[M][NV];
   __mmask16 mask[NV];
@@ -128,37 +129,57 @@ void f32_conv_taps_ukernel__avx512(int taps, const int64_t* tap_off, int64_t k, 
       bt += ldb;
     }
   }
+  // Note [Epilogue in the store]: bias, residual and a clamp cost a few instructions on registers
+  // that are stored anyway; as a pass of their own they reload and store the tile again.
+  const bool fin = ep != nullptr;
+  const bool relu = fin && ep->act != ConvTileEpilogueF32::Act::none;
+  const bool relu6 = fin && ep->act == ConvTileEpilogueF32::Act::relu6;
+  const float* res = fin ? ep->residual : nullptr;
+  const bool res_before = res != nullptr && ep->residual_before_activation;
+  const __m512 zero = _mm512_setzero_ps(), six = _mm512_set1_ps(6.0f);
 #pragma GCC unroll 12
   for (int i = 0; i < M; ++i) {
     float* cr = c + i * ldc;
+    const __m512 bias = fin && ep->bias != nullptr ? _mm512_set1_ps(ep->bias[i]) : zero;
 #pragma GCC unroll 3
     for (int v = 0; v < NV; ++v) {
       __m512 r = acc[i][v];
       if (accumulate) r = _mm512_add_ps(r, _mm512_maskz_loadu_ps(mask[v], cr + 16 * v));
+      if (fin) {
+        r = _mm512_add_ps(r, bias);
+        if (res_before) r = _mm512_add_ps(r, _mm512_maskz_loadu_ps(mask[v], res + i * ep->ldr + 16 * v));
+        // (max/min return their second operand on NaN, so NaN passes through as in vmath's relu.)
+        if (relu) r = _mm512_max_ps(zero, r);
+        if (relu6) r = _mm512_min_ps(six, r);
+        if (res != nullptr && !res_before)
+          r = _mm512_add_ps(r, _mm512_maskz_loadu_ps(mask[v], res + i * ep->ldr + 16 * v));
+      }
       _mm512_mask_storeu_ps(cr + 16 * v, mask[v], r);
     }
   }
 }
 
 #define KILN_TAPS_CASE(MR, NV, M) \
-  case M: return f32_conv_taps_ukernel__avx512<MR, NV, M>(taps, tap_off, k, a, b, ldb, c, ldc, n, accumulate);
+  case M: return f32_conv_taps_ukernel__avx512<MR, NV, M>(taps, tap_off, k, a, b, ldb, c, ldc, n, accumulate, ep);
 
 void f32_conv_taps_12x32__avx512(int taps, const int64_t* tap_off, int64_t k, const float* a, const float* b,
-                                 int64_t ldb, float* c, int64_t ldc, int m, int n, bool accumulate) {
+                                 int64_t ldb, float* c, int64_t ldc, int m, int n, bool accumulate,
+                                 const ConvTileEpilogueF32* ep) {
   switch (m) {
     KILN_TAPS_CASE(12, 2, 1) KILN_TAPS_CASE(12, 2, 2) KILN_TAPS_CASE(12, 2, 3) KILN_TAPS_CASE(12, 2, 4)
     KILN_TAPS_CASE(12, 2, 5) KILN_TAPS_CASE(12, 2, 6) KILN_TAPS_CASE(12, 2, 7) KILN_TAPS_CASE(12, 2, 8)
     KILN_TAPS_CASE(12, 2, 9) KILN_TAPS_CASE(12, 2, 10) KILN_TAPS_CASE(12, 2, 11)
-    default: return f32_conv_taps_ukernel__avx512<12, 2, 12>(taps, tap_off, k, a, b, ldb, c, ldc, n, accumulate);
+    default: return f32_conv_taps_ukernel__avx512<12, 2, 12>(taps, tap_off, k, a, b, ldb, c, ldc, n, accumulate, ep);
   }
 }
 
 void f32_conv_taps_8x48__avx512(int taps, const int64_t* tap_off, int64_t k, const float* a, const float* b,
-                                int64_t ldb, float* c, int64_t ldc, int m, int n, bool accumulate) {
+                                int64_t ldb, float* c, int64_t ldc, int m, int n, bool accumulate,
+                                const ConvTileEpilogueF32* ep) {
   switch (m) {
     KILN_TAPS_CASE(8, 3, 1) KILN_TAPS_CASE(8, 3, 2) KILN_TAPS_CASE(8, 3, 3) KILN_TAPS_CASE(8, 3, 4)
     KILN_TAPS_CASE(8, 3, 5) KILN_TAPS_CASE(8, 3, 6) KILN_TAPS_CASE(8, 3, 7)
-    default: return f32_conv_taps_ukernel__avx512<8, 3, 8>(taps, tap_off, k, a, b, ldb, c, ldc, n, accumulate);
+    default: return f32_conv_taps_ukernel__avx512<8, 3, 8>(taps, tap_off, k, a, b, ldb, c, ldc, n, accumulate, ep);
   }
 }
 

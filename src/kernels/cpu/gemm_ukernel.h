@@ -20,8 +20,19 @@ using GemmUkernelF32 = void (*)(int64_t k, const float* a, const float* b, int64
 // zero) and B~ row (t, p) is b + tap_off[t] + p * ldb: each filter tap reads the activations at
 // its own shift, so no im2col matrix is ever written. Only the first n columns of each B~ row are
 // read (masked loads), so B~ may end at the last valid column.
+// With `ep` (the last K slice), the tile is finished in registers before its only store:
+// + bias[i], + residual (before or after), relu / relu6 (Note [Epilogue in the store]).
+struct ConvTileEpilogueF32 {
+  enum class Act { none, relu, relu6 };
+  const float* bias = nullptr;      // bias[i] for tile row i, or nullptr
+  const float* residual = nullptr;  // residual[i * ldr + j], or nullptr
+  int64_t ldr = 0;
+  bool residual_before_activation = false;
+  Act act = Act::none;
+};
 using GemmTapsUkernelF32 = void (*)(int taps, const int64_t* tap_off, int64_t k, const float* a, const float* b,
-                                    int64_t ldb, float* c, int64_t ldc, int m, int n, bool accumulate);
+                                    int64_t ldb, float* c, int64_t ldc, int m, int n, bool accumulate,
+                                    const ConvTileEpilogueF32* ep);
 
 // One register tile shape of the direct convolution (mr x nr, ukernel == nullptr: none).
 struct GemmTapsKernelF32 {
