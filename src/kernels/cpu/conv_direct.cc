@@ -207,8 +207,9 @@ void pack_weights(const Conv2dParams& p, const Geometry& g, const float* w, floa
 }
 
 constexpr int kMaxTile = 12 * 32;  // the largest micro-kernel tile (AVX-512's)
+constexpr size_t kChunkBytes = size_t{24} << 20;  // X' and product planes of the images run together
 
-// One image, one group: rows [i0, i1) (i0 a multiple of mr) x product columns [j0, j1).
+// One image, one group: the micro-kernel calls for its tiles, block by block (run_images).
 struct GroupRun {
   const Conv2dParams* p;
   const Geometry* g;
@@ -271,44 +272,51 @@ struct GroupRun {
     });
   }
 
-  void run(int64_t i0, int64_t i1, int64_t j0, int64_t j1) const {
+  // K slice c0, filter rows [ic, iend) (one L2 block), product columns [j0, j1).
+  void block(int64_t c0, int64_t ic, int64_t iend, int64_t j0, int64_t j1) const {
     const int mr = g->tile.mr, nr = g->tile.nr;
-    for (int64_t c0 = 0; c0 < g->cg; c0 += g->kcs) {
-      const int64_t kcur = std::min(g->kcs, g->cg - c0);
-      const bool last = c0 + kcur == g->cg;
-      const float* a = packed + c0 * g->taps * g->mpad;
-      const float* b = xq + c0 * g->cstride;
-      for (int64_t ic = i0; ic < i1; ic += g->mc) {
-        const int64_t iend = std::min(ic + g->mc, i1);
-        for (int64_t jr = j0; jr < j1; jr += nr) {
-          const int nv = static_cast<int>(std::min<int64_t>(nr, j1 - jr));
-          if (jr + nr < j1) {  // Note [Prefetching the next tile]; a prefetch never faults
-            const uintptr_t next = reinterpret_cast<uintptr_t>(b + jr + nr);
-            for (int64_t c = 0; c < kcur; ++c)
-              for (int64_t l : g->line_off)
-                __builtin_prefetch(reinterpret_cast<const void*>(
-                    next + static_cast<uintptr_t>(c * g->cstride + l) * sizeof(float)));
-          }
-          for (int64_t ir = ic; ir < iend; ir += mr) {
-            const int mv = static_cast<int>(std::min<int64_t>(mr, iend - ir));
-            ConvTileEpilogueF32 te;
-            if (last && in_store) {
-              te.bias = ep.bias != nullptr ? ep.bias + ir : nullptr;
-              te.residual = ep.residual != nullptr ? ep.residual + ir * ep.ldr + jr : nullptr;
-              te.ldr = ep.ldr;
-              te.residual_before_activation = ep.residual_before_activation;
-              te.act = act;
-            }
-            g->tile.ukernel(static_cast<int>(g->taps), g->tap_off.data(), kcur, a + ir * g->taps * kcur, b + jr,
-                            g->cstride, yq + ir * g->nq + jr, g->nq, mv, nv, c0 != 0,
-                            last && in_store ? &te : nullptr);
-            if (last) finish(ir, jr, mv, nv);
-          }
+    const int64_t kcur = std::min(g->kcs, g->cg - c0);
+    const bool last = c0 + kcur == g->cg;
+    const float* a = packed + c0 * g->taps * g->mpad;
+    const float* b = xq + c0 * g->cstride;
+    for (int64_t jr = j0; jr < j1; jr += nr) {
+      const int nv = static_cast<int>(std::min<int64_t>(nr, j1 - jr));
+      if (jr + nr < j1) {  // Note [Prefetching the next tile]; a prefetch never faults
+        const uintptr_t next = reinterpret_cast<uintptr_t>(b + jr + nr);
+        for (int64_t c = 0; c < kcur; ++c)
+          for (int64_t l : g->line_off)
+            __builtin_prefetch(
+                reinterpret_cast<const void*>(next + static_cast<uintptr_t>(c * g->cstride + l) * sizeof(float)));
+      }
+      for (int64_t ir = ic; ir < iend; ir += mr) {
+        const int mv = static_cast<int>(std::min<int64_t>(mr, iend - ir));
+        ConvTileEpilogueF32 te;
+        if (last && in_store) {
+          te.bias = ep.bias != nullptr ? ep.bias + ir : nullptr;
+          te.residual = ep.residual != nullptr ? ep.residual + ir * ep.ldr + jr : nullptr;
+          te.ldr = ep.ldr;
+          te.residual_before_activation = ep.residual_before_activation;
+          te.act = act;
         }
+        g->tile.ukernel(static_cast<int>(g->taps), g->tap_off.data(), kcur, a + ir * g->taps * kcur, b + jr,
+                        g->cstride, yq + ir * g->nq + jr, g->nq, mv, nv, c0 != 0, last && in_store ? &te : nullptr);
+        if (last) finish(ir, jr, mv, nv);
       }
     }
   }
 };
+
+// Note [Images share the filter blocks]
+// Rows [i0, i1) (i0 a multiple of mr) x product columns [j0, j1) of several images (same group):
+// each L2 block of filters runs over every image's tiles before the next block is read, so a batch
+// reads the filters once per chunk of images instead of once per image (ResNet-50's 100 MB of
+// filters per image, streamed from memory).
+void run_images(const std::vector<GroupRun>& runs, int64_t i0, int64_t i1, int64_t j0, int64_t j1) {
+  const Geometry& g = *runs.front().g;
+  for (int64_t c0 = 0; c0 < g.cg; c0 += g.kcs)
+    for (int64_t ic = i0; ic < i1; ic += g.mc)
+      for (const GroupRun& r : runs) r.block(c0, ic, std::min(ic + g.mc, i1), j0, j1);
+}
 
 constexpr int64_t kSerialFlops = int64_t{1} << 21;
 
@@ -376,21 +384,30 @@ void conv2d_direct_f32(const Conv2dParams& p, const float* x, const float* w, co
     // Column q reads plane rows q / Wq up to (q + the largest in-plane tap offset) / Wq.
     return Share{0, g.kg, j0, j1, j0 / g.wq, std::min(g.hq, (j1 - 1) / g.wq + g.shift_h + 2)};
   };
-  auto image = [&](int64_t img, const float* xq, float* yq, const Share& sh) {
+  // Images [img0, img0 + count), X' and product planes at xq, yq (xq_floats, yq_floats apart; xq
+  // == nullptr: x itself), this worker's share of each.
+  auto images = [&](int64_t img0, int64_t count, const float* xq, float* yq, const Share& sh) {
     if (sh.i0 >= sh.i1 || sh.j0 >= sh.j1) return;
+    std::vector<GroupRun> runs;
     for (int64_t grp = 0; grp < p.groups; ++grp) {
-      GroupRun run{&p, &g, &kk, xq + grp * g.cg * g.cstride, packed_w + static_cast<size_t>(grp) * per_group,
-                   nullptr, y + (img * p.k + grp * g.kg) * howo, {}};
-      run.yq = yq == nullptr ? run.y : yq + grp * g.kg * g.nq;
-      if (bias != nullptr) run.ep.bias_kind = GemmBias::per_row, run.ep.bias = bias + grp * g.kg;
-      run.ep.activation = epilogue.activation;
-      if (epilogue.residual != nullptr) {
-        run.ep.residual = epilogue.residual + (img * p.k + grp * g.kg) * howo;
-        run.ep.ldr = howo;
+      runs.clear();
+      for (int64_t m = 0; m < count; ++m) {
+        const int64_t img = img0 + m;
+        const float* xi = xq != nullptr ? xq + m * xq_floats : x + img * p.c * p.h * p.w;
+        GroupRun run{&p, &g, &kk, xi + grp * g.cg * g.cstride, packed_w + static_cast<size_t>(grp) * per_group,
+                     nullptr, y + (img * p.k + grp * g.kg) * howo, {}};
+        run.yq = yq == nullptr ? run.y : yq + m * yq_floats + grp * g.kg * g.nq;
+        if (bias != nullptr) run.ep.bias_kind = GemmBias::per_row, run.ep.bias = bias + grp * g.kg;
+        run.ep.activation = epilogue.activation;
+        if (epilogue.residual != nullptr) {
+          run.ep.residual = epilogue.residual + (img * p.k + grp * g.kg) * howo;
+          run.ep.ldr = howo;
+        }
+        run.ep.residual_before_activation = epilogue.residual_before_activation;
+        run.plan_epilogue();
+        runs.push_back(run);
       }
-      run.ep.residual_before_activation = epilogue.residual_before_activation;
-      run.plan_epilogue();
-      run.run(sh.i0, sh.i1, sh.j0, sh.j1);
+      run_images(runs, sh.i0, sh.i1, sh.j0, sh.j1);
     }
   };
   // Rows [r0, r1) of every plane of image img's X'.
@@ -403,12 +420,17 @@ void conv2d_direct_f32(const Conv2dParams& p, const float* x, const float* w, co
   if (2 * p.k * g.cg * g.taps * g.nq < kSerialFlops) threads = 1;
   const bool by_images = threads > 1 && p.n >= threads && (p.n % threads == 0 || p.n >= 4 * threads);
   if (threads <= 1 || by_images) {
+    // Note [Images share the filter blocks]: each worker runs its images in chunks.
+    const size_t per_image = (xq_floats + yq_floats) * sizeof(float);
+    const int64_t chunk = per_image == 0 ? p.n : std::max<int64_t>(1, static_cast<int64_t>(kChunkBytes / per_image));
     parallel_for(0, p.n, 1, [&](int64_t i0, int64_t i1) {
-      float* xq = xq_floats ? thread_scratch<float, ScratchSlot::direct_conv_x>(xq_floats) : nullptr;
-      float* yq = yq_floats ? thread_scratch<float, ScratchSlot::direct_conv_y>(yq_floats) : nullptr;
-      for (int64_t img = i0; img < i1; ++img) {
-        if (xq != nullptr) fill(img, xq, 0, g.hq);
-        image(img, xq != nullptr ? xq : x + img * p.c * p.h * p.w, yq, share(0, 1));
+      for (int64_t img0 = i0; img0 < i1; img0 += chunk) {
+        const int64_t count = std::min(chunk, i1 - img0);
+        float* xq = xq_floats ? thread_scratch<float, ScratchSlot::direct_conv_x>(xq_floats * count) : nullptr;
+        float* yq = yq_floats ? thread_scratch<float, ScratchSlot::direct_conv_y>(yq_floats * count) : nullptr;
+        if (xq != nullptr)
+          for (int64_t m = 0; m < count; ++m) fill(img0 + m, xq + m * xq_floats, 0, g.hq);
+        images(img0, count, xq, yq, share(0, 1));
       }
     });
     return;
@@ -422,7 +444,7 @@ void conv2d_direct_f32(const Conv2dParams& p, const float* x, const float* w, co
       const Share sh = share(t, nt);
       float* xq = xq_floats ? thread_scratch<float, ScratchSlot::direct_conv_x>(xq_floats) : nullptr;
       if (xq != nullptr) fill(img, xq, sh.r0, sh.r1);
-      image(img, xq != nullptr ? xq : x + img * p.c * p.h * p.w, yq, sh);
+      images(img, 1, xq, yq, sh);
     });
   }
 }
