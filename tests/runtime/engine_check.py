@@ -227,6 +227,14 @@ def main():
                     not lat["min"] <= lat["median"] <= lat["p90"] <= lat["p99"] or not j["layers"] or \
                     abs(sum(layer["percent"] for layer in j["layers"]) - 100) > 0.5 or j["iterations"] != 5:
                 failures.append(f"{name}: bench --json object is wrong: {out}")
+            # An engine runs on the threads its tactics were chosen for unless told otherwise.
+            one = os.path.join(folder, "threads1.kiln")
+            kiln(args, "compile", path, "-o", one, "-O2", "--threads", "1", "--no-autotune",
+                 *(["--batch", batch] if batch else []))
+            j1 = json.loads(kiln(args, "bench", one, "--batch", bench_batch, "--iterations", "1", "--warmup", "0",
+                                 "--json").stdout)
+            if j1.get("threads") != 1:
+                failures.append(f"{name}: an engine compiled for 1 thread was benchmarked on {j1.get('threads')}")
             # Damaged engines: an error, never a crash.
             data = open(engine, "rb").read()
             for label, bad in (("truncated", data[: len(data) // 2]),

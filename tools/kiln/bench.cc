@@ -11,6 +11,7 @@
 #include <sstream>
 
 #include "engine_commands.h"
+#include "kiln/core/thread_pool.h"
 #include "model_file.h"
 
 CLI::App* add_bench_command(CLI::App& app, BenchOptions& opt) {
@@ -18,7 +19,9 @@ CLI::App* add_bench_command(CLI::App& app, BenchOptions& opt) {
                                         "throughput, per-layer profile");
   c->add_option("model", opt.model, "engine (.kiln) or model (.onnx, .kir)")->required()->check(CLI::ExistingFile);
   c->add_option("--batch", opt.batch, "batch size (inside the engine's compiled range)")->check(CLI::Range(int64_t{1}, int64_t{1} << 20));
-  c->add_option("--threads", opt.threads, "CPU threads (0: the cores this process may use)")->check(CLI::Range(0, 1024));
+  c->add_option("--threads", opt.threads,
+                "CPU threads (0: an engine's target threads, a model's the cores this process may use)")
+      ->check(CLI::Range(0, 1024));
   c->add_option("--iterations", opt.iterations, "timed runs")->check(CLI::Range(1, 1000000));
   c->add_option("--warmup", opt.warmup, "untimed runs first")->check(CLI::Range(0, 1000000));
   c->add_option("-O,--opt-level", opt.opt_level, "models: optimization level 0..3")->check(CLI::Range(0, 3));
@@ -58,6 +61,8 @@ int run_bench_command(const BenchOptions& opt) {
   if (is_engine_file(opt.model)) {
     KILN_CHECK(opt.dims.empty() && opt.disabled.empty(), "--dim and --disable-pass apply to models, not engines");
     engine = std::make_shared<kiln::runtime::Engine>(kiln::runtime::Engine::load(opt.model));
+    // Its tactics were chosen for its target's threads (at most the cores here).
+    if (opt.threads == 0) kiln::set_num_threads(std::clamp(engine->target.threads, 1, kiln::available_cores()));
   } else {
     LoadedGraph lg = load_graph_file(opt.model, {}, parse_dim_args(opt.dims));
     kiln::runtime::CompileOptions co;

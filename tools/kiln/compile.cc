@@ -16,6 +16,7 @@
 #include <utility>
 
 #include "engine_commands.h"
+#include "kiln/core/thread_pool.h"
 #include "model_file.h"
 
 CLI::App* add_compile_command(CLI::App& app, CompileCommandOptions& opt) {
@@ -180,6 +181,8 @@ bool is_engine_file(const std::string& path) {
 int run_engine_file(const std::string& path, const std::map<std::string, kiln::Tensor>& inputs,
                     const std::string& output_dir, bool pb_outputs) {
   auto engine = std::make_shared<kiln::runtime::Engine>(kiln::runtime::Engine::load(path));
+  // The threads its tactics were chosen for (at most the cores here).
+  kiln::set_num_threads(std::clamp(engine->target.threads, 1, kiln::available_cores()));
   kiln::runtime::Executor ex(engine);
   std::vector<kiln::Tensor> outs = ex.run(inputs);
   if (!output_dir.empty()) std::filesystem::create_directories(output_dir);
