@@ -3,7 +3,8 @@
 // dilation, groups, 1x1 with and without the copy, a ResNet stem, output widths with and without a
 // halo, channel counts deep enough to slice K and rows past one mc block, images in parallel and
 // one image split between threads by columns or by channels, both register tiles (12 x 32 and
-// 8 x 48, Note [Direct convolution tiles]), raw and prepacked filters, and the epilogue. Runs where the ISA has the direct kernel (AVX-512); elsewhere conv2d_direct_supported
+// 8 x 48, Note [Direct convolution tiles]), planes narrower than the halo (Note [A narrower
+// halo]), raw and prepacked filters, and the epilogue. Runs where the ISA has the direct kernel (AVX-512); elsewhere conv2d_direct_supported
 // must say no.
 //
 // Tolerance: each element within eps * (the same convolution of |x|, |w|, |bias|, plus |residual|)
@@ -52,6 +53,9 @@ const std::vector<Case> kCases = {
     {{3, 16, 20, 20}, {24, 8, 3, 3}, {1, 1}, {1, 1, 1, 1}, {1, 1}, 2},  // 3 images: each split
     {{4, 8, 12, 12}, {16, 8, 3, 3}, {2, 2}, {1, 1, 1, 1}},            // 4 images in parallel, 8 x 48
     {{1, 9, 6, 70}, {64, 9, 3, 3}, {1, 1}, {1, 1, 1, 1}},             // 8 x 48 with a ragged last tile
+    {{1, 3, 6, 10}, {5, 3, 3, 3}, {1, 1}, {1, 2, 1, 0}},              // reads spill into the next row's pad
+    {{2, 4, 9, 13}, {6, 4, 5, 5}, {1, 1}, {2, 2, 2, 2}},              // 5x5: 2 dropped columns, not 4
+    {{1, 3, 6, 10}, {5, 3, 3, 3}, {1, 1}, {0, 0, 0, 2}},              // right padding only: no spill
 };
 
 Conv2dParams params_of(const Case& c) {

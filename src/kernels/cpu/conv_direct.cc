@@ -94,12 +94,25 @@ GemmTapsKernelF32 pick_tile(const GemmKernelF32& kk, int64_t rows, int64_t cols)
   return best;
 }
 
+// Note [A narrower halo]
+// Output column ow reads plane columns ow .. ow + shift_w, so planes Wo + shift_w wide hold every
+// read in its own row. With unit column stride they can be narrower: a read past the row's end
+// lands at the start of the next row, which is left padding (zero) as long as it reaches no
+// further than pad_left columns, and each row must still hold all of the input's columns. A 3x3,
+// pad 1 layer then computes one dropped column per row instead of two (7 x 7 outputs: 1 in 8
+// columns wasted instead of 2 in 9).
+int64_t plane_width(const Conv2dParams& p) {
+  const int64_t shift_w = (p.s - 1) * p.dil_w / p.stride_w;
+  if (p.stride_w != 1) return p.wo + shift_w;
+  return std::max({p.wo, p.pad_left + p.w, p.wo + shift_w - p.pad_left});
+}
+
 Geometry geometry(const Conv2dParams& p, const GemmKernelF32& kk) {
   Geometry g;
   g.cg = p.c / p.groups;
   g.kg = p.k / p.groups;
   g.taps = p.r * p.s;
-  g.tile = pick_tile(kk, g.kg, p.ho * (p.wo + (p.s - 1) * p.dil_w / p.stride_w));
+  g.tile = pick_tile(kk, g.kg, p.ho * plane_width(p));
   g.mpad = (g.kg + g.tile.mr - 1) / g.tile.mr * g.tile.mr;
   // Note [Direct convolution blocking]: the filter rows that share one pass over a column tile are
   // as many as fit ~384 KiB of packed filters (of the 1 MiB L2), not the GEMM's fixed mc: a 1x1
@@ -117,9 +130,9 @@ Geometry geometry(const Conv2dParams& p, const GemmKernelF32& kk) {
     prefetch_lines(g, g.tile.nr);
     return g;
   }
-  const int64_t shift_h = (p.r - 1) * p.dil_h / p.stride_h, shift_w = (p.s - 1) * p.dil_w / p.stride_w;
+  const int64_t shift_h = (p.r - 1) * p.dil_h / p.stride_h;
   g.shift_h = shift_h;
-  g.wq = p.wo + shift_w;
+  g.wq = plane_width(p);
   g.hq = p.ho + shift_h + 1;  // one more row: the halo columns of the last output row read into it
   g.plane = g.hq * g.wq;
   g.nq = p.ho * g.wq;
