@@ -16,6 +16,7 @@
 #include "kernels/cpu/conv.h"
 #include "kernels/cpu/isa.h"
 #include "kiln/core/thread_pool.h"
+#include "support/conv_case.h"
 #include "support/testing.h"
 
 namespace kiln {
@@ -28,11 +29,8 @@ using testing::abs_values;
 using testing::close_by_magnitude;
 using testing::random_tensor;
 
-struct Case {
-  Shape x, w;  // NCHW / OIHW
-  std::vector<int64_t> stride{1, 1}, padding{0, 0, 0, 0}, dilation{1, 1};
-  int64_t groups = 1;
-};
+using Case = testing::ConvCase;
+using testing::conv_params_of;
 
 const std::vector<Case> kCases = {
     {{1, 1, 1, 1}, {1, 1, 1, 1}},                                     // everything size 1: x read in place
@@ -58,24 +56,12 @@ const std::vector<Case> kCases = {
     {{1, 3, 6, 10}, {5, 3, 3, 3}, {1, 1}, {0, 0, 0, 2}},              // right padding only: no spill
 };
 
-Conv2dParams params_of(const Case& c) {
-  Conv2dParams p;
-  p.n = c.x[0], p.c = c.x[1], p.h = c.x[2], p.w = c.x[3];
-  p.k = c.w[0], p.r = c.w[2], p.s = c.w[3];
-  p.stride_h = c.stride[0], p.stride_w = c.stride[1];
-  p.pad_top = c.padding[0], p.pad_left = c.padding[1];
-  p.dil_h = c.dilation[0], p.dil_w = c.dilation[1];
-  p.groups = c.groups;
-  p.ho = (p.h + c.padding[0] + c.padding[2] - p.dil_h * (p.r - 1) - 1) / p.stride_h + 1;
-  p.wo = (p.w + c.padding[1] + c.padding[3] - p.dil_w * (p.s - 1) - 1) / p.stride_w + 1;
-  return p;
-}
 
 const float* f32(const Tensor& t) { return t.defined() ? static_cast<const float*>(t.data_ptr()) : nullptr; }
 
 Tensor run_direct(const Case& c, const Tensor& x, const Tensor& w, const Tensor& bias, const Conv2dEpilogue& ep,
                   bool prepacked) {
-  const Conv2dParams p = params_of(c);
+  const Conv2dParams p = conv_params_of(c);
   Tensor y = full({p.n, p.k, p.ho, p.wo}, 123.0, TensorOptions(DType::f32));  // every element must be written
   std::vector<float> packed;
   if (prepacked) {
@@ -90,7 +76,7 @@ Tensor run_direct(const Case& c, const Tensor& x, const Tensor& w, const Tensor&
 class ConvDirectTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    if (!kernels::cpu::conv2d_direct_supported(params_of(kCases[1])))
+    if (!kernels::cpu::conv2d_direct_supported(conv_params_of(kCases[1])))
       GTEST_SKIP() << "no direct convolution kernel for " << kernels::cpu::isa_name(kernels::cpu::active_isa());
   }
   void TearDown() override { set_num_threads(saved_); }
@@ -130,7 +116,7 @@ TEST_F(ConvDirectTest, EpilogueActivationAndResidual) {
   for (const Case& c : {kCases[2], kCases[6], kCases[7], kCases[13], kCases[14], kCases[16]}) {
     for (const auto& [act, ref_act] : acts) {
       for (int residual : {0, 1, 2}) {  // none, after the activation, before it
-        const Conv2dParams p = params_of(c);
+        const Conv2dParams p = conv_params_of(c);
         Tensor x = random_tensor(c.x, DType::f32, seed++), w = random_tensor(c.w, DType::f32, seed++);
         // Wide enough that relu6 clips some outputs and leaves others.
         Tensor bias = random_tensor({c.w[0]}, DType::f32, seed++, -3.0, 3.0);
@@ -155,12 +141,12 @@ TEST_F(ConvDirectTest, EpilogueActivationAndResidual) {
 }
 
 TEST(ConvDirect, DepthwiseAndOtherIsasAreNotSupported) {
-  Conv2dParams dw = params_of({{1, 6, 9, 9}, {6, 1, 3, 3}, {1, 1}, {1, 1, 1, 1}, {1, 1}, 6});
+  Conv2dParams dw = conv_params_of({{1, 6, 9, 9}, {6, 1, 3, 3}, {1, 1}, {1, 1, 1, 1}, {1, 1}, 6});
   EXPECT_FALSE(kernels::cpu::conv2d_direct_supported(dw));
   for (kernels::cpu::Isa isa : {kernels::cpu::Isa::scalar, kernels::cpu::Isa::avx2}) {
     if (!kernels::cpu::isa_supported(isa)) continue;
     kernels::cpu::IsaOverride o(isa);
-    EXPECT_FALSE(kernels::cpu::conv2d_direct_supported(params_of(kCases[1]))) << kernels::cpu::isa_name(isa);
+    EXPECT_FALSE(kernels::cpu::conv2d_direct_supported(conv_params_of(kCases[1]))) << kernels::cpu::isa_name(isa);
   }
 }
 

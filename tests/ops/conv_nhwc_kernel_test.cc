@@ -10,6 +10,7 @@
 #include "kernels/cpu/conv_nhwc.h"
 #include "kernels/cpu/isa.h"
 #include "kiln/core/thread_pool.h"
+#include "support/conv_case.h"
 #include "support/testing.h"
 
 namespace kiln {
@@ -32,11 +33,8 @@ class ConvNhwcIsaTest : public ::testing::TestWithParam<Isa> {
   std::optional<kernels::cpu::IsaOverride> override_;
 };
 
-struct Case {
-  Shape x, w;  // NCHW / OIHW, as the reference takes them
-  std::vector<int64_t> stride{1, 1}, padding{0, 0, 0, 0}, dilation{1, 1};
-  int64_t groups = 1;
-};
+using Case = testing::ConvCase;
+using testing::conv_params_of;
 
 const std::vector<Case> kCases = {
     {{1, 1, 1, 1}, {1, 1, 1, 1}},                                        // everything size 1
@@ -53,24 +51,12 @@ const std::vector<Case> kCases = {
     {{3, 16, 20, 20}, {24, 8, 3, 3}, {1, 1}, {1, 1, 1, 1}, {1, 1}, 2},   // parallel, grouped
 };
 
-Conv2dParams params_of(const Case& c) {
-  Conv2dParams p;
-  p.n = c.x[0], p.c = c.x[1], p.h = c.x[2], p.w = c.x[3];
-  p.k = c.w[0], p.r = c.w[2], p.s = c.w[3];
-  p.stride_h = c.stride[0], p.stride_w = c.stride[1];
-  p.pad_top = c.padding[0], p.pad_left = c.padding[1];
-  p.dil_h = c.dilation[0], p.dil_w = c.dilation[1];
-  p.groups = c.groups;
-  p.ho = (p.h + c.padding[0] + c.padding[2] - p.dil_h * (p.r - 1) - 1) / p.stride_h + 1;
-  p.wo = (p.w + c.padding[1] + c.padding[3] - p.dil_w * (p.s - 1) - 1) / p.stride_w + 1;
-  return p;
-}
 
 Tensor nhwc(const Tensor& t) { return t.permute({0, 2, 3, 1}).contiguous(); }
 
 // Runs the kernel on permuted copies and returns y (NHWC).
 Tensor run_nhwc(const Case& c, const Tensor& x, const Tensor& w, const Tensor& bias, const Conv2dEpilogue& ep) {
-  const Conv2dParams p = params_of(c);
+  const Conv2dParams p = conv_params_of(c);
   Tensor xn = nhwc(x), wn = nhwc(w);  // OIHW -> OHWI is the same permutation
   Tensor y = zeros({p.n, p.ho, p.wo, p.k}, TensorOptions(DType::f32));
   kernels::cpu::conv2d_nhwc_f32(p, static_cast<const float*>(xn.data_ptr()), static_cast<const float*>(wn.data_ptr()),
@@ -100,7 +86,7 @@ TEST_P(ConvNhwcIsaTest, EpilogueActivationAndResidual) {
   uint64_t seed = 100;
   for (const Case& c : {kCases[2], kCases[7], kCases[10]}) {
     for (bool before : {false, true}) {
-      const Conv2dParams p = params_of(c);
+      const Conv2dParams p = conv_params_of(c);
       Tensor x = random_tensor(c.x, DType::f32, seed++), w = random_tensor(c.w, DType::f32, seed++);
       Tensor bias = random_tensor({c.w[0]}, DType::f32, seed++);
       Tensor res = random_tensor({p.n, p.ho, p.wo, p.k}, DType::f32, seed++);
