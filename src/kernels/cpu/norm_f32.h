@@ -28,6 +28,6 @@ struct NormKernelsF32 {
 };
 NormKernelsF32 norm_kernels_f32_scalar();
 NormKernelsF32 norm_kernels_f32_avx512();
-NormKernelsF32 norm_kernels_f32(Isa isa);  // AVX2 machines run the scalar loops (auto-vectorized)
+NormKernelsF32 norm_kernels_f32(Isa isa);  // AVX2 and scalar machines: the portable f64-statistics loop
 
 }  // namespace kiln::kernels::cpu
