@@ -81,7 +81,7 @@ void prefetch_lines(Geometry& g, int nr) {
 // Note [Direct convolution tiles]
 // The 12 x 32 tile wastes a ninth of its rows on 64 output channels (6 panels of 12 for 64 rows),
 // a third of ResNet-18; an 8 x 48 tile fits every multiple of 8 but wastes columns on small
-// planes (a 7 x 9 plane is 63 columns: 2 tiles of 32, or 2 of 48). Each convolution takes the tile
+// planes (a 7 x 8 plane is 56 columns: 2 tiles of 32, or 2 of 48). Each convolution takes the tile
 // with the larger useful fraction of rows x columns, the first on a near tie.
 GemmTapsKernelF32 pick_tile(const GemmKernelF32& kk, int64_t rows, int64_t cols) {
   auto useful = [&](const GemmTapsKernelF32& t) {
