@@ -234,6 +234,44 @@ TEST_P(WindowIsaTest, DepthwisePlaneHookSeesEveryPlaneOnce) {
   EXPECT_TRUE(close_by_magnitude(y, want, mag, kEps));
 }
 
+TEST_P(WindowIsaTest, DepthwiseClampIsReluOrRelu6AndKeepsNaN) {
+  // The clamp in the kernel's store (fused_conv2d's relu / relu6 on depthwise layers), every ISA,
+  // ragged row lengths (21 columns: a full vector and a masked tail), one NaN input.
+  const int64_t c = 3;
+  Tensor x = random_tensor({2, c, 7, 21}, DType::f32, 800, -4.0, 4.0);
+  x.data<float>()[40] = std::numeric_limits<float>::quiet_NaN();
+  Tensor w = random_tensor({c, 1, 3, 3}, DType::f32, 801), b = random_tensor({c}, DType::f32, 802);
+  kernels::cpu::Conv2dParams p;
+  p.n = 2, p.c = c, p.h = 7, p.w = 21, p.k = c, p.r = 3, p.s = 3, p.ho = 7, p.wo = 21;
+  p.pad_top = p.pad_left = 1, p.groups = c;
+  Tensor conv = ref::conv2d(x, w, b, {1, 1}, {1, 1, 1, 1}, {1, 1}, c);
+  Tensor mag = ref::conv2d(abs_values(x), abs_values(w), abs_values(b), {1, 1}, {1, 1, 1, 1}, {1, 1}, c);
+  for (float hi : {6.0f, std::numeric_limits<float>::infinity()}) {
+    Tensor y = empty({2, c, 7, 21});
+    kernels::cpu::conv2d_depthwise_f32(p, x.data<float>(), w.data<float>(), b.data<float>(), y.data<float>(), {},
+                                       0.0f, hi);
+    Tensor want = conv.clone(), m = mag.clone();
+    double* wp = want.data<double>();
+    float* yp = y.data<float>();
+    int64_t clipped = 0, nans = 0;
+    for (int64_t i = 0; i < want.numel(); ++i) {
+      if (std::isnan(wp[i])) {  // the NaN's 3x3 neighbourhood: NaN out, not a clamped number
+        nans += std::isnan(yp[i]);
+        wp[i] = yp[i] = 0.0f, m.data<double>()[i] = 0.0;
+        continue;
+      }
+      clipped += wp[i] > hi;
+      wp[i] = std::min<double>(std::max(wp[i], 0.0), hi);
+    }
+    EXPECT_EQ(nans, 9) << "hi " << hi;
+    if (hi == 6.0f) {
+      EXPECT_GT(clipped, 0);  // the inputs reach past 6, so relu6 is exercised
+    }
+    // Clamping is 1-Lipschitz: the convolution's bound holds after it.
+    EXPECT_TRUE(close_by_magnitude(y, want, m, kEps)) << "hi " << hi;
+  }
+}
+
 // ---- max pool backward ----------------------------------------------------------------------------
 
 TEST_P(WindowIsaTest, MaxPoolBackwardF32MatchesF64) {

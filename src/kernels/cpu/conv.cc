@@ -3,6 +3,7 @@
 #include "kernels/cpu/conv.h"
 
 #include <algorithm>
+#include <limits>
 #include <type_traits>
 
 #include "kernels/cpu/conv_depthwise.h"
@@ -122,6 +123,14 @@ void conv2d_nchw_f32(const Conv2dParams& p, const float* x, const float* w, cons
   const bool plain = epilogue.activation == GemmActivation::none && epilogue.residual == nullptr;
   if (is_depthwise(p)) {  // the direct kernel (the GEMM would see one row per group)
     if (plain) return conv2d_depthwise_f32(p, x, w, bias, y);
+    // relu / relu6 alone: a clamp in the kernel's store (MobileNet's depthwise layers spent as long
+    // in a separate relu6 pass over each plane as in the convolution).
+    if (epilogue.residual == nullptr && (epilogue.activation == GemmActivation::relu ||
+                                         epilogue.activation == GemmActivation::relu6))
+      return conv2d_depthwise_f32(p, x, w, bias, y, {}, 0.0f,
+                                  epilogue.activation == GemmActivation::relu6
+                                      ? 6.0f
+                                      : std::numeric_limits<float>::infinity());
     // Activation and residual on each output plane right after it is written (bias is in already):
     // the plane is the epilogue's row `image * K + channel` of an [N*K, Ho*Wo] matrix.
     GemmEpilogue e;

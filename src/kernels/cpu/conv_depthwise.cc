@@ -12,7 +12,7 @@ namespace kiln::kernels::cpu {
 bool is_depthwise(const Conv2dParams& p) { return p.groups > 1 && p.groups == p.c && p.k % p.c == 0; }
 
 void conv2d_depthwise_f32(const Conv2dParams& p, const float* x, const float* w, const float* bias, float* y,
-                          const DepthwisePlaneHook& plane_done) {
+                          const DepthwisePlaneHook& plane_done, float lo, float hi) {
   KILN_ASSERT(is_depthwise(p), "conv2d_depthwise_f32: not depthwise (C ", p.c, ", K ", p.k, ", groups ", p.groups, ")");
   const WindowGeom g{p.h, p.w, p.ho, p.wo, p.r, p.s, p.stride_h, p.stride_w, p.pad_top, p.pad_left, p.dil_h, p.dil_w};
   const WindowKernelsF32 k = window_kernels_f32(active_isa());
@@ -30,7 +30,7 @@ void conv2d_depthwise_f32(const Conv2dParams& p, const float* x, const float* w,
         const float* wk = w + oc * taps;
         const float bv = bias ? bias[oc] : 0.0f;
         float* yp = y + (img * p.k + oc) * howo;
-        k.fma_taps(plane.row(0), plane.row_step(), off.data(), wk, taps, bv, yp, p.wo, p.wo, p.ho);
+        k.fma_taps(plane.row(0), plane.row_step(), off.data(), wk, taps, bv, lo, hi, yp, p.wo, p.wo, p.ho);
         if (plane_done) plane_done(yp, img, oc);
       }
     }

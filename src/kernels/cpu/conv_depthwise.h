@@ -3,6 +3,7 @@
 #pragma once
 
 #include <functional>
+#include <limits>
 
 #include "kernels/cpu/conv.h"
 
@@ -15,8 +16,12 @@ bool is_depthwise(const Conv2dParams& p);
 // [Windows over a phased plane] in window_f32.h), and every output row is one vectorized pass.
 // `plane_done(y_plane, image, channel)`, when set, runs on the worker right after an output plane
 // [Ho, Wo] is written, while it is still in cache: a fused epilogue (activation, residual add).
+// Outputs are clamped to [lo, hi] before they are stored (relu and relu6 without a pass of their
+// own; NaN stays NaN).
 using DepthwisePlaneHook = std::function<void(float* y_plane, int64_t image, int64_t channel)>;
 void conv2d_depthwise_f32(const Conv2dParams& p, const float* x, const float* w, const float* bias, float* y,
-                          const DepthwisePlaneHook& plane_done = {});
+                          const DepthwisePlaneHook& plane_done = {},
+                          float lo = -std::numeric_limits<float>::infinity(),
+                          float hi = std::numeric_limits<float>::infinity());
 
 }  // namespace kiln::kernels::cpu

@@ -36,7 +36,7 @@ void avg_taps__scalar(const float* base, int64_t base_step, const int64_t* off, 
 }
 
 void fma_taps__scalar(const float* base, int64_t base_step, const int64_t* off, const float* w, int64_t taps,
-                      float bias, float* out, int64_t out_step, int64_t n, int64_t rows) {
+                      float bias, float lo, float hi, float* out, int64_t out_step, int64_t n, int64_t rows) {
   for (int64_t j = 0; j < rows; ++j, base += base_step, out += out_step) {
     std::fill(out, out + n, bias);
     for (int64_t t = 0; t < taps; ++t) {
@@ -44,6 +44,7 @@ void fma_taps__scalar(const float* base, int64_t base_step, const int64_t* off, 
       const float wt = w[t];
       for (int64_t i = 0; i < n; ++i) out[i] += wt * src[i];
     }
+    for (int64_t i = 0; i < n; ++i) out[i] = out[i] < lo ? lo : out[i] > hi ? hi : out[i];  // NaN stays
   }
 }
 

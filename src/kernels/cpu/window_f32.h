@@ -20,9 +20,10 @@ struct WindowKernelsF32 {
   // (Sum of the taps) / (rdiv[j] * cdiv[i]).
   void (*avg_taps)(const float* base, int64_t base_step, const int64_t* off, int64_t taps, const float* rdiv,
                    const float* cdiv, float* out, int64_t out_step, int64_t n, int64_t rows);
-  // bias + sum over t of w[t] * tap t.
+  // bias + sum over t of w[t] * tap t, clamped to [lo, hi] (relu: [0, inf], relu6: [0, 6]; NaN
+  // stays NaN; +-inf bounds clamp nothing).
   void (*fma_taps)(const float* base, int64_t base_step, const int64_t* off, const float* w, int64_t taps, float bias,
-                   float* out, int64_t out_step, int64_t n, int64_t rows);
+                   float lo, float hi, float* out, int64_t out_step, int64_t n, int64_t rows);
   // even[j] = in[2j], odd[j] = in[2j + 1] for j < n.
   void (*deinterleave2)(const float* in, float* even, float* odd, int64_t n);
 };

@@ -147,7 +147,7 @@ void avg_taps__avx512(const float* base, int64_t bstep, const int64_t* off, int6
 
 template <int R, int U>
 inline void fma_block(const float* base, int64_t bstep, const int64_t* off, const float* w, int64_t taps, float bias,
-                      float* out, int64_t ostep, __mmask16 tail) {
+                      float lo, float hi, float* out, int64_t ostep, __mmask16 tail) {
   __m512 s[R][U];
 #pragma GCC unroll 4
   for (int r = 0; r < R; ++r)
@@ -161,25 +161,27 @@ inline void fma_block(const float* base, int64_t bstep, const int64_t* off, cons
 #pragma GCC unroll 2
       for (int u = 0; u < U; ++u) s[r][u] = _mm512_fmadd_ps(wt, load<U>(p + r * bstep, u, tail), s[r][u]);
   }
+  // max/min return their second operand on NaN: NaN passes the clamp.
+  const __m512 vlo = _mm512_set1_ps(lo), vhi = _mm512_set1_ps(hi);
 #pragma GCC unroll 4
   for (int r = 0; r < R; ++r)
 #pragma GCC unroll 2
-    for (int u = 0; u < U; ++u) store<U>(out + r * ostep, u, tail, s[r][u]);
+    for (int u = 0; u < U; ++u) store<U>(out + r * ostep, u, tail, _mm512_min_ps(vhi, _mm512_max_ps(vlo, s[r][u])));
 }
 
 template <int R>
 inline void fma_rows(const float* base, int64_t bstep, const int64_t* off, const float* w, int64_t taps, float bias,
-                     float* out, int64_t ostep, int64_t n) {
+                     float lo, float hi, float* out, int64_t ostep, int64_t n) {
   columns(
-      n, [&](int64_t i) { fma_block<R, 2>(base + i, bstep, off, w, taps, bias, out + i, ostep, 0xffff); },
-      [&](int64_t i, __mmask16 m) { fma_block<R, 1>(base + i, bstep, off, w, taps, bias, out + i, ostep, m); });
+      n, [&](int64_t i) { fma_block<R, 2>(base + i, bstep, off, w, taps, bias, lo, hi, out + i, ostep, 0xffff); },
+      [&](int64_t i, __mmask16 m) { fma_block<R, 1>(base + i, bstep, off, w, taps, bias, lo, hi, out + i, ostep, m); });
 }
 
 void fma_taps__avx512(const float* base, int64_t bstep, const int64_t* off, const float* w, int64_t taps, float bias,
-                      float* out, int64_t ostep, int64_t n, int64_t rows) {
+                      float lo, float hi, float* out, int64_t ostep, int64_t n, int64_t rows) {
   int64_t j = 0;
-  for (; j + 4 <= rows; j += 4) fma_rows<4>(base + j * bstep, bstep, off, w, taps, bias, out + j * ostep, ostep, n);
-  for (; j < rows; ++j) fma_rows<1>(base + j * bstep, bstep, off, w, taps, bias, out + j * ostep, ostep, n);
+  for (; j + 4 <= rows; j += 4) fma_rows<4>(base + j * bstep, bstep, off, w, taps, bias, lo, hi, out + j * ostep, ostep, n);
+  for (; j < rows; ++j) fma_rows<1>(base + j * bstep, bstep, off, w, taps, bias, lo, hi, out + j * ostep, ostep, n);
 }
 
 void deinterleave2__avx512(const float* in, float* even, float* odd, int64_t n) {
