@@ -155,24 +155,23 @@ Geometry geometry(const Conv2dParams& p, const GemmKernelF32& kk) {
 
 // Rows [i0, i1) of every phase plane of one channel of X' from that channel of x (xc: H x W).
 // Stride 2 across columns splits each input row into its even and odd columns once (vectorized,
-// window_f32.h's deinterleave2) and copies runs of those; other strides gather element by element.
+// window_f32.h's deinterleave2, into `split`: 2 * (W / 2 + 1) floats) and copies runs of those;
+// the planes of one row phase are adjacent (taps are enumerated row by row), so a row is split
+// once for all its column phases. Other strides gather element by element.
 void fill_rows(const Conv2dParams& p, const Geometry& g, const float* xc, float* dst, int64_t i0, int64_t i1,
-               const WindowKernelsF32& wk) {
-  std::vector<float> split;
-  if (p.stride_w == 2) split.resize(static_cast<size_t>(2 * (p.w / 2 + 1)));
-  float* even = split.data();
-  float* odd = even + (p.w / 2 + 1);
+               const WindowKernelsF32& wk, float* split) {
+  float* even = split;
+  float* odd = split + (p.w / 2 + 1);
   int64_t split_row = -1;
-  for (size_t slot = 0; slot < g.phases.size(); ++slot) {
-    const auto [ph, pw] = g.phases[slot];
-    // Columns j of the plane whose input column j * sw + d lies in [0, W).
-    const int64_t d = pw - p.pad_left;
-    int64_t j_lo = 0, j_hi = g.wq;
-    while (j_lo < g.wq && j_lo * p.stride_w + d < 0) ++j_lo;
-    while (j_hi > j_lo && (j_hi - 1) * p.stride_w + d >= p.w) --j_hi;
-    float* plane = dst + static_cast<int64_t>(slot) * g.plane;
-    for (int64_t i = i0; i < i1; ++i) {
-      float* row = plane + i * g.wq;
+  for (int64_t i = i0; i < i1; ++i) {
+    for (size_t slot = 0; slot < g.phases.size(); ++slot) {
+      const auto [ph, pw] = g.phases[slot];
+      // Columns j of the plane whose input column j * sw + d lies in [0, W).
+      const int64_t d = pw - p.pad_left;
+      int64_t j_lo = 0, j_hi = g.wq;
+      while (j_lo < g.wq && j_lo * p.stride_w + d < 0) ++j_lo;
+      while (j_hi > j_lo && (j_hi - 1) * p.stride_w + d >= p.w) --j_hi;
+      float* row = dst + static_cast<int64_t>(slot) * g.plane + i * g.wq;
       const int64_t y = i * p.stride_h + ph - p.pad_top;
       if (y < 0 || y >= p.h || j_lo == j_hi) {
         std::fill(row, row + g.wq, 0.0f);
@@ -229,7 +228,6 @@ constexpr size_t kChunkBytes = size_t{24} << 20;  // X' and product planes of th
 struct GroupRun {
   const Conv2dParams* p;
   const Geometry* g;
-  const GemmKernelF32* kk;
   const float* xq;      // X' of this group's first channel
   const float* packed;  // this group's packed filters
   float* yq;            // the product plane (ldq = nq): y itself when Wq == Wo
@@ -410,7 +408,7 @@ void conv2d_direct_f32(const Conv2dParams& p, const float* x, const float* w, co
       for (int64_t m = 0; m < count; ++m) {
         const int64_t img = img0 + m;
         const float* xi = xq != nullptr ? xq + m * xq_floats : x + img * p.c * p.h * p.w;
-        GroupRun run{&p, &g, &kk, xi + grp * g.cg * g.cstride, packed_w + static_cast<size_t>(grp) * per_group,
+        GroupRun run{&p, &g, xi + grp * g.cg * g.cstride, packed_w + static_cast<size_t>(grp) * per_group,
                      nullptr, y + (img * p.k + grp * g.kg) * howo, {}};
         run.yq = yq == nullptr ? run.y : yq + m * yq_floats + grp * g.kg * g.nq;
         if (bias != nullptr) run.ep.bias_kind = GemmBias::per_row, run.ep.bias = bias + grp * g.kg;
@@ -429,7 +427,9 @@ void conv2d_direct_f32(const Conv2dParams& p, const float* x, const float* w, co
   // Rows [r0, r1) of every plane of image img's X'.
   const WindowKernelsF32 wk = window_kernels_f32(active_isa());
   auto fill = [&](int64_t img, float* xq, int64_t r0, int64_t r1) {
-    for (int64_t c = 0; c < p.c; ++c) fill_rows(p, g, x + (img * p.c + c) * p.h * p.w, xq + c * g.cstride, r0, r1, wk);
+    std::vector<float> split(p.stride_w == 2 ? static_cast<size_t>(2 * (p.w / 2 + 1)) : 0);
+    for (int64_t c = 0; c < p.c; ++c)
+      fill_rows(p, g, x + (img * p.c + c) * p.h * p.w, xq + c * g.cstride, r0, r1, wk, split.data());
   };
 
   int threads = in_parallel_region() ? 1 : get_num_threads();
