@@ -106,7 +106,8 @@ struct CompileOptions {
   std::optional<Target> target;  // default: Target::host()
   int threads = 0;               // > 0: overrides target.threads (what tactics are timed on)
   // Note [Tactics]: autotuning times every CPU kernel (tactic) of each step that has several, on
-  // random inputs at the largest batch, and keeps the fastest. Off by default in the library (no
+  // random inputs at the largest batch (and, for the latency objective, the smallest), and keeps the
+  // fastest. Off by default in the library (no
   // timing and no cache file unless asked); `kiln compile` turns it on unless --no-autotune.
   bool autotune = false;
   std::string timing_cache;      // file; empty: default_timing_cache_path(); "none": in memory only

@@ -157,7 +157,8 @@ std::string cache_key(const Engine& e, const EngineStep& st, const Target& t, co
     if (v.kind == EngineValue::Kind::constant) os << "@const";
   }
   os << "|" << t.name() << "|t" << t.threads;
-  if (!e.batch.symbol.empty()) os << "|b" << e.batch.min << ":" << e.batch.max;  // both ends are timed
+  // Note [Tuning both ends of the batch range]: what is timed depends on the range and the objective.
+  if (!e.batch.symbol.empty()) os << "|b" << e.batch.min << ":" << e.batch.max << "|" << objective_name(t.objective);
   return clean(os.str());
 }
 
@@ -307,12 +308,13 @@ TuneReport select_tactics(Engine& e, const CompileOptions& options) {
         ++rep.misses;
         auto t0 = std::chrono::steady_clock::now();
         // Note [Tuning both ends of the batch range]: a tactic's costs per call (packing a weight on
-        // every run, say) hide at the largest batch and dominate at the smallest, so a dynamic
-        // batch range is timed at both ends and each tactic scored by the sum of its times relative
-        // to the fastest at each end.
+        // every run, say) hide at the largest batch and dominate at the smallest, so for the latency
+        // objective a dynamic batch range is timed at both ends and each tactic scored by the sum
+        // of its times relative to the fastest at each end. The throughput objective serves full
+        // batches: only the largest batch is timed (and tuning takes half as long).
         std::vector<double> ms = time_tactics(e, st, tactics, e.batch.max, options.tune_runs, options.tune_ms);
         std::vector<double> ms_min;
-        if (!e.batch.symbol.empty() && e.batch.min != e.batch.max)
+        if (!e.batch.symbol.empty() && e.batch.min != e.batch.max && e.target.objective == Target::Objective::latency)
           ms_min = time_tactics(e, st, tactics, e.batch.min, options.tune_runs, options.tune_ms);
         rep.ms += elapsed_ms(t0);
         std::vector<double> score(tactics.size(), 0.0);

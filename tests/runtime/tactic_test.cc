@@ -5,6 +5,7 @@
 // and the tactics survive the engine file; budgets, bad targets and old files fail with clear errors.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
@@ -164,6 +165,42 @@ TEST(Tactics, NoAutotuneUsesTheDefaultKernelsAndWritesNoCache) {
   CompileResult n = compile(mlp(), o);
   EXPECT_EQ(n.tuning.misses, 3);
   EXPECT_EQ(n.tuning.cache_path, "");
+}
+
+// The latency objective times a batch range at both ends ("tactic=max/min ms" in the report), the
+// throughput objective at the largest batch alone; the two never share a timing cache entry.
+TEST(Tactics, TheObjectiveDecidesWhichBatchesAreTimed) {
+  std::string cache = temp_path("objective");
+  auto timed_at = [](const CompileResult& r) {
+    std::set<size_t> ends;
+    for (const std::string& c : r.tuning.choices) {
+      const std::string timings = c.substr(c.find('(', c.find("): ")));
+      const size_t eq = std::count(timings.begin(), timings.end(), '=');
+      const size_t slash = std::count(timings.begin(), timings.end(), '/');
+      ends.insert(slash == 0 ? 1 : (slash == eq ? 2 : 0));
+    }
+    return ends;
+  };
+  CompileOptions o = tuned(cache);
+  Target t = Target::host();
+  t.objective = Target::Objective::latency;
+  o.target = t;
+  CompileResult lat = compile(mlp(), o);
+  EXPECT_EQ(lat.tuning.misses, 3);
+  EXPECT_EQ(timed_at(lat), std::set<size_t>{2}) << lat.tuning.choices[0];
+
+  t.objective = Target::Objective::throughput;
+  o.target = t;
+  CompileResult thr = compile(mlp(), o);
+  EXPECT_EQ(thr.tuning.misses, 3) << "the latency entries are not reused";
+  EXPECT_EQ(timed_at(thr), std::set<size_t>{1}) << thr.tuning.choices[0];
+  EXPECT_EQ(thr.engine.target.objective, Target::Objective::throughput);
+  EXPECT_EQ(compile(mlp(), o).tuning.hits, 3);
+
+  // A fixed batch has one end: both objectives time it once.
+  o.batch_max = 1;
+  EXPECT_EQ(timed_at(compile(mlp(), o)), std::set<size_t>{1});
+  std::filesystem::remove(cache);
 }
 
 TEST(Tactics, ThreadsAndIsaAreRestoredAfterTuning) {
