@@ -1,7 +1,7 @@
 // ResNet-50's convolution shapes under every convolution kernel kiln has: NCHW im2col + GEMM
 // (kernels/cpu/conv.h) with filters packed per call and packed once (the engines' "prepacked"
 // tactic), the NCHW direct convolution with filters packed once (the "direct" tactic, Note [Direct
-// convolution]) and NHWC (row-blocked im2col or none + GEMM with the weight packed once,
+// convolution]; also forced to its column or pixel tiling, Note [Pixels as rows]) and NHWC (row-blocked im2col or none + GEMM with the weight packed once,
 // kernels/cpu/conv_nhwc.h), batch 1 and 8, 1 and 2 threads, on the raw kernels (no dispatch), so
 // the numbers say which kernel and layout a compiler should pick per layer. GFLOPS counts 2 * MACs.
 //   ./build/bench/kiln_bench_conv_layout --benchmark_counters_tabular=true
@@ -37,7 +37,7 @@ Conv2dParams params(const benchmark::State& s) {
   return p;
 }
 
-enum class Kernel { im2col, im2col_prepacked, direct_prepacked, nhwc };
+enum class Kernel { im2col, im2col_prepacked, direct_prepacked, direct_columns, direct_pixels, nhwc };
 
 template <Kernel K>
 void BM_conv(benchmark::State& state) {
@@ -50,7 +50,17 @@ void BM_conv(benchmark::State& state) {
   if constexpr (K == Kernel::im2col_prepacked) {
     packed.resize(cpu::conv2d_packed_weight_f32_floats(p));
     cpu::pack_conv2d_weight_f32(p, w.data(), packed.data());
-  } else if constexpr (K == Kernel::direct_prepacked) {
+  }
+  // The direct kernel with its per-layer tiling choice, or forced to one (Note [Pixels as rows]).
+  constexpr bool direct = K == Kernel::direct_prepacked || K == Kernel::direct_columns || K == Kernel::direct_pixels;
+  struct Forced {
+    cpu::DirectConvTiling saved;
+    explicit Forced(cpu::DirectConvTiling t) : saved(cpu::force_direct_conv_tiling(t)) {}
+    ~Forced() { cpu::force_direct_conv_tiling(saved); }
+  } forced(K == Kernel::direct_columns  ? cpu::DirectConvTiling::columns
+           : K == Kernel::direct_pixels ? cpu::DirectConvTiling::pixels
+                                        : cpu::DirectConvTiling::automatic);
+  if constexpr (direct) {
     if (!cpu::conv2d_direct_supported(p)) {
       state.SkipWithError("no direct convolution kernel for this ISA");
       return;
@@ -63,7 +73,7 @@ void BM_conv(benchmark::State& state) {
     else if constexpr (K == Kernel::im2col) cpu::conv2d_nchw_f32(p, x.data(), w.data(), bias.data(), y.data());
     else if constexpr (K == Kernel::im2col_prepacked)
       cpu::conv2d_nchw_f32_prepacked(p, x.data(), packed.data(), bias.data(), y.data());
-    else cpu::conv2d_direct_f32(p, x.data(), nullptr, packed.data(), bias.data(), y.data());
+    else cpu::conv2d_direct_f32(p, x.data(), nullptr, packed.data(), bias.data(), y.data());  // direct
     benchmark::DoNotOptimize(y.data());
   }
   state.counters["GFLOPS"] = benchmark::Counter(2.0 * static_cast<double>(p.n * p.k * p.ho * p.wo * p.c * p.r * p.s),
@@ -74,7 +84,8 @@ void shapes(benchmark::internal::Benchmark* b) {
   // {C, HW, K, kernel, stride}: ResNet-50's stem, its 3x3s per stage, 1x1 expand/reduce, a stride-2 3x3.
   const std::vector<std::vector<int64_t>> layers = {{3, 224, 64, 7, 2},   {64, 56, 64, 3, 1},  {64, 56, 256, 1, 1},
                                                     {256, 56, 64, 1, 1},  {128, 28, 128, 3, 1}, {128, 56, 128, 3, 2},
-                                                    {256, 14, 256, 3, 1}, {256, 14, 1024, 1, 1}, {512, 7, 512, 3, 1},
+                                                    {256, 14, 256, 3, 1}, {256, 14, 1024, 1, 1}, {1024, 14, 256, 1, 1},
+                                                    {512, 7, 512, 3, 1},  {512, 7, 2048, 1, 1}, {2048, 7, 512, 1, 1},
                                                     // MobileNetV2: its stem and 1x1 expansions over few channels
                                                     {3, 224, 32, 3, 2},   {16, 112, 96, 1, 1},  {24, 56, 144, 1, 1},
                                                     {160, 7, 960, 1, 1}};
@@ -87,6 +98,8 @@ void shapes(benchmark::internal::Benchmark* b) {
 BENCHMARK(BM_conv<Kernel::im2col>)->Name("BM_conv_nchw")->Apply(shapes);
 BENCHMARK(BM_conv<Kernel::im2col_prepacked>)->Name("BM_conv_nchw_prepacked")->Apply(shapes);
 BENCHMARK(BM_conv<Kernel::direct_prepacked>)->Name("BM_conv_direct_prepacked")->Apply(shapes);
+BENCHMARK(BM_conv<Kernel::direct_columns>)->Name("BM_conv_direct_columns")->Apply(shapes);
+BENCHMARK(BM_conv<Kernel::direct_pixels>)->Name("BM_conv_direct_pixels")->Apply(shapes);
 BENCHMARK(BM_conv<Kernel::nhwc>)->Name("BM_conv_nhwc")->Apply(shapes);
 
 }  // namespace

@@ -3,7 +3,8 @@
 // dilation, groups, 1x1 with and without the copy, a ResNet stem, output widths with and without a
 // halo, channel counts deep enough to slice K and rows past one mc block, images in parallel and
 // one image split between threads by columns or by channels, both register tiles (12 x 32 and
-// 8 x 48, Note [Direct convolution tiles]), planes narrower than the halo (Note [A narrower
+// 8 x 48, Note [Direct convolution tiles]) and output pixels as rows (7 x 48, Note [Pixels as
+// rows]) on every case, planes narrower than the halo (Note [A narrower
 // halo]), raw and prepacked filters, and the epilogue. Runs where the ISA has the direct kernel (AVX-512); elsewhere conv2d_direct_supported
 // must say no.
 //
@@ -83,9 +84,26 @@ class ConvDirectTest : public ::testing::Test {
   int saved_ = get_num_threads();
 };
 
+// Every case with each tiling: output pixels as rows or as columns (Note [Pixels as rows]).
+class ForcedTiling {
+ public:
+  explicit ForcedTiling(kernels::cpu::DirectConvTiling t) : saved_(kernels::cpu::force_direct_conv_tiling(t)) {}
+  ~ForcedTiling() { kernels::cpu::force_direct_conv_tiling(saved_); }
+
+ private:
+  kernels::cpu::DirectConvTiling saved_;
+};
+const kernels::cpu::DirectConvTiling kTilings[] = {kernels::cpu::DirectConvTiling::columns,
+                                                   kernels::cpu::DirectConvTiling::pixels};
+const char* tiling_name(kernels::cpu::DirectConvTiling t) {
+  return t == kernels::cpu::DirectConvTiling::pixels ? "pixels" : "columns";
+}
+
 TEST_F(ConvDirectTest, MatchesReferenceOnEveryCase) {
   uint64_t seed = 1;
+  for (kernels::cpu::DirectConvTiling tiling : kTilings)
   for (int threads : {1, 2}) {
+    ForcedTiling forced(tiling);
     set_num_threads(threads);
     for (const Case& c : kCases) {
       for (bool with_bias : {false, true}) {
@@ -98,7 +116,7 @@ TEST_F(ConvDirectTest, MatchesReferenceOnEveryCase) {
                                  c.padding, c.dilation, c.groups);
         EXPECT_TRUE(close_by_magnitude(got, want, mag, 1e-5))
             << "x " << shape_str(c.x) << " w " << shape_str(c.w) << " bias " << with_bias << " threads " << threads
-            << " prepacked " << prepacked;
+            << " prepacked " << prepacked << " tiling " << tiling_name(tiling);
       }
     }
   }
@@ -113,7 +131,9 @@ TEST_F(ConvDirectTest, EpilogueActivationAndResidual) {
       {GemmActivation::relu, [](const Tensor& t) { return t.relu(); }},
       {GemmActivation::relu6, [](const Tensor& t) { return minimum(t.relu(), full_like(t, 6.0)); }},
       {GemmActivation::silu, [](const Tensor& t) { return t * t.sigmoid(); }}};
+  for (kernels::cpu::DirectConvTiling tiling : kTilings)
   for (const Case& c : {kCases[2], kCases[6], kCases[7], kCases[13], kCases[14], kCases[16]}) {
+    ForcedTiling forced(tiling);
     for (const auto& [act, ref_act] : acts) {
       for (int residual : {0, 1, 2}) {  // none, after the activation, before it
         const Conv2dParams p = conv_params_of(c);
@@ -134,9 +154,44 @@ TEST_F(ConvDirectTest, EpilogueActivationAndResidual) {
             abs_values(res64);
         EXPECT_TRUE(close_by_magnitude(got, want, mag, 1e-5))
             << "x " << shape_str(c.x) << " w " << shape_str(c.w) << " activation " << static_cast<int>(act)
-            << " residual " << residual;
+            << " residual " << residual << " tiling " << tiling_name(tiling);
       }
     }
+  }
+}
+
+// Small planes take the pixel tiles, large ones the column tiles; the packed filters' panel (the
+// engine's cache key for them) says which.
+TEST_F(ConvDirectTest, SmallPlanesTakePixelRows) {
+  if (kernels::cpu::active_isa() != kernels::cpu::Isa::avx512) GTEST_SKIP() << "the tiles are AVX-512's";
+  struct Want {
+    Case c;
+    bool pixels;
+  };
+  const Want wants[] = {
+      {{{1, 512, 7, 7}, {512, 512, 3, 3}, {1, 1}, {1, 1, 1, 1}}, true},   // ResNet-50's last stage
+      {{{8, 2048, 7, 7}, {512, 2048, 1, 1}}, true},
+      {{{1, 960, 7, 7}, {160, 960, 1, 1}}, true},                       // MobileNetV2's projection
+      {{{1, 160, 7, 7}, {960, 160, 1, 1}}, false},                      // too shallow for the transposed copy
+      {{{1, 64, 56, 56}, {64, 64, 3, 3}, {1, 1}, {1, 1, 1, 1}}, false},  // 64 channels, a large plane
+      {{{1, 128, 28, 28}, {128, 128, 3, 3}, {1, 1}, {1, 1, 1, 1}}, false},
+  };
+  for (const Want& w : wants) {
+    const Conv2dParams p = conv_params_of(w.c);
+    EXPECT_EQ(kernels::cpu::conv2d_direct_pixel_rows(p), w.pixels) << shape_str(w.c.x) << " " << shape_str(w.c.w);
+    EXPECT_EQ(kernels::cpu::conv2d_direct_tile_rows(p) == 48, w.pixels);
+  }
+  // A last-stage layer (half of ResNet-50's width), both threads splitting the panels, against float64.
+  const Case c{{1, 256, 7, 7}, {256, 256, 3, 3}, {1, 1}, {1, 1, 1, 1}};
+  ASSERT_TRUE(kernels::cpu::conv2d_direct_pixel_rows(conv_params_of(c)));
+  set_num_threads(2);
+  for (bool prepacked : {false, true}) {
+    Tensor x = random_tensor(c.x, DType::f32, 900), w = random_tensor(c.w, DType::f32, 901);
+    Tensor bias = random_tensor({c.w[0]}, DType::f32, 902);
+    Tensor got = run_direct(c, x, w, bias, {}, prepacked);
+    Tensor want = ref::conv2d(x, w, bias, c.stride, c.padding, c.dilation, c.groups);
+    Tensor mag = ref::conv2d(abs_values(x), abs_values(w), abs_values(bias), c.stride, c.padding, c.dilation, c.groups);
+    EXPECT_TRUE(close_by_magnitude(got, want, mag, 1e-5)) << "prepacked " << prepacked;
   }
 }
 

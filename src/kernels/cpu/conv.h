@@ -43,9 +43,16 @@ void conv2d_nchw_f32_prepacked(const Conv2dParams& p, const float* x, const floa
 // packed by pack_conv2d_direct_weight_f32 under the same ISA (packed_w, w unused) or raw in w
 // (packed_w == nullptr: packed on each call).
 bool conv2d_direct_supported(const Conv2dParams& p);
-// The packed filters' panel height, which depends on the whole shape (the register tile is chosen
-// per convolution): packed filters fit another convolution only if this agrees.
+// The packed filters' panel height (filter rows per panel), which depends on the whole shape (the
+// tiling and register tile are chosen per convolution): packed filters fit another convolution
+// only if this agrees.
 int conv2d_direct_tile_rows(const Conv2dParams& p);
+// Whether the convolution runs with output pixels as the tile's rows (Note [Pixels as rows]).
+bool conv2d_direct_pixel_rows(const Conv2dParams& p);
+// For tests and benchmarks: every direct convolution from now on uses this tiling (where the ISA
+// has it); returns the previous setting. Not for use while convolutions run on other threads.
+enum class DirectConvTiling { automatic, columns, pixels };
+DirectConvTiling force_direct_conv_tiling(DirectConvTiling t);
 size_t conv2d_direct_packed_weight_f32_floats(const Conv2dParams& p);
 void pack_conv2d_direct_weight_f32(const Conv2dParams& p, const float* w, float* out);
 void conv2d_direct_f32(const Conv2dParams& p, const float* x, const float* w, const float* packed_w, const float* bias,

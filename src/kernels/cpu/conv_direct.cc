@@ -1,6 +1,7 @@
 // Direct f32 convolution (NCHW) behind kernels/cpu/conv.h: the GEMM's micro-kernel reads the
 // activations in place at a per-tap offset, so no im2col matrix is written or packed.
 #include <algorithm>
+#include <atomic>
 #include <cstdint>
 #include <cstring>
 #include <utility>
@@ -52,7 +53,10 @@ struct Geometry {
   int64_t kcs = 0;                    // channels per K slice
   int64_t mc = 0;                     // filter rows per pass over a column tile
   GemmTapsKernelF32 tile;             // the register tile (Note [Direct convolution tiles])
-  int64_t mpad = 0;                   // kg rounded up to the tile's rows
+  bool pixels = false;                // output pixels as the tile's rows (Note [Pixels as rows])
+  ConvPixelsKernelF32 ptile;          // that tile, when pixels
+  int64_t panel = 0;                  // filter rows per packed panel: tile.mr, or ptile.nr when pixels
+  int64_t mpad = 0;                   // kg rounded up to the panel
   bool identity = false;              // X' is x itself
   std::vector<std::pair<int64_t, int64_t>> phases;  // (row phase, column phase) per plane of X'
   std::vector<int64_t> tap_off;                     // per tap (r * S + s): offset within a channel of X'
@@ -94,6 +98,39 @@ GemmTapsKernelF32 pick_tile(const GemmKernelF32& kk, int64_t rows, int64_t cols)
   return best;
 }
 
+// Note [Pixels as rows]
+// On small planes the column tiles waste most: a 7 x 7 output is 49 columns (56 with the halo),
+// which fill 64 of a 12 x 32 tile's, and ResNet-50's last stage ran at ~130 GFLOP/s. Swapping the
+// operands fixes that: the tile's rows are output pixels (7 of them, each broadcast from its own
+// place in X', so the halo columns are skipped and 7 x 7, 14 x 14, 28 x 28 planes split exactly)
+// and its columns are 48 output channels loaded from a packed filter panel (48 | 96, 192, 384,
+// 576, 960; 512 and 2048 waste 3% and 1%). The product comes out pixel-major: partial sums over K
+// slices accumulate in a scratch Yt[pixel][channel], and after the last slice each worker copies
+// its channels of Yt into y transposed and runs the epilogue there. Filters are packed as for
+// the column tiles, in panels of 48 output channels. The images of a batch share each panel (as
+// in Note [Images share the filter blocks]); one image is split between threads by panels.
+// Each convolution takes whichever tiling wastes less of its tiles, the columns on a near tie
+// (the pixel tiles' transposed copy is not free).
+std::atomic<int> g_forced_tiling{0};
+
+bool use_pixel_rows(const Conv2dParams& p, const GemmKernelF32& kk, const GemmTapsKernelF32& tile, int64_t nq) {
+  const ConvPixelsKernelF32& pt = kk.pixels;
+  if (pt.ukernel == nullptr) return false;
+  const auto forced = static_cast<DirectConvTiling>(g_forced_tiling.load(std::memory_order_relaxed));
+  if (forced != DirectConvTiling::automatic) return forced == DirectConvTiling::pixels;
+  auto up = [](int64_t a, int64_t b) { return static_cast<double>((a + b - 1) / b * b); };
+  const int64_t kg = p.k / p.groups, pixels = p.ho * p.wo;
+  const double work = static_cast<double>(kg * pixels);
+  const double by_columns = work / (up(kg, tile.mr) * up(nq, tile.nr));
+  const double by_pixels = work / (up(kg, pt.nr) * up(pixels, pt.mr));
+  // Yt (one image and group) stays small: the pixel tiles are for small planes. Their transposed
+  // copy costs the same per output whatever the depth, so shallow products keep the columns
+  // (MobileNetV2's 160 -> 960 1x1 at 7x7: 15% slower with pixels; 256 deep broke even, 512 and
+  // deeper gained 12-20%, bench/RESULTS.md).
+  return by_pixels > 1.05 * by_columns && (p.c / p.groups) * p.r * p.s >= 384 &&
+         up(pixels, pt.mr) * up(kg, pt.nr) * 4 <= (8 << 20);
+}
+
 // Note [A narrower halo]
 // Output column ow reads plane columns ow .. ow + shift_w, so planes Wo + shift_w wide hold every
 // read in its own row. With unit column stride they can be narrower: a read past the row's end
@@ -113,7 +150,12 @@ Geometry geometry(const Conv2dParams& p, const GemmKernelF32& kk) {
   g.kg = p.k / p.groups;
   g.taps = p.r * p.s;
   g.tile = pick_tile(kk, g.kg, p.ho * plane_width(p));
-  g.mpad = (g.kg + g.tile.mr - 1) / g.tile.mr * g.tile.mr;
+  const bool identity = p.r == 1 && p.s == 1 && p.stride_h == 1 && p.stride_w == 1 && p.pad_top == 0 &&
+                        p.pad_left == 0 && p.ho == p.h && p.wo == p.w;
+  g.pixels = use_pixel_rows(p, kk, g.tile, identity ? p.h * p.w : p.ho * plane_width(p));
+  if (g.pixels) g.ptile = kk.pixels;
+  g.panel = g.pixels ? g.ptile.nr : g.tile.mr;
+  g.mpad = (g.kg + g.panel - 1) / g.panel * g.panel;
   // Note [Direct convolution blocking]: the filter rows that share one pass over a column tile are
   // as many as fit ~384 KiB of packed filters (of the 1 MiB L2), but at most 144. Letting a 1x1
   // convolution over 64 channels take all 256 output rows at once (to read each activation tile
@@ -124,8 +166,7 @@ Geometry geometry(const Conv2dParams& p, const GemmKernelF32& kk) {
   g.kcs = (g.cg + slices - 1) / slices;
   g.mc = std::max<int64_t>(
       g.tile.mr, std::min<int64_t>(144, (int64_t{384} << 10) / (4 * g.taps * g.kcs)) / g.tile.mr * g.tile.mr);
-  g.identity = p.r == 1 && p.s == 1 && p.stride_h == 1 && p.stride_w == 1 && p.pad_top == 0 && p.pad_left == 0 &&
-               p.ho == p.h && p.wo == p.w;
+  g.identity = identity;
   if (g.identity) {
     g.hq = p.h, g.wq = p.w, g.plane = g.cstride = p.h * p.w, g.nq = p.h * p.w;
     g.phases = {{0, 0}};
@@ -200,7 +241,7 @@ void fill_rows(const Conv2dParams& p, const Geometry& g, const float* xc, float*
 }
 
 void pack_weights(const Conv2dParams& p, const Geometry& g, const float* w, float* out) {
-  const int mr = g.tile.mr;
+  const int64_t mr = g.panel;
   const size_t per_group = static_cast<size_t>(g.mpad * g.cg * g.taps);
   for (int64_t grp = 0; grp < p.groups; ++grp) {
     const float* wg = w + grp * g.kg * g.cg * g.taps;
@@ -340,6 +381,85 @@ double balance(int64_t blocks, int64_t parts) {
   return static_cast<double>(blocks) / static_cast<double>(most * parts);
 }
 
+// Note [Pixels as rows]: the driver. `fill(img, xq, r0, r1)` writes rows of image img's X'.
+template <class Fill>
+void pixel_rows(const Conv2dParams& p, const Geometry& g, const float* x, const float* packed_w, const float* bias,
+                float* y, const Conv2dEpilogue& epilogue, int threads, bool by_images, size_t xq_floats,
+                const Fill& fill) {
+  const int64_t mr = g.ptile.mr, nr = g.ptile.nr, howo = p.ho * p.wo;
+  const int64_t ptiles = (howo + mr - 1) / mr, rows = ptiles * mr, panels = g.mpad / nr;
+  // Where each output pixel reads X' (its column of the product); the last tile repeats a pixel.
+  std::vector<int64_t> pix(static_cast<size_t>(rows));
+  for (int64_t i = 0; i < rows; ++i) {
+    const int64_t q = std::min(i, howo - 1);
+    pix[static_cast<size_t>(i)] = q / p.wo * g.wq + q % p.wo;
+  }
+  const size_t yt_floats = static_cast<size_t>(rows * g.mpad);  // one image, one group
+  const size_t per_group = static_cast<size_t>(g.mpad * g.cg * g.taps);
+  // Filter panels [j0, j1) of images [img0, img0 + count): X' at xq (xq_floats apart; nullptr: x
+  // itself), Yt at yt (yt_floats apart); group by group, each finished into y before the next.
+  auto run = [&](int64_t img0, int64_t count, const float* xq, float* yt, int64_t j0, int64_t j1) {
+    for (int64_t grp = 0; grp < p.groups; ++grp) {
+      const float* pw = packed_w + static_cast<size_t>(grp) * per_group;
+      for (int64_t c0 = 0; c0 < g.cg; c0 += g.kcs) {
+        const int64_t kcur = std::min(g.kcs, g.cg - c0);
+        for (int64_t jp = j0; jp < j1; ++jp) {
+          const float* panel = pw + (c0 * g.mpad + jp * nr * kcur) * g.taps;
+          for (int64_t m = 0; m < count; ++m) {
+            const float* xi = xq != nullptr ? xq + m * xq_floats : x + (img0 + m) * p.c * p.h * p.w;
+            xi += (grp * g.cg + c0) * g.cstride;
+            float* ym = yt + m * yt_floats + jp * nr;
+            for (int64_t t = 0; t < ptiles; ++t)
+              g.ptile.ukernel(static_cast<int>(g.taps), g.tap_off.data(), kcur, xi, pix.data() + t * mr, g.cstride,
+                              panel, ym + t * mr * g.mpad, g.mpad, c0 != 0);
+          }
+        }
+      }
+      // Channels [ch0, ch1) of each image: Yt transposed into y, then the epilogue on y.
+      const int64_t ch0 = j0 * nr, ch1 = std::min(g.kg, j1 * nr);
+      for (int64_t m = 0; m < count; ++m) {
+        const int64_t img = img0 + m;
+        float* yg = y + (img * p.k + grp * g.kg) * howo;
+        const float* ytm = yt + m * yt_floats;
+        for (int64_t ch = ch0; ch < ch1; ++ch)
+          for (int64_t i = 0; i < howo; ++i) yg[ch * howo + i] = ytm[i * g.mpad + ch];
+        GemmEpilogue ep;
+        if (bias != nullptr) ep.bias_kind = GemmBias::per_row, ep.bias = bias + grp * g.kg;
+        ep.activation = epilogue.activation;
+        if (epilogue.residual != nullptr) ep.residual = epilogue.residual + (img * p.k + grp * g.kg) * howo, ep.ldr = howo;
+        ep.residual_before_activation = epilogue.residual_before_activation;
+        if (!ep.empty()) gemm_epilogue_f32(ep, yg + ch0 * howo, howo, ch0, 0, ch1 - ch0, howo);
+      }
+    }
+  };
+  if (threads <= 1 || by_images) {
+    const size_t per_image = (xq_floats + yt_floats) * sizeof(float);
+    const int64_t chunk = std::max<int64_t>(1, static_cast<int64_t>(kChunkBytes / per_image));
+    parallel_for(0, p.n, 1, [&](int64_t i0, int64_t i1) {
+      for (int64_t img0 = i0; img0 < i1; img0 += chunk) {
+        const int64_t count = std::min(chunk, i1 - img0);
+        float* xq = xq_floats ? thread_scratch<float, ScratchSlot::direct_conv_x>(xq_floats * count) : nullptr;
+        float* yt = thread_scratch<float, ScratchSlot::direct_conv_y>(yt_floats * count);
+        if (xq != nullptr)
+          for (int64_t m = 0; m < count; ++m) fill(img0 + m, xq + m * xq_floats, 0, g.hq);
+        run(img0, count, xq, yt, 0, panels);
+      }
+    });
+    return;
+  }
+  // One image at a time, its filter panels split between the threads (each copies all of X').
+  float* yt = thread_scratch<float, ScratchSlot::direct_conv_y>(yt_floats);
+  for (int64_t img = 0; img < p.n; ++img) {
+    parallel_run(threads, [&](int t, int nt) {
+      const int64_t j0 = panels * t / nt, j1 = panels * (t + 1) / nt;
+      if (j0 >= j1) return;
+      float* xq = xq_floats ? thread_scratch<float, ScratchSlot::direct_conv_x>(xq_floats) : nullptr;
+      if (xq != nullptr) fill(img, xq, 0, g.hq);
+      run(img, 1, xq, yt, j0, j1);
+    });
+  }
+}
+
 }  // namespace
 
 bool conv2d_direct_supported(const Conv2dParams& p) {
@@ -347,7 +467,15 @@ bool conv2d_direct_supported(const Conv2dParams& p) {
          p.k / p.groups > 0 && p.r > 0 && p.s > 0;
 }
 
-int conv2d_direct_tile_rows(const Conv2dParams& p) { return geometry(p, gemm_kernel_f32(active_isa())).tile.mr; }
+int conv2d_direct_tile_rows(const Conv2dParams& p) {
+  return static_cast<int>(geometry(p, gemm_kernel_f32(active_isa())).panel);
+}
+
+bool conv2d_direct_pixel_rows(const Conv2dParams& p) { return geometry(p, gemm_kernel_f32(active_isa())).pixels; }
+
+DirectConvTiling force_direct_conv_tiling(DirectConvTiling t) {
+  return static_cast<DirectConvTiling>(g_forced_tiling.exchange(static_cast<int>(t)));
+}
 
 size_t conv2d_direct_packed_weight_f32_floats(const Conv2dParams& p) {
   const Geometry g = geometry(p, gemm_kernel_f32(active_isa()));
@@ -435,6 +563,7 @@ void conv2d_direct_f32(const Conv2dParams& p, const float* x, const float* w, co
   int threads = in_parallel_region() ? 1 : get_num_threads();
   if (2 * p.k * g.cg * g.taps * g.nq < kSerialFlops) threads = 1;
   const bool by_images = threads > 1 && p.n >= threads && (p.n % threads == 0 || p.n >= 4 * threads);
+  if (g.pixels) return pixel_rows(p, g, x, packed_w, bias, y, epilogue, threads, by_images, xq_floats, fill);
   if (threads <= 1 || by_images) {
     // Note [Images share the filter blocks]: each worker runs its images in chunks.
     const size_t per_image = (xq_floats + yq_floats) * sizeof(float);

@@ -74,7 +74,7 @@ void f32_gemm_ukernel__avx2(int64_t k, const float* a, const float* b, int64_t l
 }  // namespace
 
 const GemmKernelF32& gemm_kernel_f32_avx2() {
-  static const GemmKernelF32 k{Isa::avx2, kMr, kNr, 240, 256, 4096, f32_gemm_ukernel__avx2, {}};
+  static const GemmKernelF32 k{Isa::avx2, kMr, kNr, 240, 256, 4096, f32_gemm_ukernel__avx2, {}, {}};
   return k;
 }
 

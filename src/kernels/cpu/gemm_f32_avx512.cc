@@ -185,6 +185,55 @@ void f32_conv_taps_8x48__avx512(int taps, const int64_t* tap_off, int64_t k, con
 
 #undef KILN_TAPS_CASE
 
+// The direct convolution with output pixels as rows (ConvPixelsUkernelF32): MR pixels by NV
+// vectors of 16 output channels. Each step broadcasts one activation per pixel (each from its own
+// offset, so the pixels need not be adjacent) and loads NV vectors of the packed filter panel.
+template <int MR, int NV>
+void f32_conv_pixels_ukernel__avx512(int taps, const int64_t* tap_off, int64_t k, const float* x,
+                                     const int64_t* pix, int64_t ldx, const float* b, float* c, int64_t ldc,
+                                     bool accumulate) {
+  static_assert(MR * NV <= 24);
+  __m512 acc[MR][NV];
+  int64_t off[MR];
+#pragma GCC unroll 8
+  for (int i = 0; i < MR; ++i) {
+    off[i] = pix[i];
+#pragma GCC unroll 3
+    for (int v = 0; v < NV; ++v) acc[i][v] = _mm512_setzero_ps();
+  }
+  for (int t = 0; t < taps; ++t) {
+    const float* xt = x + tap_off[t];
+#pragma GCC unroll 2
+    for (int64_t p = 0; p < k; ++p) {
+      _mm_prefetch(reinterpret_cast<const char*>(b + 8 * 16 * NV), _MM_HINT_T0);
+      __m512 bv[NV];
+#pragma GCC unroll 3
+      for (int v = 0; v < NV; ++v) bv[v] = _mm512_loadu_ps(b + 16 * v);
+#pragma GCC unroll 8
+      for (int i = 0; i < MR; ++i) {
+        const __m512 xi = _mm512_set1_ps(xt[off[i]]);
+#pragma GCC unroll 3
+        for (int v = 0; v < NV; ++v) acc[i][v] = _mm512_fmadd_ps(xi, bv[v], acc[i][v]);
+      }
+      b += 16 * NV;
+      xt += ldx;
+    }
+  }
+#pragma GCC unroll 8
+  for (int i = 0; i < MR; ++i) {
+#pragma GCC unroll 3
+    for (int v = 0; v < NV; ++v) {
+      float* cv = c + i * ldc + 16 * v;
+      _mm512_storeu_ps(cv, accumulate ? _mm512_add_ps(acc[i][v], _mm512_loadu_ps(cv)) : acc[i][v]);
+    }
+  }
+}
+
+void f32_conv_pixels_7x48__avx512(int taps, const int64_t* tap_off, int64_t k, const float* x, const int64_t* pix,
+                                  int64_t ldx, const float* b, float* c, int64_t ldc, bool accumulate) {
+  f32_conv_pixels_ukernel__avx512<7, 3>(taps, tap_off, k, x, pix, ldx, b, c, ldc, accumulate);
+}
+
 }  // namespace
 
 // Note [AVX-512 blocking]
@@ -196,7 +245,8 @@ void f32_conv_taps_8x48__avx512(int taps, const int64_t* tap_off, int64_t k, con
 // per 24 FMAs costs nothing measurable). 1024^3: 194 against 201.
 const GemmKernelF32& gemm_kernel_f32_avx512() {
   static const GemmKernelF32 k{Isa::avx512, kMr, kNr, 144, 768, 2048, f32_gemm_ukernel__avx512,
-                               {{12, 32, f32_conv_taps_12x32__avx512}, {8, 48, f32_conv_taps_8x48__avx512}}};
+                               {{12, 32, f32_conv_taps_12x32__avx512}, {8, 48, f32_conv_taps_8x48__avx512}},
+                               {7, 48, f32_conv_pixels_7x48__avx512}};
   return k;
 }
 

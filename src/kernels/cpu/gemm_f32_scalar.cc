@@ -29,7 +29,7 @@ void f32_gemm_ukernel_4x8__scalar(int64_t k, const float* a, const float* b, int
 }  // namespace
 
 const GemmKernelF32& gemm_kernel_f32_scalar() {
-  static const GemmKernelF32 k{Isa::scalar, kMr, kNr, 128, 256, 2048, f32_gemm_ukernel_4x8__scalar, {}};
+  static const GemmKernelF32 k{Isa::scalar, kMr, kNr, 128, 256, 2048, f32_gemm_ukernel_4x8__scalar, {}, {}};
   return k;
 }
 

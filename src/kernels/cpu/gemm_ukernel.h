@@ -40,6 +40,19 @@ struct GemmTapsKernelF32 {
   GemmTapsUkernelF32 ukernel = nullptr;
 };
 
+// The direct convolution's tile with output pixels as rows (Note [Pixels as rows] in
+// conv_direct.cc): for each of mr pixels i and nr output channels j,
+//   C[i, j] (+)= sum over taps t and k channels p of x[pix[i] + tap_off[t] + p * ldx] * B~[(t, p), j],
+// where B~ is a packed filter panel (taps * k rows of nr floats, tap-major) and C row i is at
+// c + i * ldc. All mr rows are computed and stored: a partial tile repeats a valid pixel.
+using ConvPixelsUkernelF32 = void (*)(int taps, const int64_t* tap_off, int64_t k, const float* x,
+                                      const int64_t* pix, int64_t ldx, const float* b, float* c, int64_t ldc,
+                                      bool accumulate);
+struct ConvPixelsKernelF32 {
+  int mr = 0, nr = 0;
+  ConvPixelsUkernelF32 ukernel = nullptr;
+};
+
 struct GemmKernelF32 {
   Isa isa;
   int mr, nr;       // register tile
@@ -48,6 +61,7 @@ struct GemmKernelF32 {
   // The direct convolution's tiles, in order of preference (Note [Direct convolution tiles] in
   // conv_direct.cc); none: this ISA convolves through im2col only.
   GemmTapsKernelF32 taps[2];
+  ConvPixelsKernelF32 pixels;  // ukernel == nullptr: columns only
 };
 
 const GemmKernelF32& gemm_kernel_f32_scalar();
