@@ -172,7 +172,8 @@ TEST_F(ConvDirectTest, SmallPlanesTakePixelRows) {
       {{{1, 512, 7, 7}, {512, 512, 3, 3}, {1, 1}, {1, 1, 1, 1}}, true},   // ResNet-50's last stage
       {{{8, 2048, 7, 7}, {512, 2048, 1, 1}}, true},
       {{{1, 960, 7, 7}, {160, 960, 1, 1}}, true},                       // MobileNetV2's projection
-      {{{1, 160, 7, 7}, {960, 160, 1, 1}}, false},                      // too shallow for the transposed copy
+      {{{1, 160, 7, 7}, {960, 160, 1, 1}}, true},                       // MobileNetV2's expansion
+      {{{1, 1024, 14, 14}, {256, 1024, 1, 1}}, true},
       {{{1, 64, 56, 56}, {64, 64, 3, 3}, {1, 1}, {1, 1, 1, 1}}, false},  // 64 channels, a large plane
       {{{1, 128, 28, 28}, {128, 128, 3, 3}, {1, 1}, {1, 1, 1, 1}}, false},
   };

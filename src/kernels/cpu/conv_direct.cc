@@ -104,13 +104,13 @@ GemmTapsKernelF32 pick_tile(const GemmKernelF32& kk, int64_t rows, int64_t cols)
 // operands fixes that: the tile's rows are output pixels (7 of them, each broadcast from its own
 // place in X', so the halo columns are skipped and 7 x 7, 14 x 14, 28 x 28 planes split exactly)
 // and its columns are 48 output channels loaded from a packed filter panel (48 | 96, 192, 384,
-// 576, 960; 512 and 2048 waste 3% and 1%). The product comes out pixel-major: partial sums over K
-// slices accumulate in a scratch Yt[pixel][channel], and after the last slice each worker copies
-// its channels of Yt into y transposed and runs the epilogue there. Filters are packed as for
-// the column tiles, in panels of 48 output channels. The images of a batch share each panel (as
-// in Note [Images share the filter blocks]); one image is split between threads by panels.
-// Each convolution takes whichever tiling wastes less of its tiles, the columns on a near tie
-// (the pixel tiles' transposed copy is not free).
+// 576, 960; 512 and 2048 waste 3% and 1%). The tile comes out pixel-major: partial sums over K
+// slices accumulate in a scratch Yt[pixel][channel], and the last slice's tile is transposed in
+// registers and stored into y with the epilogue (Note [A transposed store] in
+// gemm_f32_avx512.cc). Filters are packed as for the column tiles, in panels of 48 output
+// channels. The images of a batch share each panel (as in Note [Images share the filter
+// blocks]); one image is split between threads by panels. Each convolution takes whichever tiling
+// wastes less of its tiles (the columns on a tie).
 std::atomic<int> g_forced_tiling{0};
 
 bool use_pixel_rows(const Conv2dParams& p, const GemmKernelF32& kk, const GemmTapsKernelF32& tile, int64_t nq) {
@@ -123,12 +123,8 @@ bool use_pixel_rows(const Conv2dParams& p, const GemmKernelF32& kk, const GemmTa
   const double work = static_cast<double>(kg * pixels);
   const double by_columns = work / (up(kg, tile.mr) * up(nq, tile.nr));
   const double by_pixels = work / (up(kg, pt.nr) * up(pixels, pt.mr));
-  // Yt (one image and group) stays small: the pixel tiles are for small planes. Their transposed
-  // copy costs the same per output whatever the depth, so shallow products keep the columns
-  // (MobileNetV2's 160 -> 960 1x1 at 7x7: 15% slower with pixels; 256 deep broke even, 512 and
-  // deeper gained 12-20%, bench/RESULTS.md).
-  return by_pixels > 1.05 * by_columns && (p.c / p.groups) * p.r * p.s >= 384 &&
-         up(pixels, pt.mr) * up(kg, pt.nr) * 4 <= (8 << 20);
+  // Yt (one image and group) stays small: the pixel tiles are for small planes.
+  return by_pixels > by_columns && up(pixels, pt.mr) * up(kg, pt.nr) * 4 <= (8 << 20);
 }
 
 // Note [A narrower halo]
@@ -394,52 +390,77 @@ void pixel_rows(const Conv2dParams& p, const Geometry& g, const float* x, const 
     const int64_t q = std::min(i, howo - 1);
     pix[static_cast<size_t>(i)] = q / p.wo * g.wq + q % p.wo;
   }
-  const size_t yt_floats = static_cast<size_t>(rows * g.mpad);  // one image, one group
+  // Yt holds the partial sums between K slices (one image, one group); one slice needs none.
+  const size_t yt_floats = g.kcs < g.cg ? static_cast<size_t>(rows * g.mpad) : 0;
   const size_t per_group = static_cast<size_t>(g.mpad * g.cg * g.taps);
   // Filter panels [j0, j1) of images [img0, img0 + count): X' at xq (xq_floats apart; nullptr: x
   // itself), Yt at yt (yt_floats apart); group by group, each finished into y before the next.
+  // bias, relu, relu6 and the residual are applied in the kernel's transposed store; anything else
+  // in a pass over y afterwards.
+  const bool in_store = epilogue.activation == GemmActivation::none || epilogue.activation == GemmActivation::relu ||
+                        epilogue.activation == GemmActivation::relu6;
+  const auto act = epilogue.activation == GemmActivation::relu    ? ConvTileEpilogueF32::Act::relu
+                   : epilogue.activation == GemmActivation::relu6 ? ConvTileEpilogueF32::Act::relu6
+                                                                  : ConvTileEpilogueF32::Act::none;
   auto run = [&](int64_t img0, int64_t count, const float* xq, float* yt, int64_t j0, int64_t j1) {
     for (int64_t grp = 0; grp < p.groups; ++grp) {
       const float* pw = packed_w + static_cast<size_t>(grp) * per_group;
       for (int64_t c0 = 0; c0 < g.cg; c0 += g.kcs) {
         const int64_t kcur = std::min(g.kcs, g.cg - c0);
+        const bool last = c0 + kcur == g.cg;
         for (int64_t jp = j0; jp < j1; ++jp) {
           const float* panel = pw + (c0 * g.mpad + jp * nr * kcur) * g.taps;
           for (int64_t m = 0; m < count; ++m) {
-            const float* xi = xq != nullptr ? xq + m * xq_floats : x + (img0 + m) * p.c * p.h * p.w;
+            const int64_t img = img0 + m;
+            const float* xi = xq != nullptr ? xq + m * xq_floats : x + img * p.c * p.h * p.w;
             xi += (grp * g.cg + c0) * g.cstride;
-            float* ym = yt + m * yt_floats + jp * nr;
-            for (int64_t t = 0; t < ptiles; ++t)
+            float* ym = yt != nullptr ? yt + m * yt_floats + jp * nr : nullptr;
+            // The last slice: channels jp * nr ... of this image and group, straight into y.
+            const int64_t ch = grp * g.kg + jp * nr;
+            ConvPixelsOutF32 out;
+            out.y = y + (img * p.k + ch) * howo;
+            out.ldy = howo;
+            out.n = static_cast<int>(std::min<int64_t>(nr, g.kg - jp * nr));
+            if (in_store) {
+              out.ep.bias = bias != nullptr ? bias + ch : nullptr;
+              out.ep.residual = epilogue.residual != nullptr ? epilogue.residual + (img * p.k + ch) * howo : nullptr;
+              out.ep.ldr = howo;
+              out.ep.residual_before_activation = epilogue.residual_before_activation;
+              out.ep.act = act;
+            }
+            for (int64_t t = 0; t < ptiles; ++t) {
+              out.m = static_cast<int>(std::min<int64_t>(mr, howo - t * mr));
               g.ptile.ukernel(static_cast<int>(g.taps), g.tap_off.data(), kcur, xi, pix.data() + t * mr, g.cstride,
-                              panel, ym + t * mr * g.mpad, g.mpad, c0 != 0);
+                              panel, ym != nullptr ? ym + t * mr * g.mpad : nullptr, g.mpad, c0 != 0,
+                              last ? &out : nullptr);
+              out.y += mr;
+              if (out.ep.residual != nullptr) out.ep.residual += mr;
+            }
           }
         }
       }
-      // Channels [ch0, ch1) of each image: Yt transposed into y, then the epilogue on y.
+      if (in_store) continue;
+      // Channels [ch0, ch1) of each image: the epilogue the store could not apply.
       const int64_t ch0 = j0 * nr, ch1 = std::min(g.kg, j1 * nr);
       for (int64_t m = 0; m < count; ++m) {
         const int64_t img = img0 + m;
-        float* yg = y + (img * p.k + grp * g.kg) * howo;
-        const float* ytm = yt + m * yt_floats;
-        for (int64_t ch = ch0; ch < ch1; ++ch)
-          for (int64_t i = 0; i < howo; ++i) yg[ch * howo + i] = ytm[i * g.mpad + ch];
         GemmEpilogue ep;
         if (bias != nullptr) ep.bias_kind = GemmBias::per_row, ep.bias = bias + grp * g.kg;
         ep.activation = epilogue.activation;
         if (epilogue.residual != nullptr) ep.residual = epilogue.residual + (img * p.k + grp * g.kg) * howo, ep.ldr = howo;
         ep.residual_before_activation = epilogue.residual_before_activation;
-        if (!ep.empty()) gemm_epilogue_f32(ep, yg + ch0 * howo, howo, ch0, 0, ch1 - ch0, howo);
+        gemm_epilogue_f32(ep, y + (img * p.k + grp * g.kg + ch0) * howo, howo, ch0, 0, ch1 - ch0, howo);
       }
     }
   };
   if (threads <= 1 || by_images) {
     const size_t per_image = (xq_floats + yt_floats) * sizeof(float);
-    const int64_t chunk = std::max<int64_t>(1, static_cast<int64_t>(kChunkBytes / per_image));
+    const int64_t chunk = per_image == 0 ? p.n : std::max<int64_t>(1, static_cast<int64_t>(kChunkBytes / per_image));
     parallel_for(0, p.n, 1, [&](int64_t i0, int64_t i1) {
       for (int64_t img0 = i0; img0 < i1; img0 += chunk) {
         const int64_t count = std::min(chunk, i1 - img0);
         float* xq = xq_floats ? thread_scratch<float, ScratchSlot::direct_conv_x>(xq_floats * count) : nullptr;
-        float* yt = thread_scratch<float, ScratchSlot::direct_conv_y>(yt_floats * count);
+        float* yt = yt_floats ? thread_scratch<float, ScratchSlot::direct_conv_y>(yt_floats * count) : nullptr;
         if (xq != nullptr)
           for (int64_t m = 0; m < count; ++m) fill(img0 + m, xq + m * xq_floats, 0, g.hq);
         run(img0, count, xq, yt, 0, panels);
@@ -448,7 +469,7 @@ void pixel_rows(const Conv2dParams& p, const Geometry& g, const float* x, const 
     return;
   }
   // One image at a time, its filter panels split between the threads (each copies all of X').
-  float* yt = thread_scratch<float, ScratchSlot::direct_conv_y>(yt_floats);
+  float* yt = yt_floats ? thread_scratch<float, ScratchSlot::direct_conv_y>(yt_floats) : nullptr;
   for (int64_t img = 0; img < p.n; ++img) {
     parallel_run(threads, [&](int t, int nt) {
       const int64_t j0 = panels * t / nt, j1 = panels * (t + 1) / nt;

@@ -191,8 +191,8 @@ void f32_conv_taps_8x48__avx512(int taps, const int64_t* tap_off, int64_t k, con
 template <int MR, int NV>
 void f32_conv_pixels_ukernel__avx512(int taps, const int64_t* tap_off, int64_t k, const float* x,
                                      const int64_t* pix, int64_t ldx, const float* b, float* c, int64_t ldc,
-                                     bool accumulate) {
-  static_assert(MR * NV <= 24);
+                                     bool accumulate, const ConvPixelsOutF32* out) {
+  static_assert(MR * NV <= 24 && MR <= 8);
   __m512 acc[MR][NV];
   int64_t off[MR];
 #pragma GCC unroll 8
@@ -219,19 +219,74 @@ void f32_conv_pixels_ukernel__avx512(int taps, const int64_t* tap_off, int64_t k
       xt += ldx;
     }
   }
+  if (accumulate) {
 #pragma GCC unroll 8
-  for (int i = 0; i < MR; ++i) {
+    for (int i = 0; i < MR; ++i)
 #pragma GCC unroll 3
-    for (int v = 0; v < NV; ++v) {
-      float* cv = c + i * ldc + 16 * v;
-      _mm512_storeu_ps(cv, accumulate ? _mm512_add_ps(acc[i][v], _mm512_loadu_ps(cv)) : acc[i][v]);
+      for (int v = 0; v < NV; ++v) acc[i][v] = _mm512_add_ps(acc[i][v], _mm512_loadu_ps(c + i * ldc + 16 * v));
+  }
+  if (out == nullptr) {
+#pragma GCC unroll 8
+    for (int i = 0; i < MR; ++i)
+#pragma GCC unroll 3
+      for (int v = 0; v < NV; ++v) _mm512_storeu_ps(c + i * ldc + 16 * v, acc[i][v]);
+    return;
+  }
+  // Note [A transposed store]: each 8 x 16 block (pixels x channels; an eighth row of zeros when
+  // MR == 7) is transposed in registers into 16 channel rows of 8 pixels, in three rounds of
+  // shuffles (32 in all), each row then finished (bias, residual, clamp) and stored masked to its
+  // first m pixels.
+  const ConvTileEpilogueF32& ep = out->ep;
+  const __mmask8 pm = static_cast<__mmask8>((1u << out->m) - 1);
+  const bool relu = ep.act != ConvTileEpilogueF32::Act::none, relu6 = ep.act == ConvTileEpilogueF32::Act::relu6;
+  const bool res_before = ep.residual != nullptr && ep.residual_before_activation;
+  const bool res_after = ep.residual != nullptr && !ep.residual_before_activation;
+  auto finish_row = [&](int j, __m256 r) {  // channel j of the tile
+    if (j >= out->n) return;
+    if (ep.bias != nullptr) r = _mm256_add_ps(r, _mm256_set1_ps(ep.bias[j]));
+    if (res_before) r = _mm256_add_ps(r, _mm256_maskz_loadu_ps(pm, ep.residual + j * ep.ldr));
+    // (max/min return their second operand on NaN, so NaN passes through as in vmath's relu.)
+    if (relu) r = _mm256_max_ps(_mm256_setzero_ps(), r);
+    if (relu6) r = _mm256_min_ps(_mm256_set1_ps(6.0f), r);
+    if (res_after) r = _mm256_add_ps(r, _mm256_maskz_loadu_ps(pm, ep.residual + j * ep.ldr));
+    _mm256_mask_storeu_ps(out->y + j * out->ldy, pm, r);
+  };
+#pragma GCC unroll 3
+  for (int v = 0; v < NV; ++v) {
+    __m512 r[8];
+#pragma GCC unroll 8
+    for (int i = 0; i < 8; ++i) r[i] = i < MR ? acc[i][v] : _mm512_setzero_ps();
+    __m512 t[8], u[8];
+#pragma GCC unroll 4
+    for (int h = 0; h < 8; h += 2) {  // within each 128-bit lane: rows paired
+      t[h] = _mm512_unpacklo_ps(r[h], r[h + 1]);
+      t[h + 1] = _mm512_unpackhi_ps(r[h], r[h + 1]);
+    }
+#pragma GCC unroll 2
+    for (int h = 0; h < 8; h += 4) {  // lane k of u[h + j]: rows h..h+3 of column 4k + j
+      u[h] = _mm512_shuffle_ps(t[h], t[h + 2], 0x44);
+      u[h + 1] = _mm512_shuffle_ps(t[h], t[h + 2], 0xEE);
+      u[h + 2] = _mm512_shuffle_ps(t[h + 1], t[h + 3], 0x44);
+      u[h + 3] = _mm512_shuffle_ps(t[h + 1], t[h + 3], 0xEE);
+    }
+#pragma GCC unroll 4
+    for (int j = 0; j < 4; ++j) {  // columns j, 4 + j, 8 + j, 12 + j: rows 0-3 in u[j], 4-7 in u[4 + j]
+      const __m512 w02 = _mm512_shuffle_f32x4(u[j], u[4 + j], _MM_SHUFFLE(2, 0, 2, 0));
+      const __m512 w13 = _mm512_shuffle_f32x4(u[j], u[4 + j], _MM_SHUFFLE(3, 1, 3, 1));
+      const __m512 x02 = _mm512_shuffle_f32x4(w02, w02, _MM_SHUFFLE(3, 1, 2, 0));  // columns j | 8 + j
+      const __m512 x13 = _mm512_shuffle_f32x4(w13, w13, _MM_SHUFFLE(3, 1, 2, 0));  // columns 4 + j | 12 + j
+      finish_row(16 * v + j, _mm512_castps512_ps256(x02));
+      finish_row(16 * v + 8 + j, _mm512_extractf32x8_ps(x02, 1));
+      finish_row(16 * v + 4 + j, _mm512_castps512_ps256(x13));
+      finish_row(16 * v + 12 + j, _mm512_extractf32x8_ps(x13, 1));
     }
   }
 }
 
 void f32_conv_pixels_7x48__avx512(int taps, const int64_t* tap_off, int64_t k, const float* x, const int64_t* pix,
-                                  int64_t ldx, const float* b, float* c, int64_t ldc, bool accumulate) {
-  f32_conv_pixels_ukernel__avx512<7, 3>(taps, tap_off, k, x, pix, ldx, b, c, ldc, accumulate);
+                                  int64_t ldx, const float* b, float* c, int64_t ldc, bool accumulate,
+                                  const ConvPixelsOutF32* out) {
+  f32_conv_pixels_ukernel__avx512<7, 3>(taps, tap_off, k, x, pix, ldx, b, c, ldc, accumulate, out);
 }
 
 }  // namespace

@@ -45,9 +45,18 @@ struct GemmTapsKernelF32 {
 //   C[i, j] (+)= sum over taps t and k channels p of x[pix[i] + tap_off[t] + p * ldx] * B~[(t, p), j],
 // where B~ is a packed filter panel (taps * k rows of nr floats, tap-major) and C row i is at
 // c + i * ldc. All mr rows are computed and stored: a partial tile repeats a valid pixel.
+// With `out` (the last K slice) the tile goes to y instead, transposed: y[j * ldy + i] for the
+// first m pixels and n channels, finished on the way with out->ep (bias[j] per channel,
+// residual[j * ldr + i], relu / relu6); c is then only read (when accumulate).
+struct ConvPixelsOutF32 {
+  float* y = nullptr;
+  int64_t ldy = 0;
+  int m = 0, n = 0;
+  ConvTileEpilogueF32 ep;
+};
 using ConvPixelsUkernelF32 = void (*)(int taps, const int64_t* tap_off, int64_t k, const float* x,
                                       const int64_t* pix, int64_t ldx, const float* b, float* c, int64_t ldc,
-                                      bool accumulate);
+                                      bool accumulate, const ConvPixelsOutF32* out);
 struct ConvPixelsKernelF32 {
   int mr = 0, nr = 0;
   ConvPixelsUkernelF32 ukernel = nullptr;
