@@ -113,18 +113,24 @@ GemmTapsKernelF32 pick_tile(const GemmKernelF32& kk, int64_t rows, int64_t cols)
 // wastes less of its tiles (the columns on a tie).
 std::atomic<int> g_forced_tiling{0};
 
-bool use_pixel_rows(const Conv2dParams& p, const GemmKernelF32& kk, const GemmTapsKernelF32& tile, int64_t nq) {
-  const ConvPixelsKernelF32& pt = kk.pixels;
-  if (pt.ukernel == nullptr) return false;
-  const auto forced = static_cast<DirectConvTiling>(g_forced_tiling.load(std::memory_order_relaxed));
-  if (forced != DirectConvTiling::automatic) return forced == DirectConvTiling::pixels;
+// The pixel tile for this convolution (ukernel == nullptr: the column tiles waste less).
+ConvPixelsKernelF32 pick_pixel_tile(const Conv2dParams& p, const GemmKernelF32& kk, const GemmTapsKernelF32& tile,
+                                    int64_t nq) {
   auto up = [](int64_t a, int64_t b) { return static_cast<double>((a + b - 1) / b * b); };
   const int64_t kg = p.k / p.groups, pixels = p.ho * p.wo;
   const double work = static_cast<double>(kg * pixels);
+  ConvPixelsKernelF32 best;
+  double best_useful = 0;
+  for (const ConvPixelsKernelF32& t : kk.pixels) {
+    // Yt (one image and group) stays small: the pixel tiles are for small planes.
+    if (t.ukernel == nullptr || up(pixels, t.mr) * up(kg, t.nr) * 4 > (8 << 20)) continue;
+    const double useful = work / (up(kg, t.nr) * up(pixels, t.mr));
+    if (useful > 1.01 * best_useful) best = t, best_useful = useful;
+  }
+  const auto forced = static_cast<DirectConvTiling>(g_forced_tiling.load(std::memory_order_relaxed));
+  if (forced != DirectConvTiling::automatic) return forced == DirectConvTiling::pixels ? best : ConvPixelsKernelF32{};
   const double by_columns = work / (up(kg, tile.mr) * up(nq, tile.nr));
-  const double by_pixels = work / (up(kg, pt.nr) * up(pixels, pt.mr));
-  // Yt (one image and group) stays small: the pixel tiles are for small planes.
-  return by_pixels > by_columns && up(pixels, pt.mr) * up(kg, pt.nr) * 4 <= (8 << 20);
+  return best_useful > by_columns ? best : ConvPixelsKernelF32{};
 }
 
 // Note [A narrower halo]
@@ -148,8 +154,8 @@ Geometry geometry(const Conv2dParams& p, const GemmKernelF32& kk) {
   g.tile = pick_tile(kk, g.kg, p.ho * plane_width(p));
   const bool identity = p.r == 1 && p.s == 1 && p.stride_h == 1 && p.stride_w == 1 && p.pad_top == 0 &&
                         p.pad_left == 0 && p.ho == p.h && p.wo == p.w;
-  g.pixels = use_pixel_rows(p, kk, g.tile, identity ? p.h * p.w : p.ho * plane_width(p));
-  if (g.pixels) g.ptile = kk.pixels;
+  g.ptile = pick_pixel_tile(p, kk, g.tile, identity ? p.h * p.w : p.ho * plane_width(p));
+  g.pixels = g.ptile.ukernel != nullptr;
   g.panel = g.pixels ? g.ptile.nr : g.tile.mr;
   g.mpad = (g.kg + g.panel - 1) / g.panel * g.panel;
   // Note [Direct convolution blocking]: the filter rows that share one pass over a column tile are
@@ -393,8 +399,9 @@ void pixel_rows(const Conv2dParams& p, const Geometry& g, const float* x, const 
   // Yt holds the partial sums between K slices (one image, one group); one slice needs none.
   const size_t yt_floats = g.kcs < g.cg ? static_cast<size_t>(rows * g.mpad) : 0;
   const size_t per_group = static_cast<size_t>(g.mpad * g.cg * g.taps);
-  // Filter panels [j0, j1) of images [img0, img0 + count): X' at xq (xq_floats apart; nullptr: x
-  // itself), Yt at yt (yt_floats apart); group by group, each finished into y before the next.
+  // Filter panels [j0, j1) x pixel tiles [q0, q1) of images [img0, img0 + count): X' at xq
+  // (xq_floats apart; nullptr: x itself), Yt at yt (yt_floats apart); group by group, each
+  // finished into y before the next.
   // bias, relu, relu6 and the residual are applied in the kernel's transposed store; anything else
   // in a pass over y afterwards.
   const bool in_store = epilogue.activation == GemmActivation::none || epilogue.activation == GemmActivation::relu ||
@@ -402,7 +409,8 @@ void pixel_rows(const Conv2dParams& p, const Geometry& g, const float* x, const 
   const auto act = epilogue.activation == GemmActivation::relu    ? ConvTileEpilogueF32::Act::relu
                    : epilogue.activation == GemmActivation::relu6 ? ConvTileEpilogueF32::Act::relu6
                                                                   : ConvTileEpilogueF32::Act::none;
-  auto run = [&](int64_t img0, int64_t count, const float* xq, float* yt, int64_t j0, int64_t j1) {
+  auto run = [&](int64_t img0, int64_t count, const float* xq, float* yt, int64_t j0, int64_t j1, int64_t q0,
+                 int64_t q1) {
     for (int64_t grp = 0; grp < p.groups; ++grp) {
       const float* pw = packed_w + static_cast<size_t>(grp) * per_group;
       for (int64_t c0 = 0; c0 < g.cg; c0 += g.kcs) {
@@ -418,17 +426,18 @@ void pixel_rows(const Conv2dParams& p, const Geometry& g, const float* x, const 
             // The last slice: channels jp * nr ... of this image and group, straight into y.
             const int64_t ch = grp * g.kg + jp * nr;
             ConvPixelsOutF32 out;
-            out.y = y + (img * p.k + ch) * howo;
+            out.y = y + (img * p.k + ch) * howo + q0 * mr;
             out.ldy = howo;
             out.n = static_cast<int>(std::min<int64_t>(nr, g.kg - jp * nr));
             if (in_store) {
               out.ep.bias = bias != nullptr ? bias + ch : nullptr;
-              out.ep.residual = epilogue.residual != nullptr ? epilogue.residual + (img * p.k + ch) * howo : nullptr;
+              out.ep.residual =
+                  epilogue.residual != nullptr ? epilogue.residual + (img * p.k + ch) * howo + q0 * mr : nullptr;
               out.ep.ldr = howo;
               out.ep.residual_before_activation = epilogue.residual_before_activation;
               out.ep.act = act;
             }
-            for (int64_t t = 0; t < ptiles; ++t) {
+            for (int64_t t = q0; t < q1; ++t) {
               out.m = static_cast<int>(std::min<int64_t>(mr, howo - t * mr));
               g.ptile.ukernel(static_cast<int>(g.taps), g.tap_off.data(), kcur, xi, pix.data() + t * mr, g.cstride,
                               panel, ym != nullptr ? ym + t * mr * g.mpad : nullptr, g.mpad, c0 != 0,
@@ -441,7 +450,7 @@ void pixel_rows(const Conv2dParams& p, const Geometry& g, const float* x, const 
       }
       if (in_store) continue;
       // Channels [ch0, ch1) of each image: the epilogue the store could not apply.
-      const int64_t ch0 = j0 * nr, ch1 = std::min(g.kg, j1 * nr);
+      const int64_t ch0 = j0 * nr, ch1 = std::min(g.kg, j1 * nr), col0 = q0 * mr, col1 = std::min(howo, q1 * mr);
       for (int64_t m = 0; m < count; ++m) {
         const int64_t img = img0 + m;
         GemmEpilogue ep;
@@ -449,7 +458,8 @@ void pixel_rows(const Conv2dParams& p, const Geometry& g, const float* x, const 
         ep.activation = epilogue.activation;
         if (epilogue.residual != nullptr) ep.residual = epilogue.residual + (img * p.k + grp * g.kg) * howo, ep.ldr = howo;
         ep.residual_before_activation = epilogue.residual_before_activation;
-        gemm_epilogue_f32(ep, y + (img * p.k + grp * g.kg + ch0) * howo, howo, ch0, 0, ch1 - ch0, howo);
+        gemm_epilogue_f32(ep, y + (img * p.k + grp * g.kg + ch0) * howo + col0, howo, ch0, col0, ch1 - ch0,
+                          col1 - col0);
       }
     }
   };
@@ -463,20 +473,34 @@ void pixel_rows(const Conv2dParams& p, const Geometry& g, const float* x, const 
         float* yt = yt_floats ? thread_scratch<float, ScratchSlot::direct_conv_y>(yt_floats * count) : nullptr;
         if (xq != nullptr)
           for (int64_t m = 0; m < count; ++m) fill(img0 + m, xq + m * xq_floats, 0, g.hq);
-        run(img0, count, xq, yt, 0, panels);
+        run(img0, count, xq, yt, 0, panels, 0, ptiles);
       }
     });
     return;
   }
-  // One image at a time, its filter panels split between the threads (each copies all of X').
+  // One image at a time, split between the threads by filter panels (each copies all of X') or
+  // by pixel tiles (each reads all the filters and copies the rows of X' its pixels read):
+  // duplicate the smaller operand unless that split is much less even (as the column tiles do).
+  const double bp = balance(panels, threads), bq = balance(ptiles, threads);
+  const bool by_pixels = static_cast<double>(p.k) * static_cast<double>(g.cg * g.taps) <=
+                                 static_cast<double>(p.c) * static_cast<double>(g.cstride)
+                             ? bq >= 0.75 * bp
+                             : bq > bp / 0.75;
   float* yt = yt_floats ? thread_scratch<float, ScratchSlot::direct_conv_y>(yt_floats) : nullptr;
   for (int64_t img = 0; img < p.n; ++img) {
     parallel_run(threads, [&](int t, int nt) {
-      const int64_t j0 = panels * t / nt, j1 = panels * (t + 1) / nt;
-      if (j0 >= j1) return;
+      int64_t j0 = 0, j1 = panels, q0 = 0, q1 = ptiles;
+      if (by_pixels) q0 = ptiles * t / nt, q1 = ptiles * (t + 1) / nt;
+      else j0 = panels * t / nt, j1 = panels * (t + 1) / nt;
+      if (j0 >= j1 || q0 >= q1) return;
       float* xq = xq_floats ? thread_scratch<float, ScratchSlot::direct_conv_x>(xq_floats) : nullptr;
-      if (xq != nullptr) fill(img, xq, 0, g.hq);
-      run(img, 1, xq, yt, j0, j1);
+      if (xq != nullptr) {
+        // Output rows oh0 ... oh1 read plane rows oh0 up to oh1 + shift_h (+ 1: the halo spills
+        // into the next row, Note [A narrower halo]).
+        const int64_t oh0 = q0 * mr / p.wo, oh1 = (std::min(howo, q1 * mr) - 1) / p.wo;
+        fill(img, xq, by_pixels ? oh0 : 0, by_pixels ? std::min(g.hq, oh1 + g.shift_h + 2) : g.hq);
+      }
+      run(img, 1, xq, yt, j0, j1, q0, q1);
     });
   }
 }

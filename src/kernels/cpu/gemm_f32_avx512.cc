@@ -198,7 +198,7 @@ void f32_conv_pixels_ukernel__avx512(int taps, const int64_t* tap_off, int64_t k
 #pragma GCC unroll 8
   for (int i = 0; i < MR; ++i) {
     off[i] = pix[i];
-#pragma GCC unroll 3
+#pragma GCC unroll 4
     for (int v = 0; v < NV; ++v) acc[i][v] = _mm512_setzero_ps();
   }
   for (int t = 0; t < taps; ++t) {
@@ -207,12 +207,12 @@ void f32_conv_pixels_ukernel__avx512(int taps, const int64_t* tap_off, int64_t k
     for (int64_t p = 0; p < k; ++p) {
       _mm_prefetch(reinterpret_cast<const char*>(b + 8 * 16 * NV), _MM_HINT_T0);
       __m512 bv[NV];
-#pragma GCC unroll 3
+#pragma GCC unroll 4
       for (int v = 0; v < NV; ++v) bv[v] = _mm512_loadu_ps(b + 16 * v);
 #pragma GCC unroll 8
       for (int i = 0; i < MR; ++i) {
         const __m512 xi = _mm512_set1_ps(xt[off[i]]);
-#pragma GCC unroll 3
+#pragma GCC unroll 4
         for (int v = 0; v < NV; ++v) acc[i][v] = _mm512_fmadd_ps(xi, bv[v], acc[i][v]);
       }
       b += 16 * NV;
@@ -222,13 +222,13 @@ void f32_conv_pixels_ukernel__avx512(int taps, const int64_t* tap_off, int64_t k
   if (accumulate) {
 #pragma GCC unroll 8
     for (int i = 0; i < MR; ++i)
-#pragma GCC unroll 3
+#pragma GCC unroll 4
       for (int v = 0; v < NV; ++v) acc[i][v] = _mm512_add_ps(acc[i][v], _mm512_loadu_ps(c + i * ldc + 16 * v));
   }
   if (out == nullptr) {
 #pragma GCC unroll 8
     for (int i = 0; i < MR; ++i)
-#pragma GCC unroll 3
+#pragma GCC unroll 4
       for (int v = 0; v < NV; ++v) _mm512_storeu_ps(c + i * ldc + 16 * v, acc[i][v]);
     return;
   }
@@ -251,7 +251,7 @@ void f32_conv_pixels_ukernel__avx512(int taps, const int64_t* tap_off, int64_t k
     if (res_after) r = _mm256_add_ps(r, _mm256_maskz_loadu_ps(pm, ep.residual + j * ep.ldr));
     _mm256_mask_storeu_ps(out->y + j * out->ldy, pm, r);
   };
-#pragma GCC unroll 3
+#pragma GCC unroll 4
   for (int v = 0; v < NV; ++v) {
     __m512 r[8];
 #pragma GCC unroll 8
@@ -288,6 +288,11 @@ void f32_conv_pixels_7x48__avx512(int taps, const int64_t* tap_off, int64_t k, c
                                   const ConvPixelsOutF32* out) {
   f32_conv_pixels_ukernel__avx512<7, 3>(taps, tap_off, k, x, pix, ldx, b, c, ldc, accumulate, out);
 }
+void f32_conv_pixels_6x64__avx512(int taps, const int64_t* tap_off, int64_t k, const float* x, const int64_t* pix,
+                                  int64_t ldx, const float* b, float* c, int64_t ldc, bool accumulate,
+                                  const ConvPixelsOutF32* out) {
+  f32_conv_pixels_ukernel__avx512<6, 4>(taps, tap_off, k, x, pix, ldx, b, c, ldc, accumulate, out);
+}
 
 }  // namespace
 
@@ -301,7 +306,7 @@ void f32_conv_pixels_7x48__avx512(int taps, const int64_t* tap_off, int64_t k, c
 const GemmKernelF32& gemm_kernel_f32_avx512() {
   static const GemmKernelF32 k{Isa::avx512, kMr, kNr, 144, 768, 2048, f32_gemm_ukernel__avx512,
                                {{12, 32, f32_conv_taps_12x32__avx512}, {8, 48, f32_conv_taps_8x48__avx512}},
-                               {7, 48, f32_conv_pixels_7x48__avx512}};
+                               {{7, 48, f32_conv_pixels_7x48__avx512}, {6, 64, f32_conv_pixels_6x64__avx512}}};
   return k;
 }
 
