@@ -55,6 +55,8 @@ const std::vector<Case> kCases = {
     {{1, 3, 6, 10}, {5, 3, 3, 3}, {1, 1}, {1, 2, 1, 0}},              // reads spill into the next row's pad
     {{2, 4, 9, 13}, {6, 4, 5, 5}, {1, 1}, {2, 2, 2, 2}},              // 5x5: 2 dropped columns, not 4
     {{1, 3, 6, 10}, {5, 3, 3, 3}, {1, 1}, {0, 0, 0, 2}},              // right padding only: no spill
+    {{2, 4, 13, 11}, {5, 4, 3, 2}, {2, 3}, {0, 0, 0, 0}, {2, 1}},     // unpadded, strided, dilated: pixels read x
+    {{1, 64, 14, 14}, {96, 64, 1, 1}, {2, 2}},                        // a 1x1 stride-2 projection
 };
 
 

@@ -58,6 +58,7 @@ struct Geometry {
   int64_t panel = 0;                  // filter rows per packed panel: tile.mr, or ptile.nr when pixels
   int64_t mpad = 0;                   // kg rounded up to the panel
   bool identity = false;              // X' is x itself
+  int64_t pix_row = 0, pix_col = 1;   // pixel tiles: output (oh, ow) reads X' at oh * pix_row + ow * pix_col
   std::vector<std::pair<int64_t, int64_t>> phases;  // (row phase, column phase) per plane of X'
   std::vector<int64_t> tap_off;                     // per tap (r * S + s): offset within a channel of X'
   std::vector<int64_t> line_off;  // the cache lines (as offsets from a tile's column) a tile reads per channel
@@ -109,7 +110,9 @@ GemmTapsKernelF32 pick_tile(const GemmKernelF32& kk, int64_t rows, int64_t cols)
 // registers and stored into y with the epilogue (Note [A transposed store] in
 // gemm_f32_avx512.cc). Filters are packed as for the column tiles, in panels of 48 output
 // channels. The images of a batch share each panel (as in Note [Images share the filter
-// blocks]); one image is split between threads by panels. Each convolution takes whichever tiling
+// blocks]); one image is split between threads by panels or by pixel tiles. Since each pixel has
+// its own offset, an unpadded convolution (strided, dilated, 1x1 or not: ResNet's 1x1 stride-2
+// projections) reads x itself, with no X' copy. Each convolution takes whichever tiling
 // wastes less of its tiles (the columns on a tie).
 std::atomic<int> g_forced_tiling{0};
 
@@ -168,14 +171,21 @@ Geometry geometry(const Conv2dParams& p, const GemmKernelF32& kk) {
   g.kcs = (g.cg + slices - 1) / slices;
   g.mc = std::max<int64_t>(
       g.tile.mr, std::min<int64_t>(144, (int64_t{384} << 10) / (4 * g.taps * g.kcs)) / g.tile.mr * g.tile.mr);
-  g.identity = identity;
+  // The pixel tiles read any unpadded convolution from x itself (Note [Pixels as rows]).
+  const bool reads_x = g.pixels && p.pad_top == 0 && p.pad_left == 0 &&
+                       (p.ho - 1) * p.stride_h + (p.r - 1) * p.dil_h < p.h &&
+                       (p.wo - 1) * p.stride_w + (p.s - 1) * p.dil_w < p.w;
+  g.identity = identity || reads_x;
   if (g.identity) {
-    g.hq = p.h, g.wq = p.w, g.plane = g.cstride = p.h * p.w, g.nq = p.h * p.w;
+    g.hq = p.h, g.wq = p.w, g.plane = g.cstride = p.h * p.w, g.nq = p.ho * p.wo;
+    g.pix_row = p.stride_h * p.w, g.pix_col = p.stride_w;
     g.phases = {{0, 0}};
-    g.tap_off = {0};
+    for (int64_t r = 0; r < p.r; ++r)
+      for (int64_t s = 0; s < p.s; ++s) g.tap_off.push_back(r * p.dil_h * p.w + s * p.dil_w);
     prefetch_lines(g, g.tile.nr);
     return g;
   }
+  g.pix_row = plane_width(p);
   const int64_t shift_h = (p.r - 1) * p.dil_h / p.stride_h;
   g.shift_h = shift_h;
   g.wq = plane_width(p);
@@ -394,7 +404,7 @@ void pixel_rows(const Conv2dParams& p, const Geometry& g, const float* x, const 
   std::vector<int64_t> pix(static_cast<size_t>(rows));
   for (int64_t i = 0; i < rows; ++i) {
     const int64_t q = std::min(i, howo - 1);
-    pix[static_cast<size_t>(i)] = q / p.wo * g.wq + q % p.wo;
+    pix[static_cast<size_t>(i)] = q / p.wo * g.pix_row + q % p.wo * g.pix_col;
   }
   // Yt holds the partial sums between K slices (one image, one group); one slice needs none.
   const size_t yt_floats = g.kcs < g.cg ? static_cast<size_t>(rows * g.mpad) : 0;
