@@ -81,11 +81,13 @@ void BM_conv(benchmark::State& state) {
 }
 
 void shapes(benchmark::internal::Benchmark* b) {
-  // {C, HW, K, kernel, stride}: ResNet-50's stem, its 3x3s per stage, 1x1 expand/reduce, a stride-2 3x3.
+  // {C, HW, K, kernel, stride}: ResNet-50's stem, its 3x3s per stage, 1x1 expand/reduce, a stride-2
+  // 3x3 and a stride-2 1x1 projection.
   const std::vector<std::vector<int64_t>> layers = {{3, 224, 64, 7, 2},   {64, 56, 64, 3, 1},  {64, 56, 256, 1, 1},
                                                     {256, 56, 64, 1, 1},  {128, 28, 128, 3, 1}, {128, 56, 128, 3, 2},
                                                     {256, 14, 256, 3, 1}, {256, 14, 1024, 1, 1}, {1024, 14, 256, 1, 1},
                                                     {512, 7, 512, 3, 1},  {512, 7, 2048, 1, 1}, {2048, 7, 512, 1, 1},
+                                                    {256, 56, 512, 1, 2}, {512, 28, 128, 1, 1},
                                                     // MobileNetV2: its stem and 1x1 expansions over few channels
                                                     {3, 224, 32, 3, 2},   {16, 112, 96, 1, 1},  {24, 56, 144, 1, 1},
                                                     {160, 7, 960, 1, 1}};
