@@ -59,6 +59,8 @@ struct Geometry {
   int64_t mpad = 0;                   // kg rounded up to the panel
   bool identity = false;              // X' is x itself
   int64_t pix_row = 0, pix_col = 1;   // pixel tiles: output (oh, ow) reads X' at oh * pix_row + ow * pix_col
+  bool plain = false;                 // X' is x zero-padded, without the polyphase split (pixel tiles)
+  int64_t rows_per_out = 1;           // X' rows from one output row to the next
   std::vector<std::pair<int64_t, int64_t>> phases;  // (row phase, column phase) per plane of X'
   std::vector<int64_t> tap_off;                     // per tap (r * S + s): offset within a channel of X'
   std::vector<int64_t> line_off;  // the cache lines (as offsets from a tile's column) a tile reads per channel
@@ -112,7 +114,8 @@ GemmTapsKernelF32 pick_tile(const GemmKernelF32& kk, int64_t rows, int64_t cols)
 // channels. The images of a batch share each panel (as in Note [Images share the filter
 // blocks]); one image is split between threads by panels or by pixel tiles. Since each pixel has
 // its own offset, an unpadded convolution (strided, dilated, 1x1 or not: ResNet's 1x1 stride-2
-// projections) reads x itself, with no X' copy. Each convolution takes whichever tiling
+// projections) reads x itself, with no X' copy, and a padded one a plain zero-padded copy (no
+// polyphase split for strides). Each convolution takes whichever tiling
 // wastes less of its tiles (the columns on a tie).
 std::atomic<int> g_forced_tiling{0};
 
@@ -183,6 +186,22 @@ Geometry geometry(const Conv2dParams& p, const GemmKernelF32& kk) {
     for (int64_t r = 0; r < p.r; ++r)
       for (int64_t s = 0; s < p.s; ++s) g.tap_off.push_back(r * p.dil_h * p.w + s * p.dil_w);
     prefetch_lines(g, g.tile.nr);
+    return g;
+  }
+  if (g.pixels) {
+    // The pixel tiles' own offsets stride, so X' is a plain zero-padded copy of x (no polyphase
+    // split: one row copy per input row, where a stride-2 split deinterleaves every row).
+    g.plain = true;
+    g.wq = (p.wo - 1) * p.stride_w + (p.s - 1) * p.dil_w + 1;
+    g.hq = (p.ho - 1) * p.stride_h + (p.r - 1) * p.dil_h + 1;
+    g.plane = g.cstride = g.hq * g.wq;
+    g.nq = p.ho * p.wo;
+    g.rows_per_out = p.stride_h;
+    g.shift_h = (p.r - 1) * p.dil_h;
+    g.pix_row = p.stride_h * g.wq, g.pix_col = p.stride_w;
+    g.phases = {{0, 0}};
+    for (int64_t r = 0; r < p.r; ++r)
+      for (int64_t s = 0; s < p.s; ++s) g.tap_off.push_back(r * p.dil_h * g.wq + s * p.dil_w);
     return g;
   }
   g.pix_row = plane_width(p);
@@ -518,10 +537,11 @@ void pixel_rows(const Conv2dParams& p, const Geometry& g, const float* x, const 
       if (j0 >= j1 || q0 >= q1) return;
       float* xq = xq_floats ? thread_scratch<float, ScratchSlot::direct_conv_x>(xq_floats) : nullptr;
       if (xq != nullptr) {
-        // Output rows oh0 ... oh1 read plane rows oh0 up to oh1 + shift_h (+ 1: the halo spills
-        // into the next row, Note [A narrower halo]).
+        // Output rows oh0 ... oh1 read plane rows from oh0's up to oh1's + shift_h (+ 1: the halo
+        // spills into the next row, Note [A narrower halo]).
         const int64_t oh0 = q0 * mr / p.wo, oh1 = (std::min(howo, q1 * mr) - 1) / p.wo;
-        fill(img, xq, by_pixels ? oh0 : 0, by_pixels ? std::min(g.hq, oh1 + g.shift_h + 2) : g.hq);
+        fill(img, xq, by_pixels ? oh0 * g.rows_per_out : 0,
+             by_pixels ? std::min(g.hq, oh1 * g.rows_per_out + g.shift_h + 2) : g.hq);
       }
       run(img, 1, xq, yt, j0, j1, q0, q1);
     });
@@ -622,10 +642,13 @@ void conv2d_direct_f32(const Conv2dParams& p, const float* x, const float* w, co
   };
   // Rows [r0, r1) of every plane of image img's X'.
   const WindowKernelsF32 wk = window_kernels_f32(active_isa());
+  // A plain X' is the polyphase layout of a unit-stride convolution (one phase).
+  Conv2dParams fp = p;
+  if (g.plain) fp.stride_h = fp.stride_w = 1;
   auto fill = [&](int64_t img, float* xq, int64_t r0, int64_t r1) {
-    std::vector<float> split(p.stride_w == 2 ? static_cast<size_t>(2 * (p.w / 2 + 1)) : 0);
+    std::vector<float> split(fp.stride_w == 2 ? static_cast<size_t>(2 * (p.w / 2 + 1)) : 0);
     for (int64_t c = 0; c < p.c; ++c)
-      fill_rows(p, g, x + (img * p.c + c) * p.h * p.w, xq + c * g.cstride, r0, r1, wk, split.data());
+      fill_rows(fp, g, x + (img * p.c + c) * p.h * p.w, xq + c * g.cstride, r0, r1, wk, split.data());
   };
 
   int threads = in_parallel_region() ? 1 : get_num_threads();
