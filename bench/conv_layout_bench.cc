@@ -76,6 +76,7 @@ void BM_conv(benchmark::State& state) {
     else cpu::conv2d_direct_f32(p, x.data(), nullptr, packed.data(), bias.data(), y.data());  // direct
     benchmark::DoNotOptimize(y.data());
   }
+  if constexpr (direct) state.SetLabel(cpu::conv2d_direct_pixel_rows(p) ? "pixel tiles" : "column tiles");
   state.counters["GFLOPS"] = benchmark::Counter(2.0 * static_cast<double>(p.n * p.k * p.ho * p.wo * p.c * p.r * p.s),
                                                 benchmark::Counter::kIsIterationInvariantRate);
 }
