@@ -412,6 +412,26 @@ double balance(int64_t blocks, int64_t parts) {
   return static_cast<double>(blocks) / static_cast<double>(most * parts);
 }
 
+// Note [Images share the filter blocks]: images [0, n) split between the threads, each worker
+// running its images in chunks whose X' (xq_floats each, filled here; none: x itself) and product
+// scratch (yq_floats each) are together at most kChunkBytes: body(img0, count, xq, yq).
+template <class Fill, class Body>
+void image_chunks(int64_t n, const Geometry& g, size_t xq_floats, size_t yq_floats, const Fill& fill,
+                  const Body& body) {
+  const size_t per_image = (xq_floats + yq_floats) * sizeof(float);
+  const int64_t chunk = per_image == 0 ? n : std::max<int64_t>(1, static_cast<int64_t>(kChunkBytes / per_image));
+  parallel_for(0, n, 1, [&](int64_t i0, int64_t i1) {
+    for (int64_t img0 = i0; img0 < i1; img0 += chunk) {
+      const int64_t count = std::min(chunk, i1 - img0);
+      float* xq = xq_floats ? thread_scratch<float, ScratchSlot::direct_conv_x>(xq_floats * count) : nullptr;
+      float* yq = yq_floats ? thread_scratch<float, ScratchSlot::direct_conv_y>(yq_floats * count) : nullptr;
+      if (xq != nullptr)
+        for (int64_t m = 0; m < count; ++m) fill(img0 + m, xq + m * xq_floats, 0, g.hq);
+      body(img0, count, xq, yq);
+    }
+  });
+}
+
 // Note [Pixels as rows]: the driver. `fill(img, xq, r0, r1)` writes rows of image img's X'.
 template <class Fill>
 void pixel_rows(const Conv2dParams& p, const Geometry& g, const float* x, const float* packed_w, const float* bias,
@@ -506,17 +526,8 @@ void pixel_rows(const Conv2dParams& p, const Geometry& g, const float* x, const 
     }
   };
   if (threads <= 1 || by_images) {
-    const size_t per_image = (xq_floats + yt_floats) * sizeof(float);
-    const int64_t chunk = per_image == 0 ? p.n : std::max<int64_t>(1, static_cast<int64_t>(kChunkBytes / per_image));
-    parallel_for(0, p.n, 1, [&](int64_t i0, int64_t i1) {
-      for (int64_t img0 = i0; img0 < i1; img0 += chunk) {
-        const int64_t count = std::min(chunk, i1 - img0);
-        float* xq = xq_floats ? thread_scratch<float, ScratchSlot::direct_conv_x>(xq_floats * count) : nullptr;
-        float* yt = yt_floats ? thread_scratch<float, ScratchSlot::direct_conv_y>(yt_floats * count) : nullptr;
-        if (xq != nullptr)
-          for (int64_t m = 0; m < count; ++m) fill(img0 + m, xq + m * xq_floats, 0, g.hq);
-        run(img0, count, xq, yt, 0, panels, 0, ptiles);
-      }
+    image_chunks(p.n, g, xq_floats, yt_floats, fill, [&](int64_t img0, int64_t count, const float* xq, float* yt) {
+      run(img0, count, xq, yt, 0, panels, 0, ptiles);
     });
     return;
   }
@@ -656,18 +667,8 @@ void conv2d_direct_f32(const Conv2dParams& p, const float* x, const float* w, co
   const bool by_images = threads > 1 && p.n >= threads && (p.n % threads == 0 || p.n >= 4 * threads);
   if (g.pixels) return pixel_rows(p, g, x, packed_w, bias, y, epilogue, threads, by_images, xq_floats, fill);
   if (threads <= 1 || by_images) {
-    // Note [Images share the filter blocks]: each worker runs its images in chunks.
-    const size_t per_image = (xq_floats + yq_floats) * sizeof(float);
-    const int64_t chunk = per_image == 0 ? p.n : std::max<int64_t>(1, static_cast<int64_t>(kChunkBytes / per_image));
-    parallel_for(0, p.n, 1, [&](int64_t i0, int64_t i1) {
-      for (int64_t img0 = i0; img0 < i1; img0 += chunk) {
-        const int64_t count = std::min(chunk, i1 - img0);
-        float* xq = xq_floats ? thread_scratch<float, ScratchSlot::direct_conv_x>(xq_floats * count) : nullptr;
-        float* yq = yq_floats ? thread_scratch<float, ScratchSlot::direct_conv_y>(yq_floats * count) : nullptr;
-        if (xq != nullptr)
-          for (int64_t m = 0; m < count; ++m) fill(img0 + m, xq + m * xq_floats, 0, g.hq);
-        images(img0, count, xq, yq, share(0, 1));
-      }
+    image_chunks(p.n, g, xq_floats, yq_floats, fill, [&](int64_t img0, int64_t count, const float* xq, float* yq) {
+      images(img0, count, xq, yq, share(0, 1));
     });
     return;
   }
