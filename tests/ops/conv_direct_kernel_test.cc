@@ -165,9 +165,10 @@ TEST_F(ConvDirectTest, EpilogueActivationAndResidual) {
   }
 }
 
-// Small planes take the pixel tiles, large ones the column tiles; the packed filters' panel (the
-// engine's cache key for them) says which.
-TEST_F(ConvDirectTest, SmallPlanesTakePixelRows) {
+// Each layer takes the tiling that wastes less of its tiles: the pixel tiles on ResNet's layers
+// (7 x 48 or 6 x 64), the column tiles where 12 x 32 fits exactly (MobileNetV2's 16 -> 96); the
+// packed filters' panel (the engine's cache key for them) says which.
+TEST_F(ConvDirectTest, EachLayerTakesTheTilingThatWastesLess) {
   if (kernels::cpu::active_isa() != kernels::cpu::Isa::avx512) GTEST_SKIP() << "the tiles are AVX-512's";
   struct Want {
     Case c;

@@ -204,7 +204,6 @@ Geometry geometry(const Conv2dParams& p, const GemmKernelF32& kk) {
       for (int64_t s = 0; s < p.s; ++s) g.tap_off.push_back(r * p.dil_h * g.wq + s * p.dil_w);
     return g;
   }
-  g.pix_row = plane_width(p);
   const int64_t shift_h = (p.r - 1) * p.dil_h / p.stride_h;
   g.shift_h = shift_h;
   g.wq = plane_width(p);
