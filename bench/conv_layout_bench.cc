@@ -53,13 +53,9 @@ void BM_conv(benchmark::State& state) {
   }
   // The direct kernel with its per-layer tiling choice, or forced to one (Note [Pixels as rows]).
   constexpr bool direct = K == Kernel::direct_prepacked || K == Kernel::direct_columns || K == Kernel::direct_pixels;
-  struct Forced {
-    cpu::DirectConvTiling saved;
-    explicit Forced(cpu::DirectConvTiling t) : saved(cpu::force_direct_conv_tiling(t)) {}
-    ~Forced() { cpu::force_direct_conv_tiling(saved); }
-  } forced(K == Kernel::direct_columns  ? cpu::DirectConvTiling::columns
-           : K == Kernel::direct_pixels ? cpu::DirectConvTiling::pixels
-                                        : cpu::DirectConvTiling::automatic);
+  const cpu::DirectConvTilingOverride forced(K == Kernel::direct_columns  ? cpu::DirectConvTiling::columns
+                                             : K == Kernel::direct_pixels ? cpu::DirectConvTiling::pixels
+                                                                          : cpu::DirectConvTiling::automatic);
   if constexpr (direct) {
     if (!cpu::conv2d_direct_supported(p)) {
       state.SkipWithError("no direct convolution kernel for this ISA");

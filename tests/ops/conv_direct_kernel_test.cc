@@ -90,14 +90,7 @@ class ConvDirectTest : public ::testing::Test {
 };
 
 // Every case with each tiling: output pixels as rows or as columns (Note [Pixels as rows]).
-class ForcedTiling {
- public:
-  explicit ForcedTiling(kernels::cpu::DirectConvTiling t) : saved_(kernels::cpu::force_direct_conv_tiling(t)) {}
-  ~ForcedTiling() { kernels::cpu::force_direct_conv_tiling(saved_); }
-
- private:
-  kernels::cpu::DirectConvTiling saved_;
-};
+using ForcedTiling = kernels::cpu::DirectConvTilingOverride;
 const kernels::cpu::DirectConvTiling kTilings[] = {kernels::cpu::DirectConvTiling::columns,
                                                    kernels::cpu::DirectConvTiling::pixels};
 const char* tiling_name(kernels::cpu::DirectConvTiling t) {

@@ -49,10 +49,20 @@ bool conv2d_direct_supported(const Conv2dParams& p);
 int conv2d_direct_tile_rows(const Conv2dParams& p);
 // Whether the convolution runs with output pixels as the tile's rows (Note [Pixels as rows]).
 bool conv2d_direct_pixel_rows(const Conv2dParams& p);
-// For tests and benchmarks: every direct convolution from now on uses this tiling (where the ISA
-// has it); returns the previous setting. Not for use while convolutions run on other threads.
+// For tests and benchmarks: while one lives, every direct convolution uses this tiling (where the
+// ISA has it); the previous setting comes back when it goes. Not for use while convolutions run on
+// other threads.
 enum class DirectConvTiling { automatic, columns, pixels };
-DirectConvTiling force_direct_conv_tiling(DirectConvTiling t);
+class DirectConvTilingOverride {
+ public:
+  explicit DirectConvTilingOverride(DirectConvTiling t);
+  ~DirectConvTilingOverride();
+  DirectConvTilingOverride(const DirectConvTilingOverride&) = delete;
+  DirectConvTilingOverride& operator=(const DirectConvTilingOverride&) = delete;
+
+ private:
+  DirectConvTiling saved_;
+};
 size_t conv2d_direct_packed_weight_f32_floats(const Conv2dParams& p);
 void pack_conv2d_direct_weight_f32(const Conv2dParams& p, const float* w, float* out);
 void conv2d_direct_f32(const Conv2dParams& p, const float* x, const float* w, const float* packed_w, const float* bias,

@@ -179,21 +179,13 @@ Geometry geometry(const Conv2dParams& p, const GemmKernelF32& kk) {
                        (p.ho - 1) * p.stride_h + (p.r - 1) * p.dil_h < p.h &&
                        (p.wo - 1) * p.stride_w + (p.s - 1) * p.dil_w < p.w;
   g.identity = identity || reads_x;
-  if (g.identity) {
-    g.hq = p.h, g.wq = p.w, g.plane = g.cstride = p.h * p.w, g.nq = p.ho * p.wo;
-    g.pix_row = p.stride_h * p.w, g.pix_col = p.stride_w;
-    g.phases = {{0, 0}};
-    for (int64_t r = 0; r < p.r; ++r)
-      for (int64_t s = 0; s < p.s; ++s) g.tap_off.push_back(r * p.dil_h * p.w + s * p.dil_w);
-    prefetch_lines(g, g.tile.nr);
-    return g;
-  }
-  if (g.pixels) {
-    // The pixel tiles' own offsets stride, so X' is a plain zero-padded copy of x (no polyphase
-    // split: one row copy per input row, where a stride-2 split deinterleaves every row).
-    g.plain = true;
-    g.wq = (p.wo - 1) * p.stride_w + (p.s - 1) * p.dil_w + 1;
-    g.hq = (p.ho - 1) * p.stride_h + (p.r - 1) * p.dil_h + 1;
+  if (g.identity || g.pixels) {
+    // One plane per channel: x itself, or for the pixel tiles (whose own offsets stride) a plain
+    // zero-padded copy of x (no polyphase split: one row copy per input row, where a stride-2
+    // split deinterleaves every row).
+    g.plain = !g.identity;
+    g.wq = g.identity ? p.w : (p.wo - 1) * p.stride_w + (p.s - 1) * p.dil_w + 1;
+    g.hq = g.identity ? p.h : (p.ho - 1) * p.stride_h + (p.r - 1) * p.dil_h + 1;
     g.plane = g.cstride = g.hq * g.wq;
     g.nq = p.ho * p.wo;
     g.rows_per_out = p.stride_h;
@@ -202,6 +194,7 @@ Geometry geometry(const Conv2dParams& p, const GemmKernelF32& kk) {
     g.phases = {{0, 0}};
     for (int64_t r = 0; r < p.r; ++r)
       for (int64_t s = 0; s < p.s; ++s) g.tap_off.push_back(r * p.dil_h * g.wq + s * p.dil_w);
+    if (!g.pixels) prefetch_lines(g, g.tile.nr);  // the column tiles' Note [Prefetching the next tile]
     return g;
   }
   const int64_t shift_h = (p.r - 1) * p.dil_h / p.stride_h;
@@ -292,6 +285,26 @@ void pack_weights(const Conv2dParams& p, const Geometry& g, const float* w, floa
   }
 }
 
+// Whether the micro-kernels' store applies activation a (none, relu, relu6), and as which clamp.
+bool store_activation(GemmActivation a, ConvTileEpilogueF32::Act& act) {
+  act = a == GemmActivation::relu    ? ConvTileEpilogueF32::Act::relu
+        : a == GemmActivation::relu6 ? ConvTileEpilogueF32::Act::relu6
+                                     : ConvTileEpilogueF32::Act::none;
+  return a == GemmActivation::none || act != ConvTileEpilogueF32::Act::none;
+}
+
+// The epilogue of image img, group grp: bias per filter row, the residual in y's layout.
+GemmEpilogue group_epilogue(const Conv2dParams& p, const float* bias, const Conv2dEpilogue& e, int64_t img,
+                            int64_t grp) {
+  const int64_t kg = p.k / p.groups, howo = p.ho * p.wo;
+  GemmEpilogue ep;
+  if (bias != nullptr) ep.bias_kind = GemmBias::per_row, ep.bias = bias + grp * kg;
+  ep.activation = e.activation;
+  if (e.residual != nullptr) ep.residual = e.residual + (img * p.k + grp * kg) * howo, ep.ldr = howo;
+  ep.residual_before_activation = e.residual_before_activation;
+  return ep;
+}
+
 constexpr int kMaxTile = 12 * 32;  // the largest micro-kernel tile (AVX-512's)
 constexpr size_t kChunkBytes = size_t{24} << 20;  // X' and product planes of the images run together
 
@@ -310,12 +323,7 @@ struct GroupRun {
   // ep in the micro-kernel's store where it can: relu/relu6/none, and a residual only when the
   // tile is stored into y itself (the residual's layout).
   void plan_epilogue() {
-    const bool simple = ep.activation == GemmActivation::none || ep.activation == GemmActivation::relu ||
-                        ep.activation == GemmActivation::relu6;
-    in_store = !ep.empty() && simple && (yq == y || ep.residual == nullptr);
-    act = ep.activation == GemmActivation::relu    ? ConvTileEpilogueF32::Act::relu
-          : ep.activation == GemmActivation::relu6 ? ConvTileEpilogueF32::Act::relu6
-                                                   : ConvTileEpilogueF32::Act::none;
+    in_store = !ep.empty() && store_activation(ep.activation, act) && (yq == y || ep.residual == nullptr);
   }
 
   // Tile (ir, jr) is final: the epilogue runs on it in the product plane (bias, activation, and
@@ -449,11 +457,8 @@ void pixel_rows(const Conv2dParams& p, const Geometry& g, const float* x, const 
   const size_t per_group = static_cast<size_t>(g.mpad * g.cg * g.taps);
   // bias, relu, relu6 and the residual are applied in the kernel's transposed store; anything else
   // in a pass over y afterwards.
-  const bool in_store = epilogue.activation == GemmActivation::none || epilogue.activation == GemmActivation::relu ||
-                        epilogue.activation == GemmActivation::relu6;
-  const auto act = epilogue.activation == GemmActivation::relu    ? ConvTileEpilogueF32::Act::relu
-                   : epilogue.activation == GemmActivation::relu6 ? ConvTileEpilogueF32::Act::relu6
-                                                                  : ConvTileEpilogueF32::Act::none;
+  ConvTileEpilogueF32::Act act;
+  const bool in_store = store_activation(epilogue.activation, act);
   // Note [Pixel tiles or filter panels outer]: with the panels outer, every panel sweeps the
   // activations of all the images in the chunk, which stream from L3 or memory once they outgrow
   // L2 (a 1x1 256 -> 512 stride-2 projection at batch 8 read its 26 MB of activations 8 times and
@@ -514,13 +519,8 @@ void pixel_rows(const Conv2dParams& p, const Geometry& g, const float* x, const 
       const int64_t ch0 = j0 * nr, ch1 = std::min(g.kg, j1 * nr), col0 = q0 * mr, col1 = std::min(howo, q1 * mr);
       for (int64_t m = 0; m < count; ++m) {
         const int64_t img = img0 + m;
-        GemmEpilogue ep;
-        if (bias != nullptr) ep.bias_kind = GemmBias::per_row, ep.bias = bias + grp * g.kg;
-        ep.activation = epilogue.activation;
-        if (epilogue.residual != nullptr) ep.residual = epilogue.residual + (img * p.k + grp * g.kg) * howo, ep.ldr = howo;
-        ep.residual_before_activation = epilogue.residual_before_activation;
-        gemm_epilogue_f32(ep, y + (img * p.k + grp * g.kg + ch0) * howo + col0, howo, ch0, col0, ch1 - ch0,
-                          col1 - col0);
+        gemm_epilogue_f32(group_epilogue(p, bias, epilogue, img, grp), y + (img * p.k + grp * g.kg + ch0) * howo + col0,
+                          howo, ch0, col0, ch1 - ch0, col1 - col0);
       }
     }
   };
@@ -571,9 +571,10 @@ int conv2d_direct_tile_rows(const Conv2dParams& p) {
 
 bool conv2d_direct_pixel_rows(const Conv2dParams& p) { return geometry(p, gemm_kernel_f32(active_isa())).pixels; }
 
-DirectConvTiling force_direct_conv_tiling(DirectConvTiling t) {
-  return static_cast<DirectConvTiling>(g_forced_tiling.exchange(static_cast<int>(t)));
-}
+DirectConvTilingOverride::DirectConvTilingOverride(DirectConvTiling t)
+    : saved_(static_cast<DirectConvTiling>(g_forced_tiling.exchange(static_cast<int>(t)))) {}
+
+DirectConvTilingOverride::~DirectConvTilingOverride() { g_forced_tiling.store(static_cast<int>(saved_)); }
 
 size_t conv2d_direct_packed_weight_f32_floats(const Conv2dParams& p) {
   const Geometry g = geometry(p, gemm_kernel_f32(active_isa()));
@@ -637,13 +638,7 @@ void conv2d_direct_f32(const Conv2dParams& p, const float* x, const float* w, co
         GroupRun run{&p, &g, xi + grp * g.cg * g.cstride, packed_w + static_cast<size_t>(grp) * per_group,
                      nullptr, y + (img * p.k + grp * g.kg) * howo, {}};
         run.yq = yq == nullptr ? run.y : yq + m * yq_floats + grp * g.kg * g.nq;
-        if (bias != nullptr) run.ep.bias_kind = GemmBias::per_row, run.ep.bias = bias + grp * g.kg;
-        run.ep.activation = epilogue.activation;
-        if (epilogue.residual != nullptr) {
-          run.ep.residual = epilogue.residual + (img * p.k + grp * g.kg) * howo;
-          run.ep.ldr = howo;
-        }
-        run.ep.residual_before_activation = epilogue.residual_before_activation;
+        run.ep = group_epilogue(p, bias, epilogue, img, grp);
         run.plan_epilogue();
         runs.push_back(run);
       }
