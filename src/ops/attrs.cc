@@ -1,5 +1,7 @@
 #include "kiln/ops/attrs.h"
 
+#include <algorithm>
+#include <bit>
 #include <cmath>
 #include <sstream>
 
@@ -28,6 +30,27 @@ AttrType attr_type_of(const AttrValue& v) {
     case 5: return AttrType::floats;
     default: return AttrType::dtype;
   }
+}
+
+namespace {
+bool same_bits(double a, double b) { return std::bit_cast<uint64_t>(a) == std::bit_cast<uint64_t>(b); }
+}  // namespace
+
+bool attr_values_identical(const AttrValue& a, const AttrValue& b) {
+  if (a.index() != b.index()) return false;
+  if (const auto* x = std::get_if<double>(&a)) return same_bits(*x, std::get<double>(b));
+  if (const auto* x = std::get_if<std::vector<double>>(&a)) {
+    const auto& y = std::get<std::vector<double>>(b);
+    return x->size() == y.size() && std::equal(x->begin(), x->end(), y.begin(), same_bits);
+  }
+  return a == b;
+}
+
+bool Attrs::operator==(const Attrs& o) const {
+  return values_.size() == o.values_.size() &&
+         std::equal(values_.begin(), values_.end(), o.values_.begin(), [](const auto& x, const auto& y) {
+           return x.first == y.first && attr_values_identical(x.second, y.second);
+         });
 }
 
 namespace {

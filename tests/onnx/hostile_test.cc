@@ -9,6 +9,8 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <cmath>
+#include <limits>
 #include <filesystem>
 #include <fstream>
 #include <random>
@@ -568,6 +570,32 @@ TEST(OnnxHostile, WrongAttributeTypes) {
   add_node(t, "TopK", {"x", "k"}, {"v", "i"}, "top");
   add_output(t, "v");
   EXPECT_KILN_ERROR(import(t), "node #0 'top' (TopK)", "fewer values");
+}
+
+// A NaN float attribute is odd but well-formed: the model imports, passes the verifier after every
+// pass, and the NaN reaches the output as it would in ONNX Runtime. (The fuzzer found Gemm's alpha
+// = NaN failing the verifier's "attributes in bound form" check, because NaN != NaN.)
+TEST(OnnxHostile, NaNAttributesImportAndPropagate) {
+  ModelProto m = new_model();
+  add_input(m, "x", TensorProto::FLOAT, {2, 3});
+  add_init(m, "W", random_tensor({3, 4}, DType::f32, 1));
+  add_init(m, "b", random_tensor({4}, DType::f32, 2));
+  NodeProto* gemm = add_node(m, "Gemm", {"x", "W", "b"}, {"g"}, "fc");
+  add_attr(gemm, "alpha", AttributeProto::FLOAT)->set_f(std::numeric_limits<float>::quiet_NaN());
+  add_attr(add_node(m, "LeakyRelu", {"x"}, {"l"}, "leaky"), "alpha", AttributeProto::FLOAT)
+      ->set_f(std::numeric_limits<float>::quiet_NaN());
+  add_output(m, "g");
+  add_output(m, "l");
+  onnx::Model model = import(m);
+  Tensor x = random_tensor({2, 3}, DType::f32, 3) + 0.5;  // some negative entries reach the NaN slope
+  std::vector<Tensor> out = ir::run(model.graph, {x});
+  ASSERT_EQ(out.size(), 2u);
+  EXPECT_TRUE(std::isnan(out[0].to(DType::f64).sum().item<double>()));
+  Tensor xc = x.contiguous(), lc = out[1].contiguous();
+  for (int64_t i = 0; i < 6; ++i) {
+    if (xc.data<float>()[i] >= 0) EXPECT_EQ(lc.data<float>()[i], xc.data<float>()[i]);
+    else EXPECT_TRUE(std::isnan(lc.data<float>()[i])) << "x = " << xc.data<float>()[i];
+  }
 }
 
 // ---- unknown ops, domains, opsets -------------------------------------------------------------------------

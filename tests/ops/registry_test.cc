@@ -1,6 +1,7 @@
 // The registry walk: every op has an inference rule, a way to run on the CPU (a view function or a
 // kernel), and in each rule slot (vjp, batch, ONNX) either a rule or a stated reason why not. The
 // failures list every offending op, so one run shows all that is missing.
+#include <limits>
 #include <set>
 #include <sstream>
 
@@ -151,6 +152,21 @@ TEST(Registry, EverySchemaParsesBackToItself) {
       EXPECT_KILN_ERROR(d->bind_attrs({}), d->name(), "required attribute");
     }
   }
+}
+
+// A bound attribute set equals itself even when it holds a NaN (the verifier checks that a node's
+// attributes are already in bound form; a NaN alpha from an ONNX file once failed that check), and
+// the float comparison is by value identity: 0.0 and -0.0 are different arguments.
+TEST(Registry, BoundAttributesHoldingNaNEqualThemselves) {
+  const OpDef* gemm = OpRegistry::instance().find("gemm");
+  ASSERT_NE(gemm, nullptr);
+  const double nan = std::numeric_limits<double>::quiet_NaN();
+  Attrs bound = gemm->bind_attrs({{"alpha", nan}});
+  EXPECT_TRUE(bound == gemm->bind_attrs(bound));
+  EXPECT_TRUE(attr_values_identical(AttrValue(std::vector<double>{1.0, nan}), AttrValue(std::vector<double>{1.0, nan})));
+  EXPECT_FALSE(attr_values_identical(AttrValue(0.0), AttrValue(-0.0)));
+  EXPECT_FALSE(attr_values_identical(AttrValue(1.0), AttrValue(int64_t{1})));
+  EXPECT_FALSE(bound == gemm->bind_attrs({{"alpha", 1.0}}));
 }
 
 }  // namespace

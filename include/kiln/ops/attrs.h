@@ -19,6 +19,9 @@ using AttrValue = std::variant<int64_t, double, bool, std::string, std::vector<i
                                std::vector<double>, DType>;
 AttrType attr_type_of(const AttrValue& v);
 std::string attr_value_str(const AttrValue& v);  // as written in schemas and the text IR
+// Same type and same value; floats compare by their bits, so a NaN attribute equals itself (a graph
+// holding one is still equal to its copy) and 0.0 and -0.0 differ (they are different arguments).
+bool attr_values_identical(const AttrValue& a, const AttrValue& b);
 
 class Attrs {
  public:
@@ -38,7 +41,7 @@ class Attrs {
   DType get_dtype(const std::string& name) const;
 
   const std::map<std::string, AttrValue>& values() const { return values_; }
-  bool operator==(const Attrs& o) const { return values_ == o.values_; }
+  bool operator==(const Attrs& o) const;  // same names, attr_values_identical values
 
  private:
   std::map<std::string, AttrValue> values_;
