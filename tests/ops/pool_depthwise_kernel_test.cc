@@ -197,6 +197,40 @@ TEST_P(WindowIsaTest, DepthwiseConvNonContiguousAndLarge) {
   }
 }
 
+TEST_P(WindowIsaTest, DepthwiseConvInChannelBlocks) {
+  // The shapes AVX-512 computes in blocks of 16 channels (Note [Depthwise in channel blocks]): a
+  // last block of 8 channels, planes whose scratch takes several bands (a stride-1 plane of 62
+  // columns: 4 bands), narrow planes whose 16-pixel groups cross row ends (7x7, 14x14), every
+  // stride-2 plane, asymmetric padding, and a plane hook that must see each channel once.
+  struct Case { Shape x; int64_t stride; std::vector<int64_t> pad; };
+  uint64_t seed = 900;
+  for (const Case& cs : {Case{{1, 40, 60, 62}, 1, {1, 1, 1, 1}}, Case{{2, 40, 61, 60}, 2, {1, 1, 1, 1}},
+                         Case{{1, 48, 7, 7}, 1, {1, 1, 1, 1}}, Case{{2, 24, 14, 14}, 2, {0, 1, 1, 0}},
+                         Case{{1, 16, 14, 14}, 1, {2, 0, 0, 2}}, Case{{1, 33, 9, 5}, 2, {1, 1, 1, 1}}}) {
+    const int64_t c = cs.x[1];
+    Tensor x = random_tensor(cs.x, DType::f32, seed++), w = random_tensor({c, 1, 3, 3}, DType::f32, seed++);
+    Tensor b = random_tensor({c}, DType::f32, seed++);
+    Tensor want = ref::conv2d(x, w, b, {cs.stride, cs.stride}, cs.pad, {1, 1}, c);
+    Tensor mag = ref::conv2d(abs_values(x), abs_values(w), abs_values(b), {cs.stride, cs.stride}, cs.pad, {1, 1}, c);
+    EXPECT_TRUE(close_by_magnitude(conv2d(x, w, b, Conv2dOptions{{cs.stride, cs.stride}, cs.pad, {1, 1}, c}), want, mag, kEps))
+        << shape_str(cs.x) << " stride " << cs.stride;
+
+    kernels::cpu::Conv2dParams p;
+    p.n = cs.x[0], p.c = p.k = p.groups = c, p.h = cs.x[2], p.w = cs.x[3], p.r = p.s = 3;
+    p.ho = want.shape()[2], p.wo = want.shape()[3];
+    p.stride_h = p.stride_w = cs.stride, p.pad_top = cs.pad[0], p.pad_left = cs.pad[1];
+    Tensor y = empty(want.shape());
+    std::vector<std::atomic<int>> seen(static_cast<size_t>(p.n * c));
+    kernels::cpu::conv2d_depthwise_f32(p, x.data<float>(), w.data<float>(), b.data<float>(), y.data<float>(),
+                                       [&](float* plane, int64_t img, int64_t oc) {
+                                         EXPECT_EQ(plane, y.data<float>() + (img * c + oc) * p.ho * p.wo);
+                                         ++seen[static_cast<size_t>(img * c + oc)];
+                                       });
+    for (const auto& s : seen) EXPECT_EQ(s.load(), 1) << shape_str(cs.x);
+    EXPECT_TRUE(close_by_magnitude(y, want, mag, kEps)) << shape_str(cs.x) << " stride " << cs.stride << " with a hook";
+  }
+}
+
 TEST_P(WindowIsaTest, DepthwiseConvPropagatesNaN) {
   Tensor x = random_tensor({1, 2, 5, 21}, DType::f32, 500);
   x.data<float>()[30] = std::numeric_limits<float>::quiet_NaN();

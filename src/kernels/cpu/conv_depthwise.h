@@ -14,6 +14,9 @@ bool is_depthwise(const Conv2dParams& p);
 // x [N, C, H, W], w [K, 1, R, S], bias [K] or nullptr, y [N, K, Ho, Wo], all contiguous. Parallel
 // over (image, input channel) planes; each plane is copied once, padded and stride-phased (Note
 // [Windows over a phased plane] in window_f32.h), and every output row is one vectorized pass.
+// Under AVX-512, 3x3 undilated layers with K == C (MobileNet's) go 16 channels at a time through a
+// channels-last scratch instead (Note [Depthwise in channel blocks]), parallel over (image, block
+// of 16 channels, band of output rows).
 // `plane_done(y_plane, image, channel)`, when set, runs on the worker right after an output plane
 // [Ho, Wo] is written, while it is still in cache: a fused epilogue (activation, residual add).
 // Outputs are clamped to [lo, hi] before they are stored (relu and relu6 without a pass of their

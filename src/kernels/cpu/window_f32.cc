@@ -58,7 +58,7 @@ void deinterleave2__scalar(const float* in, float* even, float* odd, int64_t n) 
 }  // namespace
 
 WindowKernelsF32 window_kernels_f32_scalar() {
-  return {max_taps__scalar, avg_taps__scalar, fma_taps__scalar, deinterleave2__scalar};
+  return {max_taps__scalar, avg_taps__scalar, fma_taps__scalar, deinterleave2__scalar, nullptr};
 }
 
 WindowKernelsF32 window_kernels_f32(Isa isa) {
@@ -68,6 +68,10 @@ WindowKernelsF32 window_kernels_f32(Isa isa) {
     case Isa::scalar: break;
   }
   return window_kernels_f32_scalar();
+}
+
+int64_t depthwise_block_floats(const WindowGeom& g, int64_t rows) {
+  return ((rows - 1) * g.sh + 3) * ((g.wo - 1) * g.sw + 3) * 16;
 }
 
 PhasedPlane::PhasedPlane(const WindowGeom& g, float pad_value) : g_(g) {

@@ -10,6 +10,9 @@
 
 namespace kiln::kernels::cpu {
 
+struct WindowGeom;
+struct DepthwiseBlockF32;
+
 // Row primitives over `rows` output rows of `n` columns: output row j is out + j * out_step, and
 // its tap t of column i reads base[j * base_step + off[t] + i] (taps >= 1). Several rows go through
 // the registers together, so short rows still keep enough independent FMA / max chains in flight.
@@ -26,6 +29,9 @@ struct WindowKernelsF32 {
                    float lo, float hi, float* out, int64_t out_step, int64_t n, int64_t rows);
   // even[j] = in[2j], odd[j] = in[2j + 1] for j < n.
   void (*deinterleave2)(const float* in, float* even, float* odd, int64_t n);
+  // One band of a 3x3, undilated depthwise convolution over 16 channels held channels-last (Note
+  // [Depthwise in channel blocks]); nullptr where the ISA has no such kernel.
+  void (*depthwise3x3_block16)(const WindowGeom& g, const DepthwiseBlockF32& b);
 };
 WindowKernelsF32 window_kernels_f32_scalar();
 WindowKernelsF32 window_kernels_f32_avx2();
@@ -38,6 +44,33 @@ struct WindowGeom {
   int64_t h = 1, w = 1, ho = 1, wo = 1, kh = 1, kw = 1;
   int64_t sh = 1, sw = 1, pt = 0, pl = 0, dh = 1, dw = 1;
 };
+
+// Note [Depthwise in channel blocks]
+// A plane at a time, a depthwise convolution pays for every plane: its padded copy, its row calls,
+// and a masked vector per row of a narrow plane (a 7x7 output fills 7 of 16 lanes). Held
+// channels-last instead, 16 channels are one vector: each output pixel is 9 full-width
+// multiply-adds whatever the plane's width or stride, as in ONNX Runtime's NCHWc layout. The
+// activations stay NCHW: the kernel transposes the input rows a band reads into a zero-padded
+// [rows][columns][16] scratch (16x16 blocks of pixels x channels, in registers), computes 16 output
+// pixels of 16 channels at a time and transposes them back into the 16 output planes. The two
+// transposes cost about as many shuffles as the window costs multiply-adds, so narrow planes and
+// strides gain the most: one thread, MobileNetV2's 7x7 layers 60 -> 18 us, its 14x14 stride-2
+// layer 57 -> 16 us, its 56x56 one 149 -> 130 us (bench/RESULTS.md); at 112 columns, stride 1,
+// the two are even and the row kernels keep those planes (conv_depthwise.cc decides).
+struct DepthwiseBlockF32 {
+  const float* x = nullptr;  // the block's first input plane; channel c's at x + c * x_plane, [h, w]
+  float* y = nullptr;        // the block's first output plane; channel c's at y + c * y_plane, [ho, wo]
+  int64_t x_plane = 0, y_plane = 0;
+  int64_t channels = 16;         // 1..16: planes past it are neither read nor written
+  const float* w = nullptr;      // [9][16]: tap t (row-major) of the 16 channels, 0 past `channels`
+  const float* bias = nullptr;   // [16]
+  float lo = 0, hi = 0;          // the clamp, as in fma_taps
+  float* buf = nullptr;          // scratch of depthwise_block_floats(g, oh1 - oh0) floats, 64-byte aligned
+  int64_t oh0 = 0, oh1 = 0;      // the band: output rows [oh0, oh1)
+};
+// Scratch floats for a band of `rows` output rows: ((rows - 1) * sh + 3) rows of the padded
+// columns the windows read, 16 channels each.
+int64_t depthwise_block_floats(const WindowGeom& g, int64_t rows);
 
 // Note [Windows over a phased plane]
 // Every window of a plane is read from a private copy of it that holds all rows and columns any

@@ -197,7 +197,7 @@ void deinterleave2__avx2(const float* in, float* even, float* odd, int64_t n) {
 }  // namespace
 
 WindowKernelsF32 window_kernels_f32_avx2() {
-  return {max_taps__avx2, avg_taps__avx2, fma_taps__avx2, deinterleave2__avx2};
+  return {max_taps__avx2, avg_taps__avx2, fma_taps__avx2, deinterleave2__avx2, nullptr};
 }
 
 }  // namespace kiln::kernels::cpu

@@ -8,6 +8,7 @@
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
 #include <immintrin.h>
 
+#include <algorithm>
 #include <limits>
 
 #include "kernels/cpu/window_f32.h"
@@ -202,10 +203,130 @@ void deinterleave2__avx512(const float* in, float* even, float* odd, int64_t n) 
   }
 }
 
+
+// r[i] = row i of a 16 x 16 block -> r[j] = its column j: pairs of rows interleaved within 128-bit
+// lanes, then pairs of pairs, then lanes gathered across registers twice (64 shuffles).
+inline void transpose16(__m512 r[16]) {
+  __m512 t[16];
+#pragma GCC unroll 8
+  for (int i = 0; i < 16; i += 2) {
+    t[i] = _mm512_unpacklo_ps(r[i], r[i + 1]);
+    t[i + 1] = _mm512_unpackhi_ps(r[i], r[i + 1]);
+  }
+  // u[4k + j], lane L: rows 4k .. 4k + 3 of column 4L + j.
+  __m512 u[16];
+#pragma GCC unroll 4
+  for (int k = 0; k < 16; k += 4) {
+    const __m512d a = _mm512_castps_pd(t[k]), b = _mm512_castps_pd(t[k + 1]);
+    const __m512d c = _mm512_castps_pd(t[k + 2]), d = _mm512_castps_pd(t[k + 3]);
+    u[k] = _mm512_castpd_ps(_mm512_unpacklo_pd(a, c));
+    u[k + 1] = _mm512_castpd_ps(_mm512_unpackhi_pd(a, c));
+    u[k + 2] = _mm512_castpd_ps(_mm512_unpacklo_pd(b, d));
+    u[k + 3] = _mm512_castpd_ps(_mm512_unpackhi_pd(b, d));
+  }
+#pragma GCC unroll 4
+  for (int j = 0; j < 4; ++j) {
+    const __m512 p0 = _mm512_shuffle_f32x4(u[j], u[4 + j], 0x88), p1 = _mm512_shuffle_f32x4(u[j], u[4 + j], 0xDD);
+    const __m512 q0 = _mm512_shuffle_f32x4(u[8 + j], u[12 + j], 0x88), q1 = _mm512_shuffle_f32x4(u[8 + j], u[12 + j], 0xDD);
+    r[j] = _mm512_shuffle_f32x4(p0, q0, 0x88);
+    r[4 + j] = _mm512_shuffle_f32x4(p1, q1, 0x88);
+    r[8 + j] = _mm512_shuffle_f32x4(p0, q0, 0xDD);
+    r[12 + j] = _mm512_shuffle_f32x4(p1, q1, 0xDD);
+  }
+}
+
+inline __mmask16 lanes(int64_t n) { return n >= 16 ? __mmask16(0xffff) : tail_mask(n); }
+
+// Note [Depthwise in channel blocks] in window_f32.h. Full: all 16 channels present.
+template <bool Full>
+void depthwise3x3_block16(const WindowGeom& g, const DepthwiseBlockF32& a) {
+  const int64_t wp = (g.wo - 1) * g.sw + 3;             // padded columns the windows read
+  const int64_t rows = (a.oh1 - a.oh0 - 1) * g.sh + 3;  // scratch rows
+  const int64_t ih0 = a.oh0 * g.sh - g.pt;              // the input row of scratch row 0
+  float* const buf = a.buf;
+  const __m512 zero = _mm512_setzero_ps();
+  // Padding: rows the band reads outside the input, and the other rows' columns outside it.
+  for (int64_t b = 0; b < rows; ++b) {
+    float* row = buf + b * wp * 16;
+    const int64_t ih = ih0 + b;
+    const bool inside = ih >= 0 && ih < g.h;
+    const int64_t left = inside ? std::min(g.pl, wp) : wp;
+    for (int64_t c = 0; c < left; ++c) _mm512_store_ps(row + 16 * c, zero);
+    if (inside)
+      for (int64_t c = g.pl + g.w; c < wp; ++c) _mm512_store_ps(row + 16 * c, zero);
+  }
+  // The input rows, 16 pixels (in the planes' flat order, across row ends) of 16 channels at a time.
+  const int64_t ia = std::max<int64_t>(ih0, 0), ib = std::min<int64_t>(ih0 + rows, g.h);
+  int64_t ih = ia, iw = 0;
+  for (int64_t q = ia * g.w; q < ib * g.w; q += 16) {
+    const int64_t n = std::min<int64_t>(16, ib * g.w - q);
+    const __mmask16 m = lanes(n);
+    __m512 r[16];
+#pragma GCC unroll 16
+    for (int c = 0; c < 16; ++c) r[c] = Full || c < a.channels ? _mm512_maskz_loadu_ps(m, a.x + c * a.x_plane + q) : zero;
+    transpose16(r);
+#pragma GCC unroll 16
+    for (int i = 0; i < 16; ++i) {
+      if (i >= n) break;
+      if (iw + g.pl < wp) _mm512_store_ps(buf + ((ih - ih0) * wp + iw + g.pl) * 16, r[i]);
+      if (++iw == g.w) iw = 0, ++ih;
+    }
+  }
+  // The outputs, 16 pixels of 16 channels at a time: 9 multiply-adds each, then back to planes.
+  // The weights are loaded per 16 pixels (the stores may alias them, so they are not hoisted): held
+  // across the transposes they would be spilled.
+  const int64_t rstep = wp * 16;  // floats from one tap row to the next
+  int64_t oh = a.oh0, ow = 0;
+  for (int64_t q = a.oh0 * g.wo; q < a.oh1 * g.wo; q += 16) {
+    const int64_t n = std::min<int64_t>(16, a.oh1 * g.wo - q);
+    const float* src[16];
+    for (int i = 0; i < 16; ++i) {
+      if (i >= n) {
+        src[i] = src[0];  // a valid window whose result is not stored
+        continue;
+      }
+      src[i] = buf + ((oh - a.oh0) * g.sh * wp + ow * g.sw) * 16;
+      if (++ow == g.wo) ow = 0, ++oh;
+    }
+    __m512 wv[9];
+#pragma GCC unroll 9
+    for (int t = 0; t < 9; ++t) wv[t] = _mm512_loadu_ps(a.w + 16 * t);
+    const __m512 bias = _mm512_loadu_ps(a.bias), vlo = _mm512_set1_ps(a.lo), vhi = _mm512_set1_ps(a.hi);
+    __m512 acc[16];
+#pragma GCC unroll 16
+    for (int i = 0; i < 16; ++i) {
+      const float* s0 = src[i];
+      const float* s1 = s0 + rstep;
+      const float* s2 = s1 + rstep;
+      __m512 v = _mm512_fmadd_ps(_mm512_load_ps(s0), wv[0], bias);
+      v = _mm512_fmadd_ps(_mm512_load_ps(s0 + 16), wv[1], v);
+      v = _mm512_fmadd_ps(_mm512_load_ps(s0 + 32), wv[2], v);
+      v = _mm512_fmadd_ps(_mm512_load_ps(s1), wv[3], v);
+      v = _mm512_fmadd_ps(_mm512_load_ps(s1 + 16), wv[4], v);
+      v = _mm512_fmadd_ps(_mm512_load_ps(s1 + 32), wv[5], v);
+      v = _mm512_fmadd_ps(_mm512_load_ps(s2), wv[6], v);
+      v = _mm512_fmadd_ps(_mm512_load_ps(s2 + 16), wv[7], v);
+      v = _mm512_fmadd_ps(_mm512_load_ps(s2 + 32), wv[8], v);
+      // max/min return their second operand on NaN: NaN passes the clamp.
+      acc[i] = _mm512_min_ps(vhi, _mm512_max_ps(vlo, v));
+    }
+    transpose16(acc);
+    const __mmask16 m = lanes(n);
+#pragma GCC unroll 16
+    for (int c = 0; c < 16; ++c)
+      if (Full || c < a.channels) _mm512_mask_storeu_ps(a.y + c * a.y_plane + q, m, acc[c]);
+  }
+}
+
+void depthwise3x3_block16__avx512(const WindowGeom& g, const DepthwiseBlockF32& a) {
+  if (a.channels == 16) depthwise3x3_block16<true>(g, a);
+  else depthwise3x3_block16<false>(g, a);
+}
+
 }  // namespace
 
 WindowKernelsF32 window_kernels_f32_avx512() {
-  return {max_taps__avx512, avg_taps__avx512, fma_taps__avx512, deinterleave2__avx512};
+  return {max_taps__avx512, avg_taps__avx512, fma_taps__avx512, deinterleave2__avx512, depthwise3x3_block16__avx512};
 }
 
 }  // namespace kiln::kernels::cpu
