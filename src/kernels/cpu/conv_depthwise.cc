@@ -15,11 +15,14 @@ bool is_depthwise(const Conv2dParams& p) { return p.groups > 1 && p.groups == p.
 namespace {
 
 // Whether the channel-block kernel computes `p` (Note [Depthwise in channel blocks] in
-// window_f32.h): 3x3, undilated, one output channel per input channel, and a plane where it beats
-// the row kernels: every strided plane, stride-1 planes up to 56 columns.
-bool use_channel_blocks(const Conv2dParams& p, const WindowKernelsF32& k) {
+// window_f32.h): 3x3, undilated, one output channel per input channel, and an input plane of at
+// most 28x28. Larger planes gain less in cache-hot runs (56x56: 149 -> 130 us) and lose in an
+// engine, where the input arrives from memory and 16 planes read side by side prefetch worse than
+// one (MobileNetV2's 112x112 stride-2 layer: 252 -> 345 us). Padding far past the kernel's would
+// blow the scratch up 16-fold over the row kernels' copy: at most 256 KiB of it.
+bool use_channel_blocks(const Conv2dParams& p, const WindowGeom& g, const WindowKernelsF32& k) {
   return k.depthwise3x3_block16 != nullptr && p.k == p.c && p.r == 3 && p.s == 3 && p.dil_h == 1 && p.dil_w == 1 &&
-         (p.stride_w > 1 || p.wo <= 56);
+         p.h * p.w <= 28 * 28 && depthwise_block_floats(g) * static_cast<int64_t>(sizeof(float)) <= 256 * 1024;
 }
 
 void depthwise_in_channel_blocks(const Conv2dParams& p, const WindowGeom& g, const WindowKernelsF32& k, const float* x,
@@ -32,28 +35,19 @@ void depthwise_in_channel_blocks(const Conv2dParams& p, const WindowGeom& g, con
     for (int64_t t = 0; t < 9; ++t) wt[static_cast<size_t>((c / 16) * 144 + t * 16 + c % 16)] = w[c * 9 + t];
     bt[static_cast<size_t>(c)] = bias ? bias[c] : 0.0f;
   }
-  // Bands of output rows whose scratch stays near 128 KiB (in L2; the three rows a window reads
-  // stay in L1). With a plane hook the bands of a block run on one worker, which then calls it.
-  int64_t band = p.ho;
-  while (band > 1 && depthwise_block_floats(g, band) * static_cast<int64_t>(sizeof(float)) > 128 * 1024) band = (band + 1) / 2;
-  const int64_t bands = (p.ho + band - 1) / band, per_unit = plane_done ? bands : 1;
-  const int64_t units = p.n * blocks * (bands / per_unit);
-  const int64_t grain = std::max<int64_t>(1, (int64_t{1} << 16) / std::max<int64_t>(1, 16 * 9 * band * p.wo * per_unit));
+  const int64_t grain = std::max<int64_t>(1, (int64_t{1} << 16) / std::max<int64_t>(1, 16 * 9 * p.ho * p.wo));
   const int64_t howo = p.ho * p.wo;
-  parallel_for(0, units, grain, [&](int64_t u0, int64_t u1) {
+  parallel_for(0, p.n * blocks, grain, [&](int64_t u0, int64_t u1) {
     DepthwiseBlockF32 a;
-    a.buf = thread_scratch<float, ScratchSlot::depthwise_block>(static_cast<size_t>(depthwise_block_floats(g, band)));
+    a.buf = thread_scratch<float, ScratchSlot::depthwise_block>(static_cast<size_t>(depthwise_block_floats(g)));
     a.x_plane = p.h * p.w, a.y_plane = howo, a.lo = lo, a.hi = hi;
     for (int64_t u = u0; u < u1; ++u) {
-      const int64_t unit_band = u % (bands / per_unit), blk = u / (bands / per_unit) % blocks, img = u / (bands / per_unit) / blocks;
+      const int64_t img = u / blocks, blk = u % blocks;
       a.x = x + (img * p.c + blk * 16) * p.h * p.w;
       a.y = y + (img * p.c + blk * 16) * howo;
       a.channels = std::min<int64_t>(16, p.c - blk * 16);
       a.w = wt.data() + blk * 144, a.bias = bt.data() + blk * 16;
-      for (int64_t b = unit_band * per_unit; b < (unit_band + 1) * per_unit; ++b) {
-        a.oh0 = b * band, a.oh1 = std::min(p.ho, (b + 1) * band);
-        k.depthwise3x3_block16(g, a);
-      }
+      k.depthwise3x3_block16(g, a);
       if (plane_done)
         for (int64_t c = 0; c < a.channels; ++c) plane_done(a.y + c * howo, img, blk * 16 + c);
     }
@@ -67,7 +61,7 @@ void conv2d_depthwise_f32(const Conv2dParams& p, const float* x, const float* w,
   KILN_ASSERT(is_depthwise(p), "conv2d_depthwise_f32: not depthwise (C ", p.c, ", K ", p.k, ", groups ", p.groups, ")");
   const WindowGeom g{p.h, p.w, p.ho, p.wo, p.r, p.s, p.stride_h, p.stride_w, p.pad_top, p.pad_left, p.dil_h, p.dil_w};
   const WindowKernelsF32 k = window_kernels_f32(active_isa());
-  if (use_channel_blocks(p, k)) return depthwise_in_channel_blocks(p, g, k, x, w, bias, y, plane_done, lo, hi);
+  if (use_channel_blocks(p, g, k)) return depthwise_in_channel_blocks(p, g, k, x, w, bias, y, plane_done, lo, hi);
   const int64_t mult = p.k / p.c, taps = p.r * p.s, howo = p.ho * p.wo;
   // Enough multiply-adds per chunk to pay for a thread hand-off.
   const int64_t grain = std::max<int64_t>(1, (int64_t{1} << 16) / std::max<int64_t>(1, mult * howo * taps + p.h * p.w));

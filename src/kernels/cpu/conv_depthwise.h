@@ -16,7 +16,7 @@ bool is_depthwise(const Conv2dParams& p);
 // [Windows over a phased plane] in window_f32.h), and every output row is one vectorized pass.
 // Under AVX-512, 3x3 undilated layers with K == C (MobileNet's) go 16 channels at a time through a
 // channels-last scratch instead (Note [Depthwise in channel blocks]), parallel over (image, block
-// of 16 channels, band of output rows).
+// of 16 channels), when their planes are small.
 // `plane_done(y_plane, image, channel)`, when set, runs on the worker right after an output plane
 // [Ho, Wo] is written, while it is still in cache: a fused epilogue (activation, residual add).
 // Outputs are clamped to [lo, hi] before they are stored (relu and relu6 without a pass of their

@@ -70,8 +70,8 @@ WindowKernelsF32 window_kernels_f32(Isa isa) {
   return window_kernels_f32_scalar();
 }
 
-int64_t depthwise_block_floats(const WindowGeom& g, int64_t rows) {
-  return ((rows - 1) * g.sh + 3) * ((g.wo - 1) * g.sw + 3) * 16;
+int64_t depthwise_block_floats(const WindowGeom& g) {
+  return ((g.ho - 1) * g.sh + 3) * ((g.wo - 1) * g.sw + 3) * 16;
 }
 
 PhasedPlane::PhasedPlane(const WindowGeom& g, float pad_value) : g_(g) {

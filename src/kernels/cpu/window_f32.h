@@ -29,8 +29,8 @@ struct WindowKernelsF32 {
                    float lo, float hi, float* out, int64_t out_step, int64_t n, int64_t rows);
   // even[j] = in[2j], odd[j] = in[2j + 1] for j < n.
   void (*deinterleave2)(const float* in, float* even, float* odd, int64_t n);
-  // One band of a 3x3, undilated depthwise convolution over 16 channels held channels-last (Note
-  // [Depthwise in channel blocks]); nullptr where the ISA has no such kernel.
+  // A 3x3, undilated depthwise convolution of 16 planes held channels-last (Note [Depthwise in
+  // channel blocks]); nullptr where the ISA has no such kernel.
   void (*depthwise3x3_block16)(const WindowGeom& g, const DepthwiseBlockF32& b);
 };
 WindowKernelsF32 window_kernels_f32_scalar();
@@ -50,13 +50,13 @@ struct WindowGeom {
 // and a masked vector per row of a narrow plane (a 7x7 output fills 7 of 16 lanes). Held
 // channels-last instead, 16 channels are one vector: each output pixel is 9 full-width
 // multiply-adds whatever the plane's width or stride, as in ONNX Runtime's NCHWc layout. The
-// activations stay NCHW: the kernel transposes the input rows a band reads into a zero-padded
+// activations stay NCHW: the kernel transposes the 16 input planes into a zero-padded
 // [rows][columns][16] scratch (16x16 blocks of pixels x channels, in registers), computes 16 output
 // pixels of 16 channels at a time and transposes them back into the 16 output planes. The two
 // transposes cost about as many shuffles as the window costs multiply-adds, so narrow planes and
-// strides gain the most: one thread, MobileNetV2's 7x7 layers 60 -> 18 us, its 14x14 stride-2
-// layer 57 -> 16 us, its 56x56 one 149 -> 130 us (bench/RESULTS.md); at 112 columns, stride 1,
-// the two are even and the row kernels keep those planes (conv_depthwise.cc decides).
+// strides gain the most: one thread, cache-hot, MobileNetV2's 7x7 layers 60 -> 18 us, its 14x14
+// stride-2 layer 57 -> 16 us (bench/RESULTS.md). Large planes gain little hot and lose in an
+// engine (conv_depthwise.cc keeps them on the row kernels).
 struct DepthwiseBlockF32 {
   const float* x = nullptr;  // the block's first input plane; channel c's at x + c * x_plane, [h, w]
   float* y = nullptr;        // the block's first output plane; channel c's at y + c * y_plane, [ho, wo]
@@ -65,12 +65,10 @@ struct DepthwiseBlockF32 {
   const float* w = nullptr;      // [9][16]: tap t (row-major) of the 16 channels, 0 past `channels`
   const float* bias = nullptr;   // [16]
   float lo = 0, hi = 0;          // the clamp, as in fma_taps
-  float* buf = nullptr;          // scratch of depthwise_block_floats(g, oh1 - oh0) floats, 64-byte aligned
-  int64_t oh0 = 0, oh1 = 0;      // the band: output rows [oh0, oh1)
+  float* buf = nullptr;          // scratch of depthwise_block_floats(g) floats, 64-byte aligned
 };
-// Scratch floats for a band of `rows` output rows: ((rows - 1) * sh + 3) rows of the padded
-// columns the windows read, 16 channels each.
-int64_t depthwise_block_floats(const WindowGeom& g, int64_t rows);
+// Scratch floats: the padded rows and columns the windows read, 16 channels each.
+int64_t depthwise_block_floats(const WindowGeom& g);
 
 // Note [Windows over a phased plane]
 // Every window of a plane is read from a private copy of it that holds all rows and columns any

@@ -241,11 +241,11 @@ inline __mmask16 lanes(int64_t n) { return n >= 16 ? __mmask16(0xffff) : tail_ma
 template <bool Full>
 void depthwise3x3_block16(const WindowGeom& g, const DepthwiseBlockF32& a) {
   const int64_t wp = (g.wo - 1) * g.sw + 3;             // padded columns the windows read
-  const int64_t rows = (a.oh1 - a.oh0 - 1) * g.sh + 3;  // scratch rows
-  const int64_t ih0 = a.oh0 * g.sh - g.pt;              // the input row of scratch row 0
+  const int64_t rows = (g.ho - 1) * g.sh + 3;  // scratch rows
+  const int64_t ih0 = -g.pt;                   // the input row of scratch row 0
   float* const buf = a.buf;
   const __m512 zero = _mm512_setzero_ps();
-  // Padding: rows the band reads outside the input, and the other rows' columns outside it.
+  // Padding: rows the windows read outside the input, and the other rows' columns outside it.
   for (int64_t b = 0; b < rows; ++b) {
     float* row = buf + b * wp * 16;
     const int64_t ih = ih0 + b;
@@ -276,16 +276,16 @@ void depthwise3x3_block16(const WindowGeom& g, const DepthwiseBlockF32& a) {
   // The weights are loaded per 16 pixels (the stores may alias them, so they are not hoisted): held
   // across the transposes they would be spilled.
   const int64_t rstep = wp * 16;  // floats from one tap row to the next
-  int64_t oh = a.oh0, ow = 0;
-  for (int64_t q = a.oh0 * g.wo; q < a.oh1 * g.wo; q += 16) {
-    const int64_t n = std::min<int64_t>(16, a.oh1 * g.wo - q);
+  int64_t oh = 0, ow = 0;
+  for (int64_t q = 0; q < g.ho * g.wo; q += 16) {
+    const int64_t n = std::min<int64_t>(16, g.ho * g.wo - q);
     const float* src[16];
     for (int i = 0; i < 16; ++i) {
       if (i >= n) {
         src[i] = src[0];  // a valid window whose result is not stored
         continue;
       }
-      src[i] = buf + ((oh - a.oh0) * g.sh * wp + ow * g.sw) * 16;
+      src[i] = buf + (oh * g.sh * wp + ow * g.sw) * 16;
       if (++ow == g.wo) ow = 0, ++oh;
     }
     __m512 wv[9];
