@@ -165,22 +165,22 @@ TEST_F(ConvDirectTest, EachLayerTakesTheTilingThatWastesLess) {
   if (kernels::cpu::active_isa() != kernels::cpu::Isa::avx512) GTEST_SKIP() << "the tiles are AVX-512's";
   struct Want {
     Case c;
-    bool pixels;
+    int panel;  // the tile's output channels: 48 / 64 / 32 (pixel tiles) or 12 (column tiles)
   };
   const Want wants[] = {
-      {{{1, 512, 7, 7}, {512, 512, 3, 3}, {1, 1}, {1, 1, 1, 1}}, true},   // ResNet-50's last stage
-      {{{8, 2048, 7, 7}, {512, 2048, 1, 1}}, true},
-      {{{1, 960, 7, 7}, {160, 960, 1, 1}}, true},                       // MobileNetV2's projection
-      {{{1, 160, 7, 7}, {960, 160, 1, 1}}, true},                       // MobileNetV2's expansion
-      {{{1, 1024, 14, 14}, {256, 1024, 1, 1}}, true},
-      {{{1, 64, 56, 56}, {64, 64, 3, 3}, {1, 1}, {1, 1, 1, 1}}, true},   // 6 x 64: 3136 = 522 * 6 + 4
-      {{{1, 16, 112, 112}, {96, 16, 1, 1}}, false},                     // 12 x 32 fits exactly
+      {{{1, 512, 7, 7}, {512, 512, 3, 3}, {1, 1}, {1, 1, 1, 1}}, 48},   // ResNet-50's last stage
+      {{{8, 2048, 7, 7}, {512, 2048, 1, 1}}, 48},
+      {{{1, 960, 7, 7}, {160, 960, 1, 1}}, 32},                       // MobileNetV2's projection: 160 = 5 x 32
+      {{{1, 160, 7, 7}, {960, 160, 1, 1}}, 48},                       // MobileNetV2's expansion
+      {{{1, 1024, 14, 14}, {256, 1024, 1, 1}}, 64},
+      {{{1, 64, 56, 56}, {64, 64, 3, 3}, {1, 1}, {1, 1, 1, 1}}, 64},   // 6 x 64: 3136 = 522 * 6 + 4
+      {{{1, 3, 224, 224}, {32, 3, 3, 3}, {2, 2}, {1, 1, 1, 1}}, 32},  // MobileNetV2's stem: 8 x 32 fits exactly
+      {{{1, 16, 112, 112}, {96, 16, 1, 1}}, 12},                     // 12 x 32 fits exactly
   };
   for (const Want& w : wants) {
     const Conv2dParams p = conv_params_of(w.c);
-    EXPECT_EQ(kernels::cpu::conv2d_direct_pixel_rows(p), w.pixels) << shape_str(w.c.x) << " " << shape_str(w.c.w);
-    const int panel = kernels::cpu::conv2d_direct_tile_rows(p);
-    EXPECT_EQ(panel == 48 || panel == 64, w.pixels) << panel;
+    EXPECT_EQ(kernels::cpu::conv2d_direct_pixel_rows(p), w.panel != 12) << shape_str(w.c.x) << " " << shape_str(w.c.w);
+    EXPECT_EQ(kernels::cpu::conv2d_direct_tile_rows(p), w.panel) << shape_str(w.c.x) << " " << shape_str(w.c.w);
   }
   // A last-stage layer (half of ResNet-50's width), both threads splitting the panels, against float64.
   const Case c{{1, 256, 7, 7}, {256, 256, 3, 3}, {1, 1}, {1, 1, 1, 1}};

@@ -293,6 +293,11 @@ void f32_conv_pixels_6x64__avx512(int taps, const int64_t* tap_off, int64_t k, c
                                   const ConvPixelsOutF32* out) {
   f32_conv_pixels_ukernel__avx512<6, 4>(taps, tap_off, k, x, pix, ldx, b, c, ldc, accumulate, out);
 }
+void f32_conv_pixels_8x32__avx512(int taps, const int64_t* tap_off, int64_t k, const float* x, const int64_t* pix,
+                                  int64_t ldx, const float* b, float* c, int64_t ldc, bool accumulate,
+                                  const ConvPixelsOutF32* out) {
+  f32_conv_pixels_ukernel__avx512<8, 2>(taps, tap_off, k, x, pix, ldx, b, c, ldc, accumulate, out);
+}
 
 }  // namespace
 
@@ -306,7 +311,9 @@ void f32_conv_pixels_6x64__avx512(int taps, const int64_t* tap_off, int64_t k, c
 const GemmKernelF32& gemm_kernel_f32_avx512() {
   static const GemmKernelF32 k{Isa::avx512, kMr, kNr, 144, 768, 2048, f32_gemm_ukernel__avx512,
                                {{12, 32, f32_conv_taps_12x32__avx512}, {8, 48, f32_conv_taps_8x48__avx512}},
-                               {{7, 48, f32_conv_pixels_7x48__avx512}, {6, 64, f32_conv_pixels_6x64__avx512}}};
+                               {{7, 48, f32_conv_pixels_7x48__avx512},
+                                {6, 64, f32_conv_pixels_6x64__avx512},
+                                {8, 32, f32_conv_pixels_8x32__avx512}}};
   return k;
 }
 

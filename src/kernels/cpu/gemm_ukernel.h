@@ -70,7 +70,7 @@ struct GemmKernelF32 {
   // The direct convolution's tiles, in order of preference (Note [Direct convolution tiles] in
   // conv_direct.cc); none: this ISA convolves through im2col only.
   GemmTapsKernelF32 taps[2];
-  ConvPixelsKernelF32 pixels[2];  // the pixel-row tiles (Note [Pixels as rows]); none: columns only
+  ConvPixelsKernelF32 pixels[3];  // the pixel-row tiles (Note [Pixels as rows]); none: columns only
 };
 
 const GemmKernelF32& gemm_kernel_f32_scalar();
