@@ -77,6 +77,13 @@ void BM_depthwise_3x3(benchmark::State& state) {
 BENCHMARK(BM_depthwise_3x3)
     ->ArgsProduct({{1, 8}, {32}, {112}, {1}, {1, 2}})
     ->ArgsProduct({{1, 8}, {144}, {56}, {2}, {1, 2}})
+    // the rest of MobileNetV2's depthwise layers (planes up to 28x28 take the channel blocks)
+    ->ArgsProduct({{1}, {96}, {112}, {2}, {1, 2}})
+    ->ArgsProduct({{1}, {144}, {56}, {1}, {1, 2}})
+    ->ArgsProduct({{1}, {192}, {28}, {1, 2}, {1, 2}})
+    ->ArgsProduct({{1}, {384, 576}, {14}, {1}, {1, 2}})
+    ->ArgsProduct({{1}, {576}, {14}, {2}, {1, 2}})
+    ->ArgsProduct({{1}, {960}, {7}, {1}, {1, 2}})
     ->ArgNames({"n", "c", "hw", "stride", "threads"})
     ->Unit(benchmark::kMicrosecond)->UseRealTime();
 
