@@ -158,6 +158,36 @@ TEST_F(ConvDirectTest, EpilogueActivationAndResidual) {
   }
 }
 
+// One image between two threads by (panel, pixel tile) pairs (Note [Panels and tiles in one
+// order]): 5 panels x 7 tiles and 11 x 7, so one panel is split between the threads; with the
+// epilogue in the store (relu + residual) and after it (silu), and a 3x3 layer whose K slices
+// leave partial sums in Yt.
+TEST_F(ConvDirectTest, OneImageSplitsPanelsAndTilesTogether) {
+  if (kernels::cpu::active_isa() != kernels::cpu::Isa::avx512) GTEST_SKIP() << "the tiles are AVX-512's";
+  set_num_threads(2);
+  uint64_t seed = 1000;
+  for (const Case& c : {Case{{1, 960, 7, 7}, {160, 960, 1, 1}},
+                        Case{{1, 512, 7, 7}, {512, 512, 3, 3}, {1, 1}, {1, 1, 1, 1}},
+                        Case{{1, 96, 7, 7}, {160, 96, 3, 3}, {1, 1}, {1, 1, 1, 1}}}) {
+    const Conv2dParams p = conv_params_of(c);
+    ASSERT_TRUE(kernels::cpu::conv2d_direct_pixel_rows(p)) << shape_str(c.w);
+    for (GemmActivation act : {GemmActivation::relu, GemmActivation::silu}) {
+      Tensor x = random_tensor(c.x, DType::f32, seed++), w = random_tensor(c.w, DType::f32, seed++);
+      Tensor bias = random_tensor({c.w[0]}, DType::f32, seed++), res = random_tensor({p.n, p.k, p.ho, p.wo}, DType::f32, seed++);
+      Conv2dEpilogue ep;
+      ep.activation = act;
+      ep.residual = f32(res);
+      Tensor conv = ref::conv2d(x, w, bias, c.stride, c.padding, c.dilation, c.groups);
+      Tensor want = (act == GemmActivation::relu ? conv.relu() : conv * conv.sigmoid()) + res.to(DType::f64);
+      Tensor mag = ref::conv2d(abs_values(x), abs_values(w), abs_values(bias), c.stride, c.padding, c.dilation, c.groups) +
+                   abs_values(res.to(DType::f64));
+      for (bool prepacked : {false, true})
+        EXPECT_TRUE(close_by_magnitude(run_direct(c, x, w, bias, ep, prepacked), want, mag, 1e-5))
+            << shape_str(c.w) << " activation " << static_cast<int>(act) << " prepacked " << prepacked;
+    }
+  }
+}
+
 // Each layer takes the tiling that wastes less of its tiles: the pixel tiles on ResNet's layers
 // (7 x 48 or 6 x 64), the column tiles where 12 x 32 fits exactly (MobileNetV2's 16 -> 96); the
 // packed filters' panel (the engine's cache key for them) says which.

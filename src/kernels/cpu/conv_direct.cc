@@ -534,7 +534,12 @@ void pixel_rows(const Conv2dParams& p, const Geometry& g, const float* x, const 
   // One image at a time, split between the threads by filter panels (each copies all of X') or
   // by pixel tiles (each reads all the filters and copies the rows of X' its pixels read):
   // duplicate the smaller operand unless that split is much less even (as the column tiles do).
+  // Note [Panels and tiles in one order]: when neither split is even (a 7x7 plane's 7 tiles and
+  // 160 channels' 5 panels between 2 threads: 4/3 and 3/2), the (panel, tile) pairs are split in
+  // panel-major order instead (35: 18/17), each thread taking whole panels and at most two partial
+  // ones (MobileNetV2's 960 -> 160 projection, ResNet-50's last stage: 11 panels).
   const double bp = balance(panels, threads), bq = balance(ptiles, threads);
+  const bool by_pairs = std::max(bp, bq) < 0.95 && balance(panels * ptiles, threads) > std::max(bp, bq);
   const bool by_pixels = static_cast<double>(p.k) * static_cast<double>(g.cg * g.taps) <=
                                  static_cast<double>(p.c) * static_cast<double>(g.cstride)
                              ? bq >= 0.75 * bp
@@ -542,6 +547,25 @@ void pixel_rows(const Conv2dParams& p, const Geometry& g, const float* x, const 
   float* yt = yt_floats ? thread_scratch<float, ScratchSlot::direct_conv_y>(yt_floats) : nullptr;
   for (int64_t img = 0; img < p.n; ++img) {
     parallel_run(threads, [&](int t, int nt) {
+      if (by_pairs) {
+        const int64_t u0 = panels * ptiles * t / nt, u1 = panels * ptiles * (t + 1) / nt;
+        if (u0 >= u1) return;
+        float* xq = xq_floats ? thread_scratch<float, ScratchSlot::direct_conv_x>(xq_floats) : nullptr;
+        if (xq != nullptr) fill(img, xq, 0, g.hq);
+        for (int64_t u = u0; u < u1;) {
+          const int64_t jp = u / ptiles, q = u % ptiles;
+          if (q == 0 && u1 - u >= ptiles) {  // whole panels
+            const int64_t whole = (u1 - u) / ptiles;
+            run(img, 1, xq, yt, jp, jp + whole, 0, ptiles);
+            u += whole * ptiles;
+          } else {  // part of one panel
+            const int64_t q1 = std::min(ptiles, q + (u1 - u));
+            run(img, 1, xq, yt, jp, jp + 1, q, q1);
+            u += q1 - q;
+          }
+        }
+        return;
+      }
       int64_t j0 = 0, j1 = panels, q0 = 0, q1 = ptiles;
       if (by_pixels) q0 = ptiles * t / nt, q1 = ptiles * (t + 1) / nt;
       else j0 = panels * t / nt, j1 = panels * (t + 1) / nt;

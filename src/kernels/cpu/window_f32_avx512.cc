@@ -203,7 +203,6 @@ void deinterleave2__avx512(const float* in, float* even, float* odd, int64_t n) 
   }
 }
 
-
 // r[i] = row i of a 16 x 16 block -> r[j] = its column j: pairs of rows interleaved within 128-bit
 // lanes, then pairs of pairs, then lanes gathered across registers twice (64 shuffles).
 inline void transpose16(__m512 r[16]) {
@@ -240,7 +239,7 @@ inline __mmask16 lanes(int64_t n) { return n >= 16 ? __mmask16(0xffff) : tail_ma
 // Note [Depthwise in channel blocks] in window_f32.h. Full: all 16 channels present.
 template <bool Full>
 void depthwise3x3_block16(const WindowGeom& g, const DepthwiseBlockF32& a) {
-  const int64_t wp = (g.wo - 1) * g.sw + 3;             // padded columns the windows read
+  const int64_t wp = (g.wo - 1) * g.sw + 3;    // padded columns the windows read
   const int64_t rows = (g.ho - 1) * g.sh + 3;  // scratch rows
   const int64_t ih0 = -g.pt;                   // the input row of scratch row 0
   float* const buf = a.buf;
