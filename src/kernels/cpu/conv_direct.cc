@@ -108,11 +108,11 @@ GemmTapsKernelF32 pick_tile(const GemmKernelF32& kk, int64_t rows, int64_t cols)
 // place in X', so the halo columns are skipped and 7 x 7, 14 x 14, 28 x 28 planes split exactly)
 // and its columns are 48 output channels loaded from a packed filter panel (48 | 96, 192, 384,
 // 576, 960; 512 and 2048 waste 3% and 1%), or 64 (6 pixels), or 32 (8 pixels: MobileNetV2's stem
-// and its projections to 32 and 160 channels, 0.26 -> 0.20 ms for the stem). The tile comes out pixel-major: partial sums over K
-// slices accumulate in a scratch Yt[pixel][channel], and the last slice's tile is transposed in
-// registers and stored into y with the epilogue (Note [A transposed store] in
-// gemm_f32_avx512.cc). Filters are packed as for the column tiles, in panels of 48 output
-// channels. The images of a batch share each panel (as in Note [Images share the filter
+// and its projections to 32 and 160 channels, 0.26 -> 0.20 ms for the stem). The tile comes out
+// pixel-major: partial sums over K slices accumulate in a scratch Yt[pixel][channel], and the last
+// slice's tile is transposed in registers and stored into y with the epilogue (Note [A transposed
+// store] in gemm_f32_avx512.cc). Filters are packed as for the column tiles, in panels of the
+// tile's output channels. The images of a batch share each panel (as in Note [Images share the filter
 // blocks]); one image is split between threads by panels or by pixel tiles. Since each pixel has
 // its own offset, an unpadded convolution (strided, dilated, 1x1 or not: ResNet's 1x1 stride-2
 // projections) reads x itself, with no X' copy, and a padded one a plain zero-padded copy (no

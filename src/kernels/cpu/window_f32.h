@@ -55,8 +55,8 @@ struct WindowGeom {
 // pixels of 16 channels at a time and transposes them back into the 16 output planes. The two
 // transposes cost about as many shuffles as the window costs multiply-adds, so narrow planes and
 // strides gain the most: one thread, cache-hot, through conv2d, MobileNetV2's 7x7 layers 89 -> 28
-// us, its 14x14 stride-2 layer 82 -> 21 us (bench/RESULTS.md). Large planes gain little hot and lose in an
-// engine (conv_depthwise.cc keeps them on the row kernels).
+// us, its 14x14 stride-2 layer 82 -> 21 us (bench/RESULTS.md). Large planes gain little hot and
+// lose in an engine (conv_depthwise.cc keeps them on the row kernels).
 struct DepthwiseBlockF32 {
   const float* x = nullptr;  // the block's first input plane; channel c's at x + c * x_plane, [h, w]
   float* y = nullptr;        // the block's first output plane; channel c's at y + c * y_plane, [ho, wo]
