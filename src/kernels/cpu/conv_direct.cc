@@ -112,12 +112,13 @@ GemmTapsKernelF32 pick_tile(const GemmKernelF32& kk, int64_t rows, int64_t cols)
 // pixel-major: partial sums over K slices accumulate in a scratch Yt[pixel][channel], and the last
 // slice's tile is transposed in registers and stored into y with the epilogue (Note [A transposed
 // store] in gemm_f32_avx512.cc). Filters are packed as for the column tiles, in panels of the
-// tile's output channels. The images of a batch share each panel (as in Note [Images share the filter
-// blocks]); one image is split between threads by panels or by pixel tiles. Since each pixel has
-// its own offset, an unpadded convolution (strided, dilated, 1x1 or not: ResNet's 1x1 stride-2
-// projections) reads x itself, with no X' copy, and a padded one a plain zero-padded copy (no
-// polyphase split for strides). Each convolution takes whichever tiling
-// wastes less of its tiles (the columns on a tie).
+// tile's output channels. The images of a batch share each panel (as in Note [Images share the
+// filter blocks]); one image is split between threads by panels, by pixel tiles or by (panel,
+// tile) pairs (Note [Panels and tiles in one order]). Since each pixel has its own offset, an
+// unpadded convolution (strided, dilated, 1x1 or not: ResNet's 1x1 stride-2 projections) reads x
+// itself, with no X' copy, and a padded one a plain zero-padded copy (no polyphase split for
+// strides). Each convolution takes whichever tiling wastes less of its tiles (the columns on a
+// tie).
 std::atomic<int> g_forced_tiling{0};
 
 // The pixel tile for this convolution (ukernel == nullptr: the column tiles waste less).
