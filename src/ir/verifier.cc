@@ -84,7 +84,8 @@ std::vector<std::string> verify_errors(const Graph& g) {
     if (!(bound == n->attrs())) {
       std::string missing;
       for (const auto& [k, v] : bound.values())
-        if (!n->attrs().has(k) || !attr_values_identical(n->attrs().get(k), v)) missing += (missing.empty() ? "" : ", ") + k;
+        if (!n->attrs().has(k) || !attr_values_identical(n->attrs().get(k), v))
+          missing += (missing.empty() ? "" : ", ") + k;
       errs.push_back(where + ": attributes are not in bound form (check: " + missing + ")");
       continue;
     }

@@ -173,14 +173,16 @@ TEST_F(ConvDirectTest, OneImageSplitsPanelsAndTilesTogether) {
     ASSERT_TRUE(kernels::cpu::conv2d_direct_pixel_rows(p)) << shape_str(c.w);
     for (GemmActivation act : {GemmActivation::relu, GemmActivation::silu}) {
       Tensor x = random_tensor(c.x, DType::f32, seed++), w = random_tensor(c.w, DType::f32, seed++);
-      Tensor bias = random_tensor({c.w[0]}, DType::f32, seed++), res = random_tensor({p.n, p.k, p.ho, p.wo}, DType::f32, seed++);
+      Tensor bias = random_tensor({c.w[0]}, DType::f32, seed++);
+      Tensor res = random_tensor({p.n, p.k, p.ho, p.wo}, DType::f32, seed++);
       Conv2dEpilogue ep;
       ep.activation = act;
       ep.residual = f32(res);
       Tensor conv = ref::conv2d(x, w, bias, c.stride, c.padding, c.dilation, c.groups);
       Tensor want = (act == GemmActivation::relu ? conv.relu() : conv * conv.sigmoid()) + res.to(DType::f64);
-      Tensor mag = ref::conv2d(abs_values(x), abs_values(w), abs_values(bias), c.stride, c.padding, c.dilation, c.groups) +
-                   abs_values(res.to(DType::f64));
+      Tensor mag =
+          ref::conv2d(abs_values(x), abs_values(w), abs_values(bias), c.stride, c.padding, c.dilation, c.groups) +
+          abs_values(res.to(DType::f64));
       for (bool prepacked : {false, true})
         EXPECT_TRUE(close_by_magnitude(run_direct(c, x, w, bias, ep, prepacked), want, mag, 1e-5))
             << shape_str(c.w) << " activation " << static_cast<int>(act) << " prepacked " << prepacked;

@@ -213,8 +213,8 @@ TEST_P(WindowIsaTest, DepthwiseConvInChannelBlocks) {
     Tensor b = random_tensor({c}, DType::f32, seed++);
     Tensor want = ref::conv2d(x, w, b, {cs.stride, cs.stride}, cs.pad, {1, 1}, c);
     Tensor mag = ref::conv2d(abs_values(x), abs_values(w), abs_values(b), {cs.stride, cs.stride}, cs.pad, {1, 1}, c);
-    EXPECT_TRUE(close_by_magnitude(conv2d(x, w, b, Conv2dOptions{{cs.stride, cs.stride}, cs.pad, {1, 1}, c}), want, mag, kEps))
-        << shape_str(cs.x) << " stride " << cs.stride;
+    const Conv2dOptions o{{cs.stride, cs.stride}, cs.pad, {1, 1}, c};
+    EXPECT_TRUE(close_by_magnitude(conv2d(x, w, b, o), want, mag, kEps)) << shape_str(cs.x) << " stride " << cs.stride;
 
     kernels::cpu::Conv2dParams p;
     p.n = cs.x[0], p.c = p.k = p.groups = c, p.h = cs.x[2], p.w = cs.x[3], p.r = p.s = 3;

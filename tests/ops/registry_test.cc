@@ -163,7 +163,8 @@ TEST(Registry, BoundAttributesHoldingNaNEqualThemselves) {
   const double nan = std::numeric_limits<double>::quiet_NaN();
   Attrs bound = gemm->bind_attrs({{"alpha", nan}});
   EXPECT_TRUE(bound == gemm->bind_attrs(bound));
-  EXPECT_TRUE(attr_values_identical(AttrValue(std::vector<double>{1.0, nan}), AttrValue(std::vector<double>{1.0, nan})));
+  const AttrValue with_nan = std::vector<double>{1.0, nan};
+  EXPECT_TRUE(attr_values_identical(with_nan, AttrValue(std::vector<double>{1.0, nan})));
   EXPECT_FALSE(attr_values_identical(AttrValue(0.0), AttrValue(-0.0)));
   EXPECT_FALSE(attr_values_identical(AttrValue(1.0), AttrValue(int64_t{1})));
   EXPECT_FALSE(bound == gemm->bind_attrs({{"alpha", 1.0}}));

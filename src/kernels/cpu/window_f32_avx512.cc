@@ -226,7 +226,8 @@ inline void transpose16(__m512 r[16]) {
 #pragma GCC unroll 4
   for (int j = 0; j < 4; ++j) {
     const __m512 p0 = _mm512_shuffle_f32x4(u[j], u[4 + j], 0x88), p1 = _mm512_shuffle_f32x4(u[j], u[4 + j], 0xDD);
-    const __m512 q0 = _mm512_shuffle_f32x4(u[8 + j], u[12 + j], 0x88), q1 = _mm512_shuffle_f32x4(u[8 + j], u[12 + j], 0xDD);
+    const __m512 q0 = _mm512_shuffle_f32x4(u[8 + j], u[12 + j], 0x88);
+    const __m512 q1 = _mm512_shuffle_f32x4(u[8 + j], u[12 + j], 0xDD);
     r[j] = _mm512_shuffle_f32x4(p0, q0, 0x88);
     r[4 + j] = _mm512_shuffle_f32x4(p1, q1, 0x88);
     r[8 + j] = _mm512_shuffle_f32x4(p0, q0, 0xDD);
@@ -262,7 +263,8 @@ void depthwise3x3_block16(const WindowGeom& g, const DepthwiseBlockF32& a) {
     const __mmask16 m = lanes(n);
     __m512 r[16];
 #pragma GCC unroll 16
-    for (int c = 0; c < 16; ++c) r[c] = Full || c < a.channels ? _mm512_maskz_loadu_ps(m, a.x + c * a.x_plane + q) : zero;
+    for (int c = 0; c < 16; ++c)
+      r[c] = Full || c < a.channels ? _mm512_maskz_loadu_ps(m, a.x + c * a.x_plane + q) : zero;
     transpose16(r);
 #pragma GCC unroll 16
     for (int i = 0; i < 16; ++i) {
