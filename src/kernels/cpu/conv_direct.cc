@@ -548,38 +548,37 @@ void pixel_rows(const Conv2dParams& p, const Geometry& g, const float* x, const 
   float* yt = yt_floats ? thread_scratch<float, ScratchSlot::direct_conv_y>(yt_floats) : nullptr;
   for (int64_t img = 0; img < p.n; ++img) {
     parallel_run(threads, [&](int t, int nt) {
-      if (by_pairs) {
-        const int64_t u0 = panels * ptiles * t / nt, u1 = panels * ptiles * (t + 1) / nt;
-        if (u0 >= u1) return;
-        float* xq = xq_floats ? thread_scratch<float, ScratchSlot::direct_conv_x>(xq_floats) : nullptr;
-        if (xq != nullptr) fill(img, xq, 0, g.hq);
-        for (int64_t u = u0; u < u1;) {
+      // This thread's share: rectangles of filter panels [j0, j1) x pixel tiles [q0, q1).
+      struct Share {
+        int64_t j0, j1, q0, q1;
+      };
+      Share shares[3];
+      int count = 0;
+      if (by_pairs) {  // whole panels and at most two partial ones
+        const int64_t u1 = panels * ptiles * (t + 1) / nt;
+        for (int64_t u = panels * ptiles * t / nt; u < u1;) {
           const int64_t jp = u / ptiles, q = u % ptiles;
-          if (q == 0 && u1 - u >= ptiles) {  // whole panels
-            const int64_t whole = (u1 - u) / ptiles;
-            run(img, 1, xq, yt, jp, jp + whole, 0, ptiles);
-            u += whole * ptiles;
-          } else {  // part of one panel
-            const int64_t q1 = std::min(ptiles, q + (u1 - u));
-            run(img, 1, xq, yt, jp, jp + 1, q, q1);
-            u += q1 - q;
-          }
+          const int64_t whole = q == 0 ? (u1 - u) / ptiles : 0;
+          const Share sh =
+              whole > 0 ? Share{jp, jp + whole, 0, ptiles} : Share{jp, jp + 1, q, std::min(ptiles, q + u1 - u)};
+          shares[count++] = sh;
+          u += (sh.j1 - sh.j0) * (sh.q1 - sh.q0);
         }
-        return;
+      } else if (by_pixels) {
+        shares[count++] = {0, panels, ptiles * t / nt, ptiles * (t + 1) / nt};
+      } else {
+        shares[count++] = {panels * t / nt, panels * (t + 1) / nt, 0, ptiles};
       }
-      int64_t j0 = 0, j1 = panels, q0 = 0, q1 = ptiles;
-      if (by_pixels) q0 = ptiles * t / nt, q1 = ptiles * (t + 1) / nt;
-      else j0 = panels * t / nt, j1 = panels * (t + 1) / nt;
-      if (j0 >= j1 || q0 >= q1) return;
+      if (count == 0 || shares[0].j0 >= shares[0].j1 || shares[0].q0 >= shares[0].q1) return;
       float* xq = xq_floats ? thread_scratch<float, ScratchSlot::direct_conv_x>(xq_floats) : nullptr;
       if (xq != nullptr) {
-        // Output rows oh0 ... oh1 read plane rows from oh0's up to oh1's + shift_h (+ 1: the halo
-        // spills into the next row, Note [A narrower halo]).
-        const int64_t oh0 = q0 * mr / p.wo, oh1 = (std::min(howo, q1 * mr) - 1) / p.wo;
+        // A pixel band's output rows oh0 ... oh1 read plane rows from oh0's up to oh1's + shift_h
+        // (+ 1: the halo spills into the next row, Note [A narrower halo]); the other shares, all.
+        const int64_t oh0 = shares[0].q0 * mr / p.wo, oh1 = (std::min(howo, shares[0].q1 * mr) - 1) / p.wo;
         fill(img, xq, by_pixels ? oh0 * g.rows_per_out : 0,
              by_pixels ? std::min(g.hq, oh1 * g.rows_per_out + g.shift_h + 2) : g.hq);
       }
-      run(img, 1, xq, yt, j0, j1, q0, q1);
+      for (int i = 0; i < count; ++i) run(img, 1, xq, yt, shares[i].j0, shares[i].j1, shares[i].q0, shares[i].q1);
     });
   }
 }
