@@ -1,6 +1,7 @@
-// f32 GEMM micro-kernel for AVX2+FMA: a 6 x 16 tile in 12 ymm accumulators; right-edge tiles go
-// through a small stack tile. Compiled for AVX2 by the target pragma below (Note [ISA code in one
-// binary] in gemm_f32_avx512.cc).
+// f32 micro-kernels for AVX2+FMA: the GEMM's 6 x 16 tile in 12 ymm accumulators (right-edge tiles
+// go through a small stack tile) and the direct convolution's tiles (Note [AVX2 convolution
+// tiles]). Compiled for AVX2 by the target pragma below (Note [ISA code in one binary] in
+// gemm_f32_avx512.cc).
 #include <immintrin.h>
 
 #include "kernels/cpu/gemm_ukernel.h"
@@ -71,10 +72,225 @@ void f32_gemm_ukernel__avx2(int64_t k, const float* a, const float* b, int64_t l
   }
 }
 
+
+// Note [AVX2 convolution tiles]
+// The direct convolution's tiles (gemm_ukernel.h) with AVX2's 16 ymm registers: 12 accumulators
+// (enough independent FMA chains for two FMA pipes of 4-cycle latency), the B vectors and one
+// broadcast. Column tiles: 6 x 16 (the GEMM's shape) and 4 x 24 (no wasted rows on 64-channel
+// layers); pixel tiles: 6 pixels x 16 channels, 4 x 24 and 3 x 32. AVX2 has no mask registers, so
+// partial tiles use vmaskmov loads and stores, and full tiles (the common case) plain ones.
+
+// Lanes [0, left) of a vector of 8.
+inline __m256i lanes_below(int left) {
+  return _mm256_cmpgt_epi32(_mm256_set1_epi32(left), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
+}
+
+// Column tiles (GemmTapsUkernelF32): M rows of an MR-row A panel by NV vectors of 8 columns. Full:
+// all NV * 8 columns are valid (plain loads and stores); otherwise the first n, masked.
+template <int MR, int NV, int M, bool Full>
+void f32_conv_taps_ukernel__avx2(int taps, const int64_t* tap_off, int64_t k, const float* a, const float* b,
+                                 int64_t ldb, float* c, int64_t ldc, int n, bool accumulate,
+                                 const ConvTileEpilogueF32* ep) {
+  static_assert(M * NV <= 12 && M <= MR);
+  __m256 acc[M][NV];
+  __m256i mask[NV];
+#pragma GCC unroll 3
+  for (int v = 0; v < NV; ++v) mask[v] = lanes_below(n - 8 * v);
+  auto load = [&](const float* s, int v) { return Full ? _mm256_loadu_ps(s) : _mm256_maskload_ps(s, mask[v]); };
+#pragma GCC unroll 6
+  for (int i = 0; i < M; ++i)
+#pragma GCC unroll 3
+    for (int v = 0; v < NV; ++v) acc[i][v] = _mm256_setzero_ps();
+  for (int t = 0; t < taps; ++t) {
+    const float* bt = b + tap_off[t];
+#pragma GCC unroll 4
+    for (int64_t p = 0; p < k; ++p) {
+      __m256 bv[NV];
+#pragma GCC unroll 3
+      for (int v = 0; v < NV; ++v) bv[v] = load(bt + 8 * v, v);
+#pragma GCC unroll 6
+      for (int i = 0; i < M; ++i) {
+        const __m256 ai = _mm256_broadcast_ss(a + i);
+#pragma GCC unroll 3
+        for (int v = 0; v < NV; ++v) acc[i][v] = _mm256_fmadd_ps(ai, bv[v], acc[i][v]);
+      }
+      a += MR;
+      bt += ldb;
+    }
+  }
+  // Note [Epilogue in the store] (gemm_f32_avx512.cc).
+  const bool fin = ep != nullptr;
+  const bool relu = fin && ep->act != ConvTileEpilogueF32::Act::none;
+  const bool relu6 = fin && ep->act == ConvTileEpilogueF32::Act::relu6;
+  const float* res = fin ? ep->residual : nullptr;
+  const bool res_before = res != nullptr && ep->residual_before_activation;
+  const __m256 zero = _mm256_setzero_ps(), six = _mm256_set1_ps(6.0f);
+#pragma GCC unroll 6
+  for (int i = 0; i < M; ++i) {
+    float* cr = c + i * ldc;
+    const __m256 bias = fin && ep->bias != nullptr ? _mm256_broadcast_ss(ep->bias + i) : zero;
+#pragma GCC unroll 3
+    for (int v = 0; v < NV; ++v) {
+      __m256 r = acc[i][v];
+      if (accumulate) r = _mm256_add_ps(r, load(cr + 8 * v, v));
+      if (fin) {
+        r = _mm256_add_ps(r, bias);
+        if (res_before) r = _mm256_add_ps(r, load(res + i * ep->ldr + 8 * v, v));
+        // (max/min return their second operand on NaN, so NaN passes through as in vmath's relu.)
+        if (relu) r = _mm256_max_ps(zero, r);
+        if (relu6) r = _mm256_min_ps(six, r);
+        if (res != nullptr && !res_before) r = _mm256_add_ps(r, load(res + i * ep->ldr + 8 * v, v));
+      }
+      if (Full) _mm256_storeu_ps(cr + 8 * v, r);
+      else _mm256_maskstore_ps(cr + 8 * v, mask[v], r);
+    }
+  }
+}
+
+template <int MR, int NV, int M>
+void taps_rows__avx2(int taps, const int64_t* tap_off, int64_t k, const float* a, const float* b, int64_t ldb,
+                     float* c, int64_t ldc, int n, bool accumulate, const ConvTileEpilogueF32* ep) {
+  if (n == 8 * NV) f32_conv_taps_ukernel__avx2<MR, NV, M, true>(taps, tap_off, k, a, b, ldb, c, ldc, n, accumulate, ep);
+  else f32_conv_taps_ukernel__avx2<MR, NV, M, false>(taps, tap_off, k, a, b, ldb, c, ldc, n, accumulate, ep);
+}
+
+#define KILN_TAPS_CASE(MR, NV, M) \
+  case M: return taps_rows__avx2<MR, NV, M>(taps, tap_off, k, a, b, ldb, c, ldc, n, accumulate, ep);
+
+void f32_conv_taps_6x16__avx2(int taps, const int64_t* tap_off, int64_t k, const float* a, const float* b,
+                              int64_t ldb, float* c, int64_t ldc, int m, int n, bool accumulate,
+                              const ConvTileEpilogueF32* ep) {
+  switch (m) {
+    KILN_TAPS_CASE(6, 2, 1) KILN_TAPS_CASE(6, 2, 2) KILN_TAPS_CASE(6, 2, 3) KILN_TAPS_CASE(6, 2, 4)
+    KILN_TAPS_CASE(6, 2, 5)
+    default: return taps_rows__avx2<6, 2, 6>(taps, tap_off, k, a, b, ldb, c, ldc, n, accumulate, ep);
+  }
+}
+
+void f32_conv_taps_4x24__avx2(int taps, const int64_t* tap_off, int64_t k, const float* a, const float* b,
+                              int64_t ldb, float* c, int64_t ldc, int m, int n, bool accumulate,
+                              const ConvTileEpilogueF32* ep) {
+  switch (m) {
+    KILN_TAPS_CASE(4, 3, 1) KILN_TAPS_CASE(4, 3, 2) KILN_TAPS_CASE(4, 3, 3)
+    default: return taps_rows__avx2<4, 3, 4>(taps, tap_off, k, a, b, ldb, c, ldc, n, accumulate, ep);
+  }
+}
+
+#undef KILN_TAPS_CASE
+
+// Pixel tiles (ConvPixelsUkernelF32): MR pixels by NV vectors of 8 output channels; each step
+// broadcasts one activation per pixel (from its own offset) and loads NV vectors of the packed
+// filter panel.
+template <int MR, int NV>
+void f32_conv_pixels_ukernel__avx2(int taps, const int64_t* tap_off, int64_t k, const float* x, const int64_t* pix,
+                                   int64_t ldx, const float* b, float* c, int64_t ldc, bool accumulate,
+                                   const ConvPixelsOutF32* out) {
+  static_assert(MR * NV <= 12 && MR <= 8);
+  __m256 acc[MR][NV];
+  int64_t off[MR];
+#pragma GCC unroll 8
+  for (int i = 0; i < MR; ++i) {
+    off[i] = pix[i];
+#pragma GCC unroll 4
+    for (int v = 0; v < NV; ++v) acc[i][v] = _mm256_setzero_ps();
+  }
+  for (int t = 0; t < taps; ++t) {
+    const float* xt = x + tap_off[t];
+#pragma GCC unroll 2
+    for (int64_t p = 0; p < k; ++p) {
+      __m256 bv[NV];
+#pragma GCC unroll 4
+      for (int v = 0; v < NV; ++v) bv[v] = _mm256_loadu_ps(b + 8 * v);
+#pragma GCC unroll 8
+      for (int i = 0; i < MR; ++i) {
+        const __m256 xi = _mm256_broadcast_ss(xt + off[i]);
+#pragma GCC unroll 4
+        for (int v = 0; v < NV; ++v) acc[i][v] = _mm256_fmadd_ps(xi, bv[v], acc[i][v]);
+      }
+      b += 8 * NV;
+      xt += ldx;
+    }
+  }
+  if (accumulate) {
+#pragma GCC unroll 8
+    for (int i = 0; i < MR; ++i)
+#pragma GCC unroll 4
+      for (int v = 0; v < NV; ++v) acc[i][v] = _mm256_add_ps(acc[i][v], _mm256_loadu_ps(c + i * ldc + 8 * v));
+  }
+  if (out == nullptr) {
+#pragma GCC unroll 8
+    for (int i = 0; i < MR; ++i)
+#pragma GCC unroll 4
+      for (int v = 0; v < NV; ++v) _mm256_storeu_ps(c + i * ldc + 8 * v, acc[i][v]);
+    return;
+  }
+  // Note [A transposed store] (gemm_f32_avx512.cc), 8 channels at a time: each 8 x 8 block
+  // (pixels x channels, rows of zeros past MR) is transposed in three rounds of shuffles into 8
+  // channel rows of 8 pixels, each then finished and stored to its first m pixels.
+  const ConvTileEpilogueF32& ep = out->ep;
+  const __m256i pm = lanes_below(out->m);
+  const bool relu = ep.act != ConvTileEpilogueF32::Act::none, relu6 = ep.act == ConvTileEpilogueF32::Act::relu6;
+  const bool res_before = ep.residual != nullptr && ep.residual_before_activation;
+  const bool res_after = ep.residual != nullptr && !ep.residual_before_activation;
+  auto finish_row = [&](int j, __m256 r) {  // channel j of the tile
+    if (j >= out->n) return;
+    if (ep.bias != nullptr) r = _mm256_add_ps(r, _mm256_broadcast_ss(ep.bias + j));
+    if (res_before) r = _mm256_add_ps(r, _mm256_maskload_ps(ep.residual + j * ep.ldr, pm));
+    // (max/min return their second operand on NaN, so NaN passes through as in vmath's relu.)
+    if (relu) r = _mm256_max_ps(_mm256_setzero_ps(), r);
+    if (relu6) r = _mm256_min_ps(_mm256_set1_ps(6.0f), r);
+    if (res_after) r = _mm256_add_ps(r, _mm256_maskload_ps(ep.residual + j * ep.ldr, pm));
+    _mm256_maskstore_ps(out->y + j * out->ldy, pm, r);
+  };
+#pragma GCC unroll 4
+  for (int v = 0; v < NV; ++v) {
+    __m256 r[8], t[8], u[8];
+#pragma GCC unroll 8
+    for (int i = 0; i < 8; ++i) r[i] = i < MR ? acc[i][v] : _mm256_setzero_ps();
+#pragma GCC unroll 4
+    for (int h = 0; h < 8; h += 2) {  // within each 128-bit lane: rows paired
+      t[h] = _mm256_unpacklo_ps(r[h], r[h + 1]);
+      t[h + 1] = _mm256_unpackhi_ps(r[h], r[h + 1]);
+    }
+#pragma GCC unroll 2
+    for (int h = 0; h < 8; h += 4) {  // u[h + j]: rows h..h+3 of column j (low lane) and 4 + j (high)
+      u[h] = _mm256_shuffle_ps(t[h], t[h + 2], 0x44);
+      u[h + 1] = _mm256_shuffle_ps(t[h], t[h + 2], 0xEE);
+      u[h + 2] = _mm256_shuffle_ps(t[h + 1], t[h + 3], 0x44);
+      u[h + 3] = _mm256_shuffle_ps(t[h + 1], t[h + 3], 0xEE);
+    }
+#pragma GCC unroll 4
+    for (int j = 0; j < 4; ++j) {
+      finish_row(8 * v + j, _mm256_permute2f128_ps(u[j], u[4 + j], 0x20));
+      finish_row(8 * v + 4 + j, _mm256_permute2f128_ps(u[j], u[4 + j], 0x31));
+    }
+  }
+}
+
+void f32_conv_pixels_6x16__avx2(int taps, const int64_t* tap_off, int64_t k, const float* x, const int64_t* pix,
+                                int64_t ldx, const float* b, float* c, int64_t ldc, bool accumulate,
+                                const ConvPixelsOutF32* out) {
+  f32_conv_pixels_ukernel__avx2<6, 2>(taps, tap_off, k, x, pix, ldx, b, c, ldc, accumulate, out);
+}
+void f32_conv_pixels_4x24__avx2(int taps, const int64_t* tap_off, int64_t k, const float* x, const int64_t* pix,
+                                int64_t ldx, const float* b, float* c, int64_t ldc, bool accumulate,
+                                const ConvPixelsOutF32* out) {
+  f32_conv_pixels_ukernel__avx2<4, 3>(taps, tap_off, k, x, pix, ldx, b, c, ldc, accumulate, out);
+}
+void f32_conv_pixels_3x32__avx2(int taps, const int64_t* tap_off, int64_t k, const float* x, const int64_t* pix,
+                                int64_t ldx, const float* b, float* c, int64_t ldc, bool accumulate,
+                                const ConvPixelsOutF32* out) {
+  f32_conv_pixels_ukernel__avx2<3, 4>(taps, tap_off, k, x, pix, ldx, b, c, ldc, accumulate, out);
+}
+
 }  // namespace
 
 const GemmKernelF32& gemm_kernel_f32_avx2() {
-  static const GemmKernelF32 k{Isa::avx2, kMr, kNr, 240, 256, 4096, f32_gemm_ukernel__avx2, {}, {}};
+  static const GemmKernelF32 k{Isa::avx2, kMr, kNr, 240, 256, 4096, f32_gemm_ukernel__avx2,
+                               {{6, 16, f32_conv_taps_6x16__avx2}, {4, 24, f32_conv_taps_4x24__avx2}},
+                               {{6, 16, f32_conv_pixels_6x16__avx2},
+                                {4, 24, f32_conv_pixels_4x24__avx2},
+                                {3, 32, f32_conv_pixels_3x32__avx2}}};
   return k;
 }
 
