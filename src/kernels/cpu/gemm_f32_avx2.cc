@@ -80,6 +80,28 @@ void f32_gemm_ukernel__avx2(int64_t k, const float* a, const float* b, int64_t l
 // layers); pixel tiles: 6 pixels x 16 channels, 4 x 24 and 3 x 32. AVX2 has no mask registers, so
 // partial tiles use vmaskmov loads and stores, and full tiles (the common case) plain ones.
 
+// Note [No masked stores on Zen]: vmaskmovps stores are microcoded on AMD's cores (one every ~12
+// cycles or worse), and the transposed store writes one short channel row per 8 x 8 block row, 16
+// per 6 x 16 tile: with K = 27 (MobileNetV2's stem) those stores cost more than the FMAs. Rows
+// are stored with plain 16-, 8- and 4-byte stores instead.
+inline void store_first(float* dst, __m256 r, int m) {
+  if (m == 8) return _mm256_storeu_ps(dst, r);
+  __m128 lo = _mm256_castps256_ps128(r);
+  if (m >= 4) {
+    _mm_storeu_ps(dst, lo);
+    lo = _mm256_extractf128_ps(r, 1);
+    dst += 4;
+    m -= 4;
+  }
+  if (m >= 2) {
+    _mm_storel_pi(reinterpret_cast<__m64*>(dst), lo);
+    lo = _mm_movehl_ps(lo, lo);
+    dst += 2;
+    m -= 2;
+  }
+  if (m == 1) _mm_store_ss(dst, lo);
+}
+
 // Lanes [0, left) of a vector of 8.
 inline __m256i lanes_below(int left) {
   return _mm256_cmpgt_epi32(_mm256_set1_epi32(left), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
@@ -186,6 +208,11 @@ void f32_conv_pixels_ukernel__avx2(int taps, const int64_t* tap_off, int64_t k, 
                                    int64_t ldx, const float* b, float* c, int64_t ldc, bool accumulate,
                                    const ConvPixelsOutF32* out) {
   static_assert(MR * NV <= 12 && MR <= 8);
+  // 12 accumulators leave 4 registers: the NV filter vectors and one broadcast (NV <= 3), or the
+  // MR broadcasts and one filter vector (MR <= 3). 3 x 32 the other way round spilled and ran
+  // at half the speed.
+  constexpr bool kPixelsFirst = NV > MR;
+  static_assert(kPixelsFirst ? MR + 1 + MR * NV <= 16 : NV + 1 + MR * NV <= 16);
   __m256 acc[MR][NV];
   int64_t off[MR];
 #pragma GCC unroll 8
@@ -198,14 +225,26 @@ void f32_conv_pixels_ukernel__avx2(int taps, const int64_t* tap_off, int64_t k, 
     const float* xt = x + tap_off[t];
 #pragma GCC unroll 2
     for (int64_t p = 0; p < k; ++p) {
-      __m256 bv[NV];
-#pragma GCC unroll 4
-      for (int v = 0; v < NV; ++v) bv[v] = _mm256_loadu_ps(b + 8 * v);
+      if constexpr (kPixelsFirst) {
+        __m256 xv[MR];
 #pragma GCC unroll 8
-      for (int i = 0; i < MR; ++i) {
-        const __m256 xi = _mm256_broadcast_ss(xt + off[i]);
+        for (int i = 0; i < MR; ++i) xv[i] = _mm256_broadcast_ss(xt + off[i]);
 #pragma GCC unroll 4
-        for (int v = 0; v < NV; ++v) acc[i][v] = _mm256_fmadd_ps(xi, bv[v], acc[i][v]);
+        for (int v = 0; v < NV; ++v) {
+          const __m256 bv = _mm256_loadu_ps(b + 8 * v);
+#pragma GCC unroll 8
+          for (int i = 0; i < MR; ++i) acc[i][v] = _mm256_fmadd_ps(xv[i], bv, acc[i][v]);
+        }
+      } else {
+        __m256 bv[NV];
+#pragma GCC unroll 4
+        for (int v = 0; v < NV; ++v) bv[v] = _mm256_loadu_ps(b + 8 * v);
+#pragma GCC unroll 8
+        for (int i = 0; i < MR; ++i) {
+          const __m256 xi = _mm256_broadcast_ss(xt + off[i]);
+#pragma GCC unroll 4
+          for (int v = 0; v < NV; ++v) acc[i][v] = _mm256_fmadd_ps(xi, bv[v], acc[i][v]);
+        }
       }
       b += 8 * NV;
       xt += ldx;
@@ -240,7 +279,7 @@ void f32_conv_pixels_ukernel__avx2(int taps, const int64_t* tap_off, int64_t k, 
     if (relu) r = _mm256_max_ps(_mm256_setzero_ps(), r);
     if (relu6) r = _mm256_min_ps(_mm256_set1_ps(6.0f), r);
     if (res_after) r = _mm256_add_ps(r, _mm256_maskload_ps(ep.residual + j * ep.ldr, pm));
-    _mm256_maskstore_ps(out->y + j * out->ldy, pm, r);
+    store_first(out->y + j * out->ldy, r, out->m);
   };
 #pragma GCC unroll 4
   for (int v = 0; v < NV; ++v) {
