@@ -198,16 +198,16 @@ TEST_P(WindowIsaTest, DepthwiseConvNonContiguousAndLarge) {
 }
 
 TEST_P(WindowIsaTest, DepthwiseConvInChannelBlocks) {
-  // The shapes AVX-512 computes in blocks of 16 channels (Note [Depthwise in channel blocks]): a
-  // last block of 8 or 1 channels, planes up to the 28x28 limit whose 16-pixel groups cross row
-  // ends (7x7, 14x14, 27x29), one long row, strides 1 and 2, asymmetric padding, and a plane hook
-  // that must see each channel once.
+  // The shapes AVX-512 and AVX2 compute in blocks of 16 channels (Note [Depthwise in channel
+  // blocks]; AVX2 only for outputs up to 14x14): a last block of 8 or 1 channels, planes up to
+  // the 28x28 limit whose 16- or 8-pixel groups cross row ends (7x7, 14x14, 27x29), long rows,
+  // strides 1 and 2, asymmetric padding, and a plane hook that must see each channel once.
   struct Case { Shape x; int64_t stride; std::vector<int64_t> pad; };
   uint64_t seed = 900;
   for (const Case& cs : {Case{{1, 40, 28, 28}, 1, {1, 1, 1, 1}}, Case{{2, 40, 27, 29}, 2, {1, 1, 1, 1}},
                          Case{{1, 48, 7, 7}, 1, {1, 1, 1, 1}}, Case{{2, 24, 14, 14}, 2, {0, 1, 1, 0}},
                          Case{{1, 16, 14, 14}, 1, {2, 0, 0, 2}}, Case{{1, 33, 9, 5}, 2, {1, 1, 1, 1}},
-                         Case{{1, 17, 1, 700}, 1, {1, 1, 1, 1}}}) {
+                         Case{{1, 17, 1, 700}, 1, {1, 1, 1, 1}}, Case{{1, 17, 2, 91}, 2, {1, 1, 1, 1}}}) {
     const int64_t c = cs.x[1];
     Tensor x = random_tensor(cs.x, DType::f32, seed++), w = random_tensor({c, 1, 3, 3}, DType::f32, seed++);
     Tensor b = random_tensor({c}, DType::f32, seed++);

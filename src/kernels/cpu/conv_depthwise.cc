@@ -19,10 +19,14 @@ namespace {
 // most 28x28. Larger planes gain less in cache-hot runs (56x56: 149 -> 130 us) and lose in an
 // engine, where the input arrives from memory and 16 planes read side by side prefetch worse than
 // one (MobileNetV2's 112x112 stride-2 layer: 252 -> 345 us). Padding far past the kernel's would
-// blow the scratch up 16-fold over the row kernels' copy: at most 256 KiB of it.
+// blow the scratch up 16-fold over the row kernels' copy: at most 256 KiB of it. With AVX2's
+// 8-wide rows, a 28x28 output already fills its vectors (3.5 per row): there the blocks lost
+// (MobileNetV2's 192-channel layer, one thread on a Zen 3: 167 -> 176 us) while 14x14 and smaller
+// outputs gained 1.5-4x (576 channels at 14x14 stride 2: 296 -> 77 us).
 bool use_channel_blocks(const Conv2dParams& p, const WindowGeom& g, const WindowKernelsF32& k) {
   return k.depthwise3x3_block16 != nullptr && p.k == p.c && p.r == 3 && p.s == 3 && p.dil_h == 1 && p.dil_w == 1 &&
-         p.h * p.w <= 28 * 28 && depthwise_block_floats(g) * static_cast<int64_t>(sizeof(float)) <= 256 * 1024;
+         p.h * p.w <= 28 * 28 && (active_isa() == Isa::avx512 || p.ho * p.wo <= 14 * 14) &&
+         depthwise_block_floats(g) * static_cast<int64_t>(sizeof(float)) <= 256 * 1024;
 }
 
 void depthwise_in_channel_blocks(const Conv2dParams& p, const WindowGeom& g, const WindowKernelsF32& k, const float* x,

@@ -9,9 +9,14 @@
 #pragma GCC push_options
 #pragma GCC target("avx2,fma")
 
+#include "kernels/cpu/avx2_util.h"
+
 namespace kiln::kernels::cpu {
 
 namespace {
+
+using avx2::lanes_below;
+using avx2::store_first;
 
 constexpr int kMr = 6, kNr = 16;
 
@@ -79,33 +84,6 @@ void f32_gemm_ukernel__avx2(int64_t k, const float* a, const float* b, int64_t l
 // broadcast. Column tiles: 6 x 16 (the GEMM's shape) and 4 x 24 (no wasted rows on 64-channel
 // layers); pixel tiles: 6 pixels x 16 channels, 4 x 24 and 3 x 32. AVX2 has no mask registers, so
 // partial tiles use vmaskmov loads and stores, and full tiles (the common case) plain ones.
-
-// Note [No masked stores on Zen]: vmaskmovps stores are microcoded on AMD's cores (one every ~12
-// cycles or worse), and the transposed store writes one short channel row per 8 x 8 block row, 16
-// per 6 x 16 tile: with K = 27 (MobileNetV2's stem) those stores cost more than the FMAs. Rows
-// are stored with plain 16-, 8- and 4-byte stores instead.
-inline void store_first(float* dst, __m256 r, int m) {
-  if (m == 8) return _mm256_storeu_ps(dst, r);
-  __m128 lo = _mm256_castps256_ps128(r);
-  if (m >= 4) {
-    _mm_storeu_ps(dst, lo);
-    lo = _mm256_extractf128_ps(r, 1);
-    dst += 4;
-    m -= 4;
-  }
-  if (m >= 2) {
-    _mm_storel_pi(reinterpret_cast<__m64*>(dst), lo);
-    lo = _mm_movehl_ps(lo, lo);
-    dst += 2;
-    m -= 2;
-  }
-  if (m == 1) _mm_store_ss(dst, lo);
-}
-
-// Lanes [0, left) of a vector of 8.
-inline __m256i lanes_below(int left) {
-  return _mm256_cmpgt_epi32(_mm256_set1_epi32(left), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
-}
 
 // Column tiles (GemmTapsUkernelF32): M rows of an MR-row A panel by NV vectors of 8 columns. Full:
 // all NV * 8 columns are valid (plain loads and stores); otherwise the first n, masked.
@@ -264,8 +242,8 @@ void f32_conv_pixels_ukernel__avx2(int taps, const int64_t* tap_off, int64_t k, 
     return;
   }
   // Note [A transposed store] (gemm_f32_avx512.cc), 8 channels at a time: each 8 x 8 block
-  // (pixels x channels, rows of zeros past MR) is transposed in three rounds of shuffles into 8
-  // channel rows of 8 pixels, each then finished and stored to its first m pixels.
+  // (pixels x channels, rows of zeros past MR) is transposed into 8 channel rows of 8 pixels, each
+  // then finished and stored to its first m pixels (Note [No masked stores on Zen] in avx2_util.h).
   const ConvTileEpilogueF32& ep = out->ep;
   const __m256i pm = lanes_below(out->m);
   const bool relu = ep.act != ConvTileEpilogueF32::Act::none, relu6 = ep.act == ConvTileEpilogueF32::Act::relu6;
@@ -283,26 +261,12 @@ void f32_conv_pixels_ukernel__avx2(int taps, const int64_t* tap_off, int64_t k, 
   };
 #pragma GCC unroll 4
   for (int v = 0; v < NV; ++v) {
-    __m256 r[8], t[8], u[8];
+    __m256 r[8];
 #pragma GCC unroll 8
     for (int i = 0; i < 8; ++i) r[i] = i < MR ? acc[i][v] : _mm256_setzero_ps();
-#pragma GCC unroll 4
-    for (int h = 0; h < 8; h += 2) {  // within each 128-bit lane: rows paired
-      t[h] = _mm256_unpacklo_ps(r[h], r[h + 1]);
-      t[h + 1] = _mm256_unpackhi_ps(r[h], r[h + 1]);
-    }
-#pragma GCC unroll 2
-    for (int h = 0; h < 8; h += 4) {  // u[h + j]: rows h..h+3 of column j (low lane) and 4 + j (high)
-      u[h] = _mm256_shuffle_ps(t[h], t[h + 2], 0x44);
-      u[h + 1] = _mm256_shuffle_ps(t[h], t[h + 2], 0xEE);
-      u[h + 2] = _mm256_shuffle_ps(t[h + 1], t[h + 3], 0x44);
-      u[h + 3] = _mm256_shuffle_ps(t[h + 1], t[h + 3], 0xEE);
-    }
-#pragma GCC unroll 4
-    for (int j = 0; j < 4; ++j) {
-      finish_row(8 * v + j, _mm256_permute2f128_ps(u[j], u[4 + j], 0x20));
-      finish_row(8 * v + 4 + j, _mm256_permute2f128_ps(u[j], u[4 + j], 0x31));
-    }
+    avx2::transpose8(r);
+#pragma GCC unroll 8
+    for (int j = 0; j < 8; ++j) finish_row(8 * v + j, r[j]);
   }
 }
 

@@ -56,7 +56,8 @@ struct WindowGeom {
 // transposes cost about as many shuffles as the window costs multiply-adds, so narrow planes and
 // strides gain the most: one thread, cache-hot, through conv2d, MobileNetV2's 7x7 layers 89 -> 28
 // us, its 14x14 stride-2 layer 82 -> 21 us (bench/RESULTS.md). Large planes gain little hot and
-// lose in an engine (conv_depthwise.cc keeps them on the row kernels).
+// lose in an engine (conv_depthwise.cc keeps them on the row kernels). AVX2 holds a block's 16
+// channels in two vectors and transposes 8 x 8 (window_f32_avx2.cc).
 struct DepthwiseBlockF32 {
   const float* x = nullptr;  // the block's first input plane; channel c's at x + c * x_plane, [h, w]
   float* y = nullptr;        // the block's first output plane; channel c's at y + c * y_plane, [ho, wo]

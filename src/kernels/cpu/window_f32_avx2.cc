@@ -11,6 +11,8 @@
 #pragma GCC push_options
 #pragma GCC target("avx2,fma")
 
+#include "kernels/cpu/avx2_util.h"
+
 namespace kiln::kernels::cpu {
 
 namespace {
@@ -194,10 +196,114 @@ void deinterleave2__avx2(const float* in, float* even, float* odd, int64_t n) {
   }
 }
 
+
+// Note [Depthwise in channel blocks] in window_f32.h, with the 16 channels of a block as two
+// vectors of 8: the transposes are 8 x 8 (8 pixels at a time, each half of the block on its own),
+// and the output rows go out with plain stores (Note [No masked stores on Zen] in avx2_util.h).
+// Full: all 16 channels present.
+template <bool Full>
+void depthwise3x3_block16(const WindowGeom& g, const DepthwiseBlockF32& a) {
+  const int64_t wp = (g.wo - 1) * g.sw + 3;    // padded columns the windows read
+  const int64_t rows = (g.ho - 1) * g.sh + 3;  // scratch rows
+  const int64_t ih0 = -g.pt;                   // the input row of scratch row 0
+  float* const buf = a.buf;
+  const __m256 zero = _mm256_setzero_ps();
+  auto zero_pixel = [&](float* px) {
+    _mm256_store_ps(px, zero);
+    _mm256_store_ps(px + 8, zero);
+  };
+  // Padding: rows the windows read outside the input, and the other rows' columns outside it.
+  for (int64_t b = 0; b < rows; ++b) {
+    float* row = buf + b * wp * 16;
+    const int64_t ih = ih0 + b;
+    const bool inside = ih >= 0 && ih < g.h;
+    const int64_t left = inside ? std::min(g.pl, wp) : wp;
+    for (int64_t c = 0; c < left; ++c) zero_pixel(row + 16 * c);
+    if (inside)
+      for (int64_t c = g.pl + g.w; c < wp; ++c) zero_pixel(row + 16 * c);
+  }
+  // The input rows, 8 pixels (in the planes' flat order, across row ends) at a time.
+  const int64_t ia = std::max<int64_t>(ih0, 0), ib = std::min<int64_t>(ih0 + rows, g.h);
+  int64_t ih = ia, iw = 0;
+  for (int64_t q = ia * g.w; q < ib * g.w; q += 8) {
+    const int64_t n = std::min<int64_t>(8, ib * g.w - q);
+    const __m256i m = avx2::lanes_below(n);
+    float* dst[8];  // where each pixel goes in the scratch; nullptr: a column no window reads
+    for (int i = 0; i < 8; ++i) {
+      dst[i] = nullptr;
+      if (i >= n) continue;
+      if (iw + g.pl < wp) dst[i] = buf + ((ih - ih0) * wp + iw + g.pl) * 16;
+      if (++iw == g.w) iw = 0, ++ih;
+    }
+    for (int h = 0; h < 2; ++h) {
+      __m256 r[8];
+#pragma GCC unroll 8
+      for (int c = 0; c < 8; ++c) {
+        const float* src = a.x + (8 * h + c) * a.x_plane + q;
+        r[c] = !Full && 8 * h + c >= a.channels ? zero : n == 8 ? _mm256_loadu_ps(src) : _mm256_maskload_ps(src, m);
+      }
+      avx2::transpose8(r);
+#pragma GCC unroll 8
+      for (int i = 0; i < 8; ++i)
+        if (dst[i] != nullptr) _mm256_store_ps(dst[i] + 8 * h, r[i]);
+    }
+  }
+  // The outputs, 8 pixels of 8 channels at a time: 9 multiply-adds each, then back to planes.
+  const int64_t rstep = wp * 16;  // floats from one tap row to the next
+  const __m256 vlo = _mm256_set1_ps(a.lo), vhi = _mm256_set1_ps(a.hi);
+  int64_t oh = 0, ow = 0;
+  for (int64_t q = 0; q < g.ho * g.wo; q += 8) {
+    const int64_t n = std::min<int64_t>(8, g.ho * g.wo - q);
+    const float* src[8];
+    for (int i = 0; i < 8; ++i) {
+      if (i >= n) {
+        src[i] = src[0];  // a valid window whose result is not stored
+        continue;
+      }
+      src[i] = buf + (oh * g.sh * wp + ow * g.sw) * 16;
+      if (++ow == g.wo) ow = 0, ++oh;
+    }
+    for (int h = 0; h < 2; ++h) {
+      if (!Full && 8 * h >= a.channels) break;
+      __m256 wv[9];
+#pragma GCC unroll 9
+      for (int t = 0; t < 9; ++t) wv[t] = _mm256_loadu_ps(a.w + 16 * t + 8 * h);
+      const __m256 bias = _mm256_loadu_ps(a.bias + 8 * h);
+      __m256 acc[8];
+#pragma GCC unroll 8
+      for (int i = 0; i < 8; ++i) {
+        const float* s0 = src[i] + 8 * h;
+        const float* s1 = s0 + rstep;
+        const float* s2 = s1 + rstep;
+        __m256 v = _mm256_fmadd_ps(_mm256_load_ps(s0), wv[0], bias);
+        v = _mm256_fmadd_ps(_mm256_load_ps(s0 + 16), wv[1], v);
+        v = _mm256_fmadd_ps(_mm256_load_ps(s0 + 32), wv[2], v);
+        v = _mm256_fmadd_ps(_mm256_load_ps(s1), wv[3], v);
+        v = _mm256_fmadd_ps(_mm256_load_ps(s1 + 16), wv[4], v);
+        v = _mm256_fmadd_ps(_mm256_load_ps(s1 + 32), wv[5], v);
+        v = _mm256_fmadd_ps(_mm256_load_ps(s2), wv[6], v);
+        v = _mm256_fmadd_ps(_mm256_load_ps(s2 + 16), wv[7], v);
+        v = _mm256_fmadd_ps(_mm256_load_ps(s2 + 32), wv[8], v);
+        // max/min return their second operand on NaN: NaN passes the clamp.
+        acc[i] = _mm256_min_ps(vhi, _mm256_max_ps(vlo, v));
+      }
+      avx2::transpose8(acc);
+#pragma GCC unroll 8
+      for (int c = 0; c < 8; ++c)
+        if (Full || 8 * h + c < a.channels) avx2::store_first(a.y + (8 * h + c) * a.y_plane + q, acc[c], n);
+    }
+  }
+}
+
+void depthwise3x3_block16__avx2(const WindowGeom& g, const DepthwiseBlockF32& a) {
+  if (a.channels == 16) depthwise3x3_block16<true>(g, a);
+  else depthwise3x3_block16<false>(g, a);
+}
+
 }  // namespace
 
 WindowKernelsF32 window_kernels_f32_avx2() {
-  return {max_taps__avx2, avg_taps__avx2, fma_taps__avx2, deinterleave2__avx2, nullptr};
+  return {max_taps__avx2, avg_taps__avx2, fma_taps__avx2, deinterleave2__avx2, depthwise3x3_block16__avx2};
 }
 
 }  // namespace kiln::kernels::cpu
