@@ -135,6 +135,7 @@ TEST_P(GemmIsaTest, TransposesStridesAlphaBeta) {
 
 TEST_P(GemmIsaTest, SkinnyShapes) {
   check_gemm(1, 517, 300, 0, 0, 1.0f, 0.0f, {}, 21);   // GEMV
+  check_gemm(1, 1001, 300, 0, 1, 1.0f, 0.0f, {}, 25);  // GEMV over a B too big for one thread: split
   check_gemm(8, 300, 1000, 0, 0, 1.0f, 0.0f, {}, 22);
   check_gemm(16, 33, 7, 0, 1, 1.0f, 1.0f, {}, 23);
   check_gemm(300, 1, 64, 0, 0, 1.0f, 0.0f, {}, 24);    // one column
