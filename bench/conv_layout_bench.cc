@@ -86,10 +86,11 @@ void shapes(benchmark::internal::Benchmark* b) {
                                                     {512, 7, 512, 3, 1},  {512, 7, 2048, 1, 1}, {2048, 7, 512, 1, 1},
                                                     {256, 56, 512, 1, 2}, {512, 28, 128, 1, 1},
                                                     // MobileNetV2: its stem, 1x1 expansions over few channels
-                                                    // and projections to multiples of 32 channels
+                                                    // and projections (to 16 and 24 channels, and to
+                                                    // multiples of 32)
                                                     {3, 224, 32, 3, 2},   {16, 112, 96, 1, 1},  {24, 56, 144, 1, 1},
                                                     {160, 7, 960, 1, 1},  {960, 7, 160, 1, 1},  {960, 7, 320, 1, 1},
-                                                    {144, 56, 32, 1, 1}};
+                                                    {144, 56, 32, 1, 1},  {32, 112, 16, 1, 1},  {96, 56, 24, 1, 1}};
   for (int64_t n : {1, 8})
     for (const auto& l : layers)
       for (int64_t t : {1, 2}) b->Args({n, l[0], l[1], l[2], l[3], l[4], t});
