@@ -9,7 +9,8 @@
 
 namespace kiln {
 
-// Tactics that keep a packed copy of the step's constant weight (input 1): "prepacked", "direct".
+// Tactics that keep a packed copy of the step's constant weight (input 1): "prepacked", "direct",
+// "direct_columns", "direct_pixels".
 bool tactic_packs_weight(const std::string& tactic);
 // Packs `weight` (the step's input 1, a constant) for `tactic` of `op` with bound `attrs`, so the
 // first run finds it packed (Note [Prepacked tactics]). False when the tactic packs nothing or the

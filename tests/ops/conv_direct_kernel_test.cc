@@ -173,6 +173,42 @@ TEST_F(ConvDirectTest, EpilogueActivationAndResidual) {
   }
 }
 
+// The tiling a convolution's params ask for (an engine's direct_columns / direct_pixels tactics)
+// is the one it runs and packs for, on every ISA with the direct kernel; automatic is the waste
+// rule's choice.
+TEST_F(ConvDirectTest, ParamsChooseTheTiling) {
+  set_num_threads(2);
+  uint64_t seed = 2000;
+  for (kernels::cpu::Isa isa : direct_isas()) {
+    kernels::cpu::IsaOverride on(isa);
+    for (const Case& c : {Case{{1, 64, 14, 14}, {96, 64, 1, 1}}, Case{{2, 16, 9, 11}, {24, 16, 3, 3}, {2, 1}, {1, 1, 1, 1}}}) {
+      Conv2dParams p = conv_params_of(c);
+      const bool automatic_pixels = kernels::cpu::conv2d_direct_pixel_rows(p);
+      p.tiling = kernels::cpu::DirectConvTiling::columns;
+      EXPECT_FALSE(kernels::cpu::conv2d_direct_pixel_rows(p)) << shape_str(c.w);
+      const int column_rows = kernels::cpu::conv2d_direct_tile_rows(p);
+      p.tiling = kernels::cpu::DirectConvTiling::pixels;
+      EXPECT_TRUE(kernels::cpu::conv2d_direct_pixel_rows(p)) << shape_str(c.w);
+      EXPECT_NE(kernels::cpu::conv2d_direct_tile_rows(p), column_rows) << "the two tilings pack differently";
+      p.tiling = kernels::cpu::DirectConvTiling::automatic;
+      EXPECT_EQ(kernels::cpu::conv2d_direct_pixel_rows(p), automatic_pixels);
+      Tensor x = random_tensor(c.x, DType::f32, seed++), w = random_tensor(c.w, DType::f32, seed++);
+      Tensor bias = random_tensor({c.w[0]}, DType::f32, seed++);
+      Tensor want = ref::conv2d(x, w, bias, c.stride, c.padding, c.dilation, c.groups);
+      Tensor mag = ref::conv2d(abs_values(x), abs_values(w), abs_values(bias), c.stride, c.padding, c.dilation, c.groups);
+      for (auto tiling : kTilings) {
+        p.tiling = tiling;
+        std::vector<float> packed(kernels::cpu::conv2d_direct_packed_weight_f32_floats(p));
+        kernels::cpu::pack_conv2d_direct_weight_f32(p, f32(w), packed.data());
+        Tensor y = full({p.n, p.k, p.ho, p.wo}, 123.0, TensorOptions(DType::f32));
+        kernels::cpu::conv2d_direct_f32(p, f32(x), nullptr, packed.data(), f32(bias), static_cast<float*>(y.data_ptr()));
+        EXPECT_TRUE(close_by_magnitude(y, want, mag, 1e-5))
+            << shape_str(c.w) << " " << tiling_name(tiling) << " " << kernels::cpu::isa_name(isa);
+      }
+    }
+  }
+}
+
 // One image between two threads by (panel, pixel tile) pairs (Note [Panels and tiles in one
 // order]): 5 panels x 7 tiles and 11 x 7, so one panel is split between the threads; with the
 // epilogue in the store (relu + residual) and after it (silu), and a 3x3 layer whose K slices

@@ -433,8 +433,8 @@ TEST(Tactics, PrepackedWeightsArePackedOnceWhenTheEngineLoads) {
 TEST(Tactics, ForcedTacticsRunInsideEnginesWithoutFallingBack) {
   const bool direct = kernels::cpu::gemm_kernel_f32(kernels::cpu::active_isa()).taps[0].ukernel != nullptr;
   for (const ir::Graph& g : {mlp(), small_cnn()}) {
-    for (const std::string t : {"prepacked", "direct"}) {
-      if (t == "direct" && !direct) continue;
+    for (const std::string t : {"prepacked", "direct", "direct_columns", "direct_pixels"}) {
+      if (t.starts_with("direct") && !direct) continue;
       CompileOptions o = tuned("none", 2);
       o.autotune = false;
       auto e = std::make_shared<Engine>(compile(g, o).engine);

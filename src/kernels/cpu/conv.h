@@ -7,6 +7,10 @@
 
 namespace kiln::kernels::cpu {
 
+// How the direct convolution tiles its product (Note [Pixels as rows] in conv_direct.cc): output
+// columns or output pixels as the register tile's rows, or whichever wastes less of its tiles.
+enum class DirectConvTiling { automatic, columns, pixels };
+
 struct Conv2dParams {
   int64_t n = 1, c = 1, h = 1, w = 1;  // input [N, C, H, W]
   int64_t k = 1, r = 1, s = 1;         // weight [K, C / groups, R, S]
@@ -15,6 +19,9 @@ struct Conv2dParams {
   int64_t pad_top = 0, pad_left = 0;   // bottom/right padding only shape Ho/Wo
   int64_t dil_h = 1, dil_w = 1;
   int64_t groups = 1;
+  // The direct convolution's tiling (an engine's "direct_columns" / "direct_pixels" tactics, timed
+  // at compile time); the other kernels ignore it. Pixels where no pixel tile fits: columns.
+  DirectConvTiling tiling = DirectConvTiling::automatic;
 };
 
 // x, w, y contiguous; bias [K] or nullptr. Workspace is one im2col matrix per worker
@@ -50,9 +57,8 @@ int conv2d_direct_tile_rows(const Conv2dParams& p);
 // Whether the convolution runs with output pixels as the tile's rows (Note [Pixels as rows]).
 bool conv2d_direct_pixel_rows(const Conv2dParams& p);
 // For tests and benchmarks: while one lives, every direct convolution uses this tiling (where the
-// ISA has it); the previous setting comes back when it goes. Not for use while convolutions run on
-// other threads.
-enum class DirectConvTiling { automatic, columns, pixels };
+// ISA has it) whatever its params say; the previous setting comes back when it goes. Not for use
+// while convolutions run on other threads.
 class DirectConvTilingOverride {
  public:
   explicit DirectConvTilingOverride(DirectConvTiling t);

@@ -135,7 +135,8 @@ ConvPixelsKernelF32 pick_pixel_tile(const Conv2dParams& p, const GemmKernelF32& 
     const double useful = work / (up(kg, t.nr) * up(pixels, t.mr));
     if (useful > 1.01 * best_useful) best = t, best_useful = useful;
   }
-  const auto forced = static_cast<DirectConvTiling>(g_forced_tiling.load(std::memory_order_relaxed));
+  auto forced = static_cast<DirectConvTiling>(g_forced_tiling.load(std::memory_order_relaxed));
+  if (forced == DirectConvTiling::automatic) forced = p.tiling;
   if (forced != DirectConvTiling::automatic) return forced == DirectConvTiling::pixels ? best : ConvPixelsKernelF32{};
   const double by_columns = work / (up(kg, tile.mr) * up(nq, tile.nr));
   // The columns on a near tie: their tiles store plain rows where the pixel tiles transpose, which

@@ -5,6 +5,13 @@
 //   "direct"     conv: the direct convolution (no im2col matrix, Note [Direct convolution] in
 //                kernels/cpu/conv_direct.cc) with its filters packed once; the heuristic choice
 //                without autotuning where it applies
+//   "direct_columns", "direct_pixels"
+//                conv: the same with its tiling fixed (output columns, or output pixels as the
+//                register tile's rows: Note [Pixels as rows]) instead of chosen by which wastes
+//                less of its tiles. Which runs faster depends on more than the waste (a shallow K
+//                makes the pixel tiles' transposed store count; on a Zen 3, 64 -> 256 1x1 at 56x56
+//                on 2 threads: 105 GFLOP/s by columns, 75 by pixels, which the waste prefers), so
+//                autotuning times both.
 //   "openblas"   cblas_sgemm (when kiln was configured with OpenBLAS: KILN_HAS_OPENBLAS)
 // The ops' own kernels stay first, so eager calls and untuned engines run them unchanged.
 //
@@ -93,7 +100,10 @@ std::shared_ptr<const float> packed_conv_weight(const Tensor& w, const kernels::
 // Conv filters packed for the direct convolution (Note [Direct convolution] in
 // kernels/cpu/conv_direct.cc): per group and K slice, tap-major micro-panels.
 std::shared_ptr<const float> packed_direct_conv_weight(const Tensor& w, const kernels::cpu::Conv2dParams& p) {
-  return cached_pack<float>(w, {2, p.k, p.c, p.r, p.s, p.groups, kernels::cpu::conv2d_direct_tile_rows(p)}, [&] {
+  return cached_pack<float>(w,
+                            {2, p.k, p.c, p.r, p.s, p.groups, kernels::cpu::conv2d_direct_tile_rows(p),
+                             kernels::cpu::conv2d_direct_pixel_rows(p) ? 1 : 0},
+                            [&] {
     const size_t floats = kernels::cpu::conv2d_direct_packed_weight_f32_floats(p);
     float* buf = static_cast<float*>(::operator new(std::max<size_t>(floats, 1) * sizeof(float), std::align_val_t{64}));
     std::shared_ptr<float> owned(buf, [](float* q) { ::operator delete(q, std::align_val_t{64}); });
@@ -259,11 +269,16 @@ bool conv_params(const KernelCall& k, const char* name, kernels::cpu::Conv2dPara
   return !depthwise && p.c / p.groups * p.r * p.s > 0;
 }
 
-// The im2col GEMM ("prepacked") or the direct convolution ("direct") with filters packed once.
-template <bool Direct>
+using kernels::cpu::DirectConvTiling;
+
+// The im2col GEMM ("prepacked") or the direct convolution ("direct", "direct_columns",
+// "direct_pixels") with filters packed once.
+template <bool Direct, DirectConvTiling Tiling = DirectConvTiling::automatic>
 void conv_prepacked(const KernelCall& k, const char* name, const kernels::cpu::Conv2dEpilogue& ep) {
   kernels::cpu::Conv2dParams p;
-  if (!conv_params(k, name, p) || (Direct && !kernels::cpu::conv2d_direct_supported(p))) {
+  const bool ok = conv_params(k, name, p);
+  p.tiling = Tiling;
+  if (!ok || (Direct && !kernels::cpu::conv2d_direct_supported(p))) {
     run_default(k);
     return;
   }
@@ -281,19 +296,19 @@ void conv_prepacked(const KernelCall& k, const char* name, const kernels::cpu::C
   }
 }
 
-template <bool Direct>
+template <bool Direct, DirectConvTiling Tiling = DirectConvTiling::automatic>
 void conv2d_prepacked_kernel(const KernelCall& k) {
-  conv_prepacked<Direct>(k, "conv2d", {});
+  conv_prepacked<Direct, Tiling>(k, "conv2d", {});
 }
 
-template <bool Direct>
+template <bool Direct, DirectConvTiling Tiling = DirectConvTiling::automatic>
 void fused_conv2d_prepacked_kernel(const KernelCall& k) {
   Tensor res = k.inputs.size() > 3 && k.in(3).defined() ? k.in(3).contiguous() : Tensor();
   kernels::cpu::Conv2dEpilogue ep;
   ep.activation = parse_activation(k.attrs.get_string("activation"));
   ep.residual = res.defined() ? static_cast<const float*>(res.data_ptr()) : nullptr;
   ep.residual_before_activation = k.attrs.get_bool("residual_before_activation");
-  conv_prepacked<Direct>(k, "fused_conv2d", ep);  // res outlives the call
+  conv_prepacked<Direct, Tiling>(k, "fused_conv2d", ep);  // res outlives the call
 }
 
 // ---- openblas --------------------------------------------------------------------------------------
@@ -356,7 +371,9 @@ void matmul_openblas_kernel(const KernelCall& k) {
 
 }  // namespace
 
-bool tactic_packs_weight(const std::string& tactic) { return tactic == "prepacked" || tactic == "direct"; }
+bool tactic_packs_weight(const std::string& tactic) {
+  return tactic == "prepacked" || tactic == "direct" || tactic == "direct_columns" || tactic == "direct_pixels";
+}
 
 bool prepack_weight(const OpDef& op, const std::string& tactic, const Tensor& w, const Attrs& attrs) {
   if (!tactic_packs_weight(tactic) || !w.defined() || w.dtype() != DType::f32 || w.numel() == 0) return false;
@@ -378,7 +395,7 @@ bool prepack_weight(const OpDef& op, const std::string& tactic, const Tensor& w,
     if (p.groups > 1 && w.shape()[1] == 1) return false;  // depthwise: the default kernel
     // The direct layout depends on the image size too (its register tile), which the weight alone
     // does not tell: those filters are packed on the step's first run instead.
-    if (tactic == "direct") return false;
+    if (tactic != "prepacked") return false;
     packed_conv_weight(w, p);
     return true;
   }
@@ -403,6 +420,11 @@ void register_tactic_kernels(OpRegistry& r) {
   r.extend("fused_conv2d").kernel(DeviceType::cpu, f32, fused_conv2d_prepacked_kernel<false>, "prepacked");
   r.extend("conv2d").kernel(DeviceType::cpu, f32, conv2d_prepacked_kernel<true>, "direct");
   r.extend("fused_conv2d").kernel(DeviceType::cpu, f32, fused_conv2d_prepacked_kernel<true>, "direct");
+  constexpr DirectConvTiling columns = DirectConvTiling::columns, pixels = DirectConvTiling::pixels;
+  r.extend("conv2d").kernel(DeviceType::cpu, f32, conv2d_prepacked_kernel<true, columns>, "direct_columns");
+  r.extend("fused_conv2d").kernel(DeviceType::cpu, f32, fused_conv2d_prepacked_kernel<true, columns>, "direct_columns");
+  r.extend("conv2d").kernel(DeviceType::cpu, f32, conv2d_prepacked_kernel<true, pixels>, "direct_pixels");
+  r.extend("fused_conv2d").kernel(DeviceType::cpu, f32, fused_conv2d_prepacked_kernel<true, pixels>, "direct_pixels");
 #if KILN_HAS_OPENBLAS
   r.extend("gemm").kernel(DeviceType::cpu, f32, gemm_openblas_kernel, "openblas");
   r.extend("matmul").kernel(DeviceType::cpu, f32, matmul_openblas_kernel, "openblas");
