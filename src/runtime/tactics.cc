@@ -128,6 +128,9 @@ std::vector<std::string> candidate_tactics(const Engine& e, const EngineStep& st
   for (const KernelEntry& k : st.op->kernels()) {
     if (k.device != DeviceType::cpu || !k.dtypes.contains(dt)) continue;
     if (tactic_packs_weight(k.tactic) && !const_weight) continue;
+    if (const_weight && !tactic_fits(*st.op, k.tactic, st.attrs,
+                                     max_shape(e.values[static_cast<size_t>(st.inputs[1])], e.batch.max)))
+      continue;
     if (std::find(out.begin(), out.end(), k.tactic) == out.end()) out.push_back(k.tactic);
   }
   return out;

@@ -451,6 +451,38 @@ TEST(Tactics, ForcedTacticsRunInsideEnginesWithoutFallingBack) {
   }
 }
 
+// A depthwise convolution has no packed fast path (the packed tactics are GEMM-shaped and would
+// run the default kernel): the tuner neither offers nor times them, and a grouped convolution
+// with several channels per group keeps them.
+TEST(Tactics, DepthwiseConvolutionsAreNotTuned) {
+  ir::Graph g;
+  g.name = "depthwise";
+  uint64_t seed = 300;
+  auto cst = [&](const std::string& n, const Shape& s) {
+    return g.add_constant(n, random_tensor(s, DType::f32, seed++, -0.5, 0.5));
+  };
+  ir::Value* x = g.add_input("x", ir::ValueType{DType::f32, {ir::Dim::sym("batch"), 8, 9, 7}});
+  const Attrs pad{{"padding", std::vector<int64_t>{1, 1, 1, 1}}};
+  Attrs depthwise = pad, grouped = pad;
+  depthwise.set("groups", int64_t{8});
+  grouped.set("groups", int64_t{2});
+  ir::Value* c = g.add_node(op("conv2d"), {x, cst("dw_w", {8, 1, 3, 3}), cst("dw_b", {8})}, depthwise)->output();
+  c = g.add_node(op("conv2d"), {c, cst("g_w", {8, 4, 3, 3}), cst("g_b", {8})}, grouped)->output();
+  g.add_output(c);
+  ir::verify(g);
+  EXPECT_FALSE(tactic_fits(op("conv2d"), "direct", depthwise, {8, 1, 3, 3}));
+  EXPECT_TRUE(tactic_fits(op("conv2d"), "direct", grouped, {8, 4, 3, 3}));
+  EXPECT_TRUE(tactic_fits(op("conv2d"), "", depthwise, {8, 1, 3, 3}));
+  CompileResult r = compile(g, tuned("none", 0));
+  EXPECT_EQ(r.tuning.tuned_steps, 1) << "only the grouped convolution";
+  ASSERT_EQ(r.tuning.choices.size(), 1u);
+  EXPECT_NE(r.tuning.choices[0].find("conv2d"), std::string::npos) << r.tuning.choices[0];
+  for (const EngineStep& st : r.engine.steps)
+    if (st.attrs.get_int("groups") == 8) {
+      EXPECT_EQ(st.tactic, "") << st.name;
+    }
+}
+
 TEST(Tactics, EveryTacticGivesTheDefaultsResultsThroughEngines) {
   for (int level : {0, 2}) {
     expect_engines_agree(mlp(), {1, 13}, level);

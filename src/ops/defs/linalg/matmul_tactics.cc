@@ -375,6 +375,13 @@ bool tactic_packs_weight(const std::string& tactic) {
   return tactic == "prepacked" || tactic == "direct" || tactic == "direct_columns" || tactic == "direct_pixels";
 }
 
+bool tactic_fits(const OpDef& op, const std::string& tactic, const Attrs& attrs, const Shape& weight) {
+  const std::string& name = op.name();
+  if (!tactic_packs_weight(tactic) || (name != "conv2d" && name != "fused_conv2d")) return true;
+  // Depthwise (one input channel per group): conv_params sends it to the default kernel.
+  return !(weight.size() == 4 && attrs.get_int("groups") > 1 && weight[1] == 1);
+}
+
 bool prepack_weight(const OpDef& op, const std::string& tactic, const Tensor& w, const Attrs& attrs) {
   if (!tactic_packs_weight(tactic) || !w.defined() || w.dtype() != DType::f32 || w.numel() == 0) return false;
   const std::string& name = op.name();
