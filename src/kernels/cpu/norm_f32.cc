@@ -34,6 +34,7 @@ NormKernelsF32 norm_kernels_f32_scalar() { return {layer_norm_rows__scalar}; }
 
 NormKernelsF32 norm_kernels_f32(Isa isa) {
   if (isa == Isa::avx512) return norm_kernels_f32_avx512();
+  if (isa == Isa::avx2) return norm_kernels_f32_avx2();
   return norm_kernels_f32_scalar();
 }
 

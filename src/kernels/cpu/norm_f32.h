@@ -27,7 +27,8 @@ struct NormKernelsF32 {
                           const float* w, const float* b, double eps);
 };
 NormKernelsF32 norm_kernels_f32_scalar();
+NormKernelsF32 norm_kernels_f32_avx2();
 NormKernelsF32 norm_kernels_f32_avx512();
-NormKernelsF32 norm_kernels_f32(Isa isa);  // AVX2 and scalar machines: the portable f64-statistics loop
+NormKernelsF32 norm_kernels_f32(Isa isa);  // scalar machines: the portable f64-statistics loop
 
 }  // namespace kiln::kernels::cpu
