@@ -2,11 +2,11 @@
 // against the float64 reference: unit and larger strides (the polyphase copy), asymmetric padding,
 // dilation, groups, 1x1 with and without the copy, a ResNet stem, output widths with and without a
 // halo, channel counts deep enough to slice K and rows past one mc block, images in parallel and
-// one image split between threads by columns or by channels, both register tiles (12 x 32 and
-// 8 x 48, Note [Direct convolution tiles]) and output pixels as rows (7 x 48, Note [Pixels as
-// rows]) on every case, planes narrower than the halo (Note [A narrower
-// halo]), raw and prepacked filters, and the epilogue. Runs where the ISA has the direct kernel (AVX-512); elsewhere conv2d_direct_supported
-// must say no.
+// one image split between threads by columns or by channels, the column tiles (AVX-512's 12 x 32
+// and 8 x 48, AVX2's 6 x 16 and 4 x 24: Note [Direct convolution tiles]) and output pixels as
+// rows (Note [Pixels as rows]) on every case, planes narrower than the halo (Note [A narrower
+// halo]), raw and prepacked filters, and the epilogue. Runs on every ISA of the machine that has
+// the direct kernel (AVX-512, AVX2); scalar must say it has none.
 //
 // Tolerance: each element within eps * (the same convolution of |x|, |w|, |bias|, plus |residual|)
 // with eps = 1e-5: a few f32 roundings per product, summed in a different order than the reference.

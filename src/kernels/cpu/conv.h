@@ -46,7 +46,7 @@ void conv2d_nchw_f32_prepacked(const Conv2dParams& p, const float* x, const floa
 
 // The direct convolution (Note [Direct convolution] in conv_direct.cc): the GEMM micro-kernel reads
 // a once-per-image shifted (polyphase, padded) copy of x instead of an im2col matrix. Supported for
-// every non-depthwise shape when the active ISA has the kernel (AVX-512). Filters come either
+// every non-depthwise shape when the active ISA has the kernel (AVX-512, AVX2). Filters come either
 // packed by pack_conv2d_direct_weight_f32 under the same ISA (packed_w, w unused) or raw in w
 // (packed_w == nullptr: packed on each call).
 bool conv2d_direct_supported(const Conv2dParams& p);

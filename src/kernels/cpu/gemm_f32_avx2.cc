@@ -77,13 +77,14 @@ void f32_gemm_ukernel__avx2(int64_t k, const float* a, const float* b, int64_t l
   }
 }
 
-
 // Note [AVX2 convolution tiles]
 // The direct convolution's tiles (gemm_ukernel.h) with AVX2's 16 ymm registers: 12 accumulators
 // (enough independent FMA chains for two FMA pipes of 4-cycle latency), the B vectors and one
 // broadcast. Column tiles: 6 x 16 (the GEMM's shape) and 4 x 24 (no wasted rows on 64-channel
-// layers); pixel tiles: 6 pixels x 16 channels, 4 x 24 and 3 x 32. AVX2 has no mask registers, so
-// partial tiles use vmaskmov loads and stores, and full tiles (the common case) plain ones.
+// layers); pixel tiles: 6 pixels x 16 channels, 4 x 24 and 3 x 32. AVX2 has no mask registers:
+// a column tile at a plane's last columns uses vmaskmov loads and stores, full tiles (the common
+// case) plain ones, and the pixel tiles' transposed rows partial plain stores (Note [No masked
+// stores on Zen] in avx2_util.h).
 
 // Column tiles (GemmTapsUkernelF32): M rows of an MR-row A panel by NV vectors of 8 columns. Full:
 // all NV * 8 columns are valid (plain loads and stores); otherwise the first n, masked.
