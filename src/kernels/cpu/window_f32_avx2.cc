@@ -23,30 +23,39 @@ inline __m256i tail_mask(int64_t n) {
   return _mm256_cmpgt_epi32(_mm256_set1_epi32(static_cast<int>(n)), lanes);
 }
 
+// A row's last columns: lanes [0, n) of the last vector, n in [0, 8].
+struct TailLanes {
+  __m256i mask;
+  int64_t n;
+};
+inline TailLanes tail_lanes(int64_t n) { return {tail_mask(n), n}; }
+
 template <int U, bool Tail>
-inline __m256 load(const float* p, int u, __m256i tail) {
-  if constexpr (Tail) return _mm256_maskload_ps(p, tail);
+inline __m256 load(const float* p, int u, TailLanes tail) {
+  if constexpr (Tail) return _mm256_maskload_ps(p, tail.mask);
   else return _mm256_loadu_ps(p + 8 * u);
 }
 
+// The tail goes out with plain stores (Note [No masked stores on Zen] in avx2_util.h): a 28-wide
+// output row ends in 4 columns on every row.
 template <int U, bool Tail>
-inline void store(float* p, int u, __m256i tail, __m256 v) {
-  if constexpr (Tail) _mm256_maskstore_ps(p, tail, v);
+inline void store(float* p, int u, TailLanes tail, __m256 v) {
+  if constexpr (Tail) avx2::store_first(p, v, tail.n);
   else _mm256_storeu_ps(p + 8 * u, v);
 }
 
-// Runs the blocks over the columns: 16 at a time, then 8, then the masked rest.
+// Runs the blocks over the columns: 16 at a time, then 8, then the partial rest.
 template <class Block2, class Block1, class BlockTail>
 inline void columns(int64_t n, Block2&& b2, Block1&& b1, BlockTail&& bt) {
   int64_t i = 0;
   for (; i + 16 <= n; i += 16) b2(i);
   for (; i + 8 <= n; i += 8) b1(i);
-  if (i < n) bt(i, tail_mask(n - i));
+  if (i < n) bt(i, tail_lanes(n - i));
 }
 
 template <int R, int U, bool Tail>
 inline void max_block(const float* base, int64_t bstep, const int64_t* off, int64_t taps, float* out, int64_t ostep,
-                      __m256i tail) {
+                      TailLanes tail) {
   __m256 m[R][U], nan[R][U];
 #pragma GCC unroll 4
   for (int r = 0; r < R; ++r)
@@ -76,11 +85,11 @@ inline void max_block(const float* base, int64_t bstep, const int64_t* off, int6
 template <int R>
 inline void max_rows(const float* base, int64_t bstep, const int64_t* off, int64_t taps, float* out, int64_t ostep,
                      int64_t n) {
-  const __m256i all = _mm256_set1_epi32(-1);
+  const TailLanes all{_mm256_set1_epi32(-1), 8};
   columns(
       n, [&](int64_t i) { max_block<R, 2, false>(base + i, bstep, off, taps, out + i, ostep, all); },
       [&](int64_t i) { max_block<R, 1, false>(base + i, bstep, off, taps, out + i, ostep, all); },
-      [&](int64_t i, __m256i m) { max_block<R, 1, true>(base + i, bstep, off, taps, out + i, ostep, m); });
+      [&](int64_t i, TailLanes m) { max_block<R, 1, true>(base + i, bstep, off, taps, out + i, ostep, m); });
 }
 
 void max_taps__avx2(const float* base, int64_t bstep, const int64_t* off, int64_t taps, float* out, int64_t ostep,
@@ -92,7 +101,7 @@ void max_taps__avx2(const float* base, int64_t bstep, const int64_t* off, int64_
 
 template <int R, int U, bool Tail>
 inline void avg_block(const float* base, int64_t bstep, const int64_t* off, int64_t taps, const float* rdiv,
-                      const float* cdiv, float* out, int64_t ostep, __m256i tail) {
+                      const float* cdiv, float* out, int64_t ostep, TailLanes tail) {
   __m256 s[R][U];
 #pragma GCC unroll 4
   for (int r = 0; r < R; ++r)
@@ -108,7 +117,7 @@ inline void avg_block(const float* base, int64_t bstep, const int64_t* off, int6
 #pragma GCC unroll 2
   for (int u = 0; u < U; ++u) {
     __m256 c = load<U, Tail>(cdiv, u, tail);
-    if constexpr (Tail) c = _mm256_blendv_ps(_mm256_set1_ps(1.0f), c, _mm256_castsi256_ps(tail));
+    if constexpr (Tail) c = _mm256_blendv_ps(_mm256_set1_ps(1.0f), c, _mm256_castsi256_ps(tail.mask));
 #pragma GCC unroll 4
     for (int r = 0; r < R; ++r)
       store<U, Tail>(out + r * ostep, u, tail, _mm256_div_ps(s[r][u], _mm256_mul_ps(_mm256_set1_ps(rdiv[r]), c)));
@@ -118,11 +127,11 @@ inline void avg_block(const float* base, int64_t bstep, const int64_t* off, int6
 template <int R>
 inline void avg_rows(const float* base, int64_t bstep, const int64_t* off, int64_t taps, const float* rdiv,
                      const float* cdiv, float* out, int64_t ostep, int64_t n) {
-  const __m256i all = _mm256_set1_epi32(-1);
+  const TailLanes all{_mm256_set1_epi32(-1), 8};
   columns(
       n, [&](int64_t i) { avg_block<R, 2, false>(base + i, bstep, off, taps, rdiv, cdiv + i, out + i, ostep, all); },
       [&](int64_t i) { avg_block<R, 1, false>(base + i, bstep, off, taps, rdiv, cdiv + i, out + i, ostep, all); },
-      [&](int64_t i, __m256i m) { avg_block<R, 1, true>(base + i, bstep, off, taps, rdiv, cdiv + i, out + i, ostep, m); });
+      [&](int64_t i, TailLanes m) { avg_block<R, 1, true>(base + i, bstep, off, taps, rdiv, cdiv + i, out + i, ostep, m); });
 }
 
 void avg_taps__avx2(const float* base, int64_t bstep, const int64_t* off, int64_t taps, const float* rdiv,
@@ -134,7 +143,7 @@ void avg_taps__avx2(const float* base, int64_t bstep, const int64_t* off, int64_
 
 template <int R, int U, bool Tail>
 inline void fma_block(const float* base, int64_t bstep, const int64_t* off, const float* w, int64_t taps, float bias,
-                      float lo, float hi, float* out, int64_t ostep, __m256i tail) {
+                      float lo, float hi, float* out, int64_t ostep, TailLanes tail) {
   __m256 s[R][U];
 #pragma GCC unroll 4
   for (int r = 0; r < R; ++r)
@@ -159,11 +168,11 @@ inline void fma_block(const float* base, int64_t bstep, const int64_t* off, cons
 template <int R>
 inline void fma_rows(const float* base, int64_t bstep, const int64_t* off, const float* w, int64_t taps, float bias,
                      float lo, float hi, float* out, int64_t ostep, int64_t n) {
-  const __m256i all = _mm256_set1_epi32(-1);
+  const TailLanes all{_mm256_set1_epi32(-1), 8};
   columns(
       n, [&](int64_t i) { fma_block<R, 2, false>(base + i, bstep, off, w, taps, bias, lo, hi, out + i, ostep, all); },
       [&](int64_t i) { fma_block<R, 1, false>(base + i, bstep, off, w, taps, bias, lo, hi, out + i, ostep, all); },
-      [&](int64_t i, __m256i m) { fma_block<R, 1, true>(base + i, bstep, off, w, taps, bias, lo, hi, out + i, ostep, m); });
+      [&](int64_t i, TailLanes m) { fma_block<R, 1, true>(base + i, bstep, off, w, taps, bias, lo, hi, out + i, ostep, m); });
 }
 
 void fma_taps__avx2(const float* base, int64_t bstep, const int64_t* off, const float* w, int64_t taps, float bias,
