@@ -7,6 +7,7 @@
 #include <utility>
 #include <vector>
 
+#include "kernels/cpu/chunks.h"
 #include "kernels/cpu/conv.h"
 #include "kernels/cpu/conv_depthwise.h"
 #include "kernels/cpu/gemm_ukernel.h"
@@ -553,11 +554,11 @@ void pixel_rows(const Conv2dParams& p, const Geometry& g, const float* x, const 
   float* xq = xq_floats ? thread_scratch<float, ScratchSlot::direct_conv_x>(xq_floats) : nullptr;
   // Note [Shares taken, not dealt]: the split's units (pixel tiles, panels, or (panel, tile)
   // pairs in panel-major order) go in chunks of about a sixteenth of each thread's part, from a
-  // queue both ends of which are taken: even threads from the front, odd ones from the back. With
-  // fixed halves one thread waited for the other: on 2 shared cores, ResNet-18 at batch 1, the two
-  // threads' busy times differed by 3-20% from run to run, either way round. Each thread starts on
-  // the part a fixed split would give it (its rows of X', filled by it: a first parallel region
-  // fills X' row bands, the second computes), and only the last chunks cross over.
+  // queue both ends of which are taken (TwoEndedChunks, chunks.h). With fixed halves one thread
+  // waited for the other: on 2 shared cores, ResNet-18 at batch 1, the two threads' busy times
+  // differed by 3-20% from run to run, either way round. Each thread starts on the part a fixed
+  // split would give it (its rows of X', filled by it: a first parallel region fills X' row bands,
+  // the second computes), and only the last chunks cross over.
   const int64_t units = by_pairs ? panels * ptiles : by_pixels ? ptiles : panels;
   const int64_t per_chunk = std::max<int64_t>(1, units / (16 * threads));
   const int64_t chunks = (units + per_chunk - 1) / per_chunk;
@@ -588,21 +589,10 @@ void pixel_rows(const Conv2dParams& p, const Geometry& g, const float* x, const 
   for (int64_t img = 0; img < p.n; ++img) {
     if (xq != nullptr)
       parallel_run(threads, [&](int t, int nt) { fill(img, xq, g.hq * t / nt, g.hq * (t + 1) / nt); });
-    // Chunks [front, back) are left, packed in one word so that the two ends never hand out the
-    // same chunk.
-    std::atomic<uint64_t> left{static_cast<uint64_t>(chunks)};
-    auto take = [&](bool front) -> int64_t {
-      uint64_t cur = left.load(std::memory_order_relaxed);
-      for (;;) {
-        const uint64_t f = cur >> 32, b = cur & 0xffffffffu;
-        if (f >= b) return -1;
-        const uint64_t next = front ? ((f + 1) << 32 | b) : (f << 32 | (b - 1));
-        if (left.compare_exchange_weak(cur, next, std::memory_order_relaxed)) return static_cast<int64_t>(front ? f : b - 1);
-      }
-    };
+    TwoEndedChunks queue(chunks);
     parallel_run(threads, [&](int t, int) {
       Share rects[3];
-      for (int64_t c; (c = take(t % 2 == 0)) >= 0;) {
+      for (int64_t c; (c = queue.take(t)) >= 0;) {
         const int count = rectangles(c, rects);
         for (int i = 0; i < count; ++i) run(img, 1, xq, yt, rects[i].j0, rects[i].j1, rects[i].q0, rects[i].q1);
       }

@@ -5,6 +5,7 @@
 #include <cstdlib>
 #include <cstring>
 
+#include "kernels/cpu/chunks.h"
 #include "kernels/cpu/gemm.h"
 #include "kernels/cpu/gemm_ukernel.h"
 #include "kernels/cpu/vmath.h"
@@ -29,11 +30,12 @@ namespace kiln::kernels::cpu {
 // column panels of B in place (ldb = B's row stride); only the ragged right edge is packed. That
 // makes M = 1 a streaming pass over B (GEMV) at memory bandwidth.
 //
-// Threads: C is cut into as many column chunks (multiples of nr) or row chunks (multiples of mr)
-// as there are threads, along the longer side; each thread runs the whole blocked loop on its
-// chunk with its own pack buffers, so nothing is shared and no barriers are needed. The cost is
-// that every thread packs the operand it shares (A for a column split): m*k floats per thread
-// per nc block, small against the 2*m*k*nc flops it feeds.
+// Threads: C is cut along the longer side. Rows: as many row chunks (multiples of mr) as there
+// are threads, each running the whole blocked loop with its own pack buffers (every thread packs
+// the B it shares: k*nc floats per nc block, small against the flops it feeds). Columns: A is
+// packed once, its row panels split between the threads, and the column panels then go out in
+// chunks from a two-ended queue (Note [Column chunks taken, not dealt] in gemm_run), each chunk
+// running the blocked loop on its columns against the shared packed A.
 //
 // The epilogue runs on each tile right after its last k-slice, while the tile is in L1.
 
@@ -76,6 +78,7 @@ struct Scratch {
   ~Scratch() { std::free(p); }
 };
 thread_local Scratch t_pack_a, t_pack_b, t_pack_edge;
+thread_local Scratch t_shared_a;  // A packed once for all column chunks (Note [Column chunks taken, not dealt])
 
 // Note [Packing A row-major]
 // A row-major A block is a transpose: mr short rows (kc floats, a few cache lines each, one page
@@ -285,10 +288,36 @@ void gemm_run(const Problem& pr) {
     gemm_block(pr, 0, m, 0, n);
     return;
   }
-  parallel_run(threads, [&](int t, int nt) {
-    const int64_t b0 = blocks * t / nt, b1 = blocks * (t + 1) / nt;
-    if (split_cols) gemm_block(pr, 0, m, b0 * kk.nr, std::min(n, b1 * kk.nr));
-    else gemm_block(pr, b0 * kk.mr, std::min(m, b1 * kk.mr), 0, n);
+  if (!split_cols) {
+    parallel_run(threads, [&](int t, int nt) {
+      const int64_t b0 = blocks * t / nt, b1 = blocks * (t + 1) / nt;
+      gemm_block(pr, b0 * kk.mr, std::min(m, b1 * kk.mr), 0, n);
+    });
+    return;
+  }
+  // Note [Column chunks taken, not dealt]: the column panels go in chunks of about an eighth of
+  // each thread's part from a two-ended queue (chunks.h), so a thread slowed by a neighbour on a
+  // shared core does not hold the other up at the end. A, shared by every chunk, is packed once
+  // first (its row panels split between the threads) instead of by every chunk.
+  Problem q = pr;
+  if (q.a_packed == nullptr) {
+    const int64_t mpad = round_up(m, kk.mr), kslice = k_slice(kk.kc, pr.k), panels = mpad / kk.mr;
+    float* abuf = t_shared_a.get(static_cast<size_t>(mpad * pr.k));
+    parallel_run(threads, [&](int t, int nt) {
+      const int64_t r0 = panels * t / nt * kk.mr, r1 = std::min(m, panels * (t + 1) / nt * kk.mr);
+      if (r0 >= r1) return;
+      for (int64_t pc = 0; pc < pr.k; pc += kslice)
+        pack_a(kk.mr, r1 - r0, std::min(kslice, pr.k - pc), pr.a + r0 * pr.a_rs + pc * pr.a_cs, pr.a_rs, pr.a_cs,
+               abuf + pc * mpad + r0 * std::min(kslice, pr.k - pc));
+    });
+    q.a_packed = abuf;
+    q.a_mpad = mpad;
+  }
+  const int64_t per_chunk = std::max<int64_t>(1, blocks / (8 * threads)), chunks = (blocks + per_chunk - 1) / per_chunk;
+  TwoEndedChunks queue(chunks);
+  parallel_run(threads, [&](int t, int) {
+    for (int64_t c; (c = queue.take(t)) >= 0;)
+      gemm_block(q, 0, m, c * per_chunk * kk.nr, std::min(n, (c + 1) * per_chunk * kk.nr));
   });
 }
 
