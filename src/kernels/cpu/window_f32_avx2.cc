@@ -17,18 +17,14 @@ namespace kiln::kernels::cpu {
 
 namespace {
 
-// Lanes [0, n) set, n in [0, 8].
-inline __m256i tail_mask(int64_t n) {
-  const __m256i lanes = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
-  return _mm256_cmpgt_epi32(_mm256_set1_epi32(static_cast<int>(n)), lanes);
-}
+using avx2::lanes_below;
 
 // A row's last columns: lanes [0, n) of the last vector, n in [0, 8].
 struct TailLanes {
   __m256i mask;
   int64_t n;
 };
-inline TailLanes tail_lanes(int64_t n) { return {tail_mask(n), n}; }
+inline TailLanes tail_lanes(int64_t n) { return {lanes_below(n), n}; }
 
 template <int U, bool Tail>
 inline __m256 load(const float* p, int u, TailLanes tail) {
@@ -187,8 +183,8 @@ void deinterleave2__avx2(const float* in, float* even, float* odd, int64_t n) {
   for (; j < n; j += 8) {
     const bool tail = j + 8 > n;
     const int64_t r = 2 * (n - j);  // floats left when tail (< 16)
-    const __m256 a = tail ? _mm256_maskload_ps(in + 2 * j, tail_mask(std::min<int64_t>(r, 8))) : _mm256_loadu_ps(in + 2 * j);
-    const __m256 b = tail ? _mm256_maskload_ps(in + 2 * j + 8, tail_mask(std::max<int64_t>(r - 8, 0)))
+    const __m256 a = tail ? _mm256_maskload_ps(in + 2 * j, lanes_below(std::min<int64_t>(r, 8))) : _mm256_loadu_ps(in + 2 * j);
+    const __m256 b = tail ? _mm256_maskload_ps(in + 2 * j + 8, lanes_below(std::max<int64_t>(r - 8, 0)))
                           : _mm256_loadu_ps(in + 2 * j + 8);
     // Per 128-bit lane [a0 a2 b0 b2 | a4 a6 b4 b6]; the 64-bit permute orders the halves.
     const __m256 e = _mm256_shuffle_ps(a, b, _MM_SHUFFLE(2, 0, 2, 0));
@@ -196,8 +192,8 @@ void deinterleave2__avx2(const float* in, float* even, float* odd, int64_t n) {
     const __m256 ev = _mm256_castpd_ps(_mm256_permute4x64_pd(_mm256_castps_pd(e), _MM_SHUFFLE(3, 1, 2, 0)));
     const __m256 ov = _mm256_castpd_ps(_mm256_permute4x64_pd(_mm256_castps_pd(o), _MM_SHUFFLE(3, 1, 2, 0)));
     if (tail) {
-      _mm256_maskstore_ps(even + j, tail_mask(n - j), ev);
-      _mm256_maskstore_ps(odd + j, tail_mask(n - j), ov);
+      _mm256_maskstore_ps(even + j, lanes_below(n - j), ev);
+      _mm256_maskstore_ps(odd + j, lanes_below(n - j), ov);
     } else {
       _mm256_storeu_ps(even + j, ev);
       _mm256_storeu_ps(odd + j, ov);
@@ -236,7 +232,7 @@ void depthwise3x3_block16(const WindowGeom& g, const DepthwiseBlockF32& a) {
   int64_t ih = ia, iw = 0;
   for (int64_t q = ia * g.w; q < ib * g.w; q += 8) {
     const int64_t n = std::min<int64_t>(8, ib * g.w - q);
-    const __m256i m = avx2::lanes_below(n);
+    const __m256i m = lanes_below(n);
     float* dst[8];  // where each pixel goes in the scratch; nullptr: a column no window reads
     for (int i = 0; i < 8; ++i) {
       dst[i] = nullptr;
