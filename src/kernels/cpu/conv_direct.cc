@@ -546,10 +546,10 @@ void pixel_rows(const Conv2dParams& p, const Geometry& g, const float* x, const 
   // ones (MobileNetV2's 960 -> 160 projection, ResNet-50's last stage: 11 panels).
   const double bp = balance(panels, threads), bq = balance(ptiles, threads);
   const bool by_pairs = std::max(bp, bq) < 0.95 && balance(panels * ptiles, threads) > std::max(bp, bq);
-  const bool by_pixels = static_cast<double>(p.k) * static_cast<double>(g.cg * g.taps) <=
-                                 static_cast<double>(p.c) * static_cast<double>(g.cstride)
-                             ? bq >= 0.75 * bp
-                             : bq > bp / 0.75;
+  const bool by_pixels = !by_pairs && (static_cast<double>(p.k) * static_cast<double>(g.cg * g.taps) <=
+                                               static_cast<double>(p.c) * static_cast<double>(g.cstride)
+                                           ? bq >= 0.75 * bp
+                                           : bq > bp / 0.75);
   float* yt = yt_floats ? thread_scratch<float, ScratchSlot::direct_conv_y>(yt_floats) : nullptr;
   float* xq = xq_floats ? thread_scratch<float, ScratchSlot::direct_conv_x>(xq_floats) : nullptr;
   // Note [Shares taken, not dealt]: the split's units (pixel tiles, panels, or (panel, tile)
@@ -568,7 +568,7 @@ void pixel_rows(const Conv2dParams& p, const Geometry& g, const float* x, const 
   // Chunk c as at most three rectangles of filter panels [j0, j1) x pixel tiles [q0, q1).
   auto rectangles = [&](int64_t c, Share out[3]) {
     const int64_t u0 = c * per_chunk, u1 = std::min(units, u0 + per_chunk);
-    if (by_pixels && !by_pairs) {
+    if (by_pixels) {
       out[0] = {0, panels, u0, u1};
       return 1;
     }
