@@ -3,6 +3,8 @@
 // rows and keep their generic (f64-statistics, any-stride) loops for everything else.
 #pragma once
 
+#include <algorithm>
+#include <cmath>
 #include <cstdint>
 
 #include "kernels/cpu/isa.h"
@@ -30,5 +32,34 @@ NormKernelsF32 norm_kernels_f32_scalar();
 NormKernelsF32 norm_kernels_f32_avx2();
 NormKernelsF32 norm_kernels_f32_avx512();
 NormKernelsF32 norm_kernels_f32(Isa isa);  // scalar machines: the portable f64-statistics loop
+
+// The row loop of the vector kernels (Note [Layer norm in f32 lanes]), one copy for every ISA.
+// Lanes holds the ISA's passes over a row, compiled for it in its own file:
+//   static double sum(const float* x, int64_t n, float shift);     // of x[j] - shift
+//   static double sum_sq(const float* x, int64_t n, float shift);  // of (x[j] - shift)^2
+//   template <bool W, bool B> static void normalize(const float* x, float* y, int64_t n, float mean,
+//       float rstd, float shift, const float* w, const float* b);  // fma(x - mean, rstd, shift) * w + b
+template <class Lanes>
+void layer_norm_rows_in_lanes(const float* x, int64_t ldx, float* y, int64_t ldy, int64_t rows, int64_t n,
+                              const float* w, const float* b, double eps) {
+  for (int64_t r = 0; r < rows; ++r, x += ldx, y += ldy) {
+    // Summing x - x[0] keeps the f32 lane sums at the row's spread, not its mean.
+    const double mean = static_cast<double>(x[0]) + Lanes::sum(x, n, x[0]) / static_cast<double>(n);
+    const float mf = static_cast<float>(mean);
+    const double ss = Lanes::sum_sq(x, n, mf);
+    // The deviations were taken from the f32-rounded mean mf; the exact mean differs by
+    // delta = mean - mf, which adds delta^2 to the mean squared deviation (removed here) and
+    // -delta * rstd to each normalized value (the fma's addend). Without it a row near 1000 would
+    // be off by up to ulp(1000) / 2 * rstd, far past f32 rounding of the result.
+    const double delta = mean - static_cast<double>(mf);
+    const double var = std::max(ss / static_cast<double>(n) - delta * delta, 0.0);
+    const double rstd = 1.0 / std::sqrt(var + eps);
+    const float rf = static_cast<float>(rstd), shift = static_cast<float>(-delta * rstd);
+    if (w != nullptr && b != nullptr) Lanes::template normalize<true, true>(x, y, n, mf, rf, shift, w, b);
+    else if (w != nullptr) Lanes::template normalize<true, false>(x, y, n, mf, rf, shift, w, b);
+    else if (b != nullptr) Lanes::template normalize<false, true>(x, y, n, mf, rf, shift, w, b);
+    else Lanes::template normalize<false, false>(x, y, n, mf, rf, shift, w, b);
+  }
+}
 
 }  // namespace kiln::kernels::cpu

@@ -9,7 +9,6 @@
 #include <immintrin.h>
 
 #include <algorithm>
-#include <cmath>
 
 #include "kernels/cpu/norm_f32.h"
 
@@ -76,31 +75,20 @@ void normalize_row(const float* x, float* y, int64_t n, float mean, float rstd, 
   if (j < n) normalize_vec<W, B>(x, y, j, tail_mask(n - j), vm, vr, vc, w, b);
 }
 
-void layer_norm_rows__avx512(const float* x, int64_t ldx, float* y, int64_t ldy, int64_t rows, int64_t n,
-                             const float* w, const float* b, double eps) {
-  for (int64_t r = 0; r < rows; ++r, x += ldx, y += ldy) {
-    // Summing x - x[0] keeps the f32 lane sums at the row's spread, not its mean.
-    const double mean = static_cast<double>(x[0]) + row_sum<false>(x, n, x[0]) / static_cast<double>(n);
-    const float mf = static_cast<float>(mean);
-    const double ss = row_sum<true>(x, n, mf);
-    // The deviations were taken from the f32-rounded mean mf; the exact mean differs by
-    // delta = mean - mf, which adds delta^2 to the mean squared deviation (removed here) and
-    // -delta * rstd to each normalized value (the fma's addend below). Without it a row near 1000
-    // would be off by up to ulp(1000) / 2 * rstd, far past f32 rounding of the result.
-    const double delta = mean - static_cast<double>(mf);
-    const double var = std::max(ss / static_cast<double>(n) - delta * delta, 0.0);
-    const double rstd = 1.0 / std::sqrt(var + eps);
-    const float rf = static_cast<float>(rstd), shift = static_cast<float>(-delta * rstd);
-    if (w != nullptr && b != nullptr) normalize_row<true, true>(x, y, n, mf, rf, shift, w, b);
-    else if (w != nullptr) normalize_row<true, false>(x, y, n, mf, rf, shift, w, b);
-    else if (b != nullptr) normalize_row<false, true>(x, y, n, mf, rf, shift, w, b);
-    else normalize_row<false, false>(x, y, n, mf, rf, shift, w, b);
+// The ISA's passes for layer_norm_rows_in_lanes (norm_f32.h).
+struct Lanes {
+  static double sum(const float* x, int64_t n, float shift) { return row_sum<false>(x, n, shift); }
+  static double sum_sq(const float* x, int64_t n, float shift) { return row_sum<true>(x, n, shift); }
+  template <bool W, bool B>
+  static void normalize(const float* x, float* y, int64_t n, float mean, float rstd, float shift, const float* w,
+                        const float* b) {
+    normalize_row<W, B>(x, y, n, mean, rstd, shift, w, b);
   }
-}
+};
 
 }  // namespace
 
-NormKernelsF32 norm_kernels_f32_avx512() { return {layer_norm_rows__avx512}; }
+NormKernelsF32 norm_kernels_f32_avx512() { return {layer_norm_rows_in_lanes<Lanes>}; }
 
 }  // namespace kiln::kernels::cpu
 
