@@ -58,6 +58,7 @@ const std::vector<Case> kCases = {
     {{2, 4, 13, 11}, {5, 4, 3, 2}, {2, 3}, {0, 0, 0, 0}, {2, 1}},     // unpadded, strided, dilated: pixels read x
     {{1, 64, 14, 14}, {96, 64, 1, 1}, {2, 2}},                        // a 1x1 stride-2 projection
     {{2, 144, 32, 32}, {100, 144, 1, 1}},                             // images past 512 KiB: pixel tiles outer
+    {{2, 64, 48, 48}, {20, 64, 3, 3}, {1, 1}, {1, 1, 1, 1}},          // tiles outer: 3 K slices per block of tiles
     {{1, 13, 14, 14}, {8, 13, 11, 11}, {1, 1}, {5, 5, 5, 5}},         // 11x11: K slices of 7 and 6 channels
     {{1, 16, 40, 41}, {32, 16, 3, 3}, {2, 2}, {1, 1, 1, 1}},          // one strided image split by pixel rows
 };

@@ -428,12 +428,15 @@ double balance(int64_t blocks, int64_t parts) {
 
 // Note [Images share the filter blocks]: images [0, n) split between the threads, each worker
 // running its images in chunks whose X' (xq_floats each, filled here; none: x itself) and product
-// scratch (yq_floats each) are together at most kChunkBytes: body(img0, count, xq, yq).
+// scratch (yq_floats each) are together at most kChunkBytes (one_at_a_time: one image per chunk):
+// body(img0, count, xq, yq).
 template <class Fill, class Body>
 void image_chunks(int64_t n, const Geometry& g, size_t xq_floats, size_t yq_floats, const Fill& fill,
-                  const Body& body) {
+                  const Body& body, bool one_at_a_time = false) {
   const size_t per_image = (xq_floats + yq_floats) * sizeof(float);
-  const int64_t chunk = per_image == 0 ? n : std::max<int64_t>(1, static_cast<int64_t>(kChunkBytes / per_image));
+  const int64_t chunk = one_at_a_time ? 1
+                        : per_image == 0 ? n
+                                         : std::max<int64_t>(1, static_cast<int64_t>(kChunkBytes / per_image));
   parallel_for(0, n, 1, [&](int64_t i0, int64_t i1) {
     for (int64_t img0 = i0; img0 < i1; img0 += chunk) {
       const int64_t count = std::min(chunk, i1 - img0);
@@ -472,10 +475,16 @@ void pixel_rows(const Conv2dParams& p, const Geometry& g, const float* x, const 
   // ran at 1.8x ONNX Runtime's time). When one K slice of the filters fits in half the L2 and an
   // image's activations do not, the pixel tiles go outer instead: each tile's activations stay in
   // L1 across all the panels, which are re-read from L2 (that projection at batch 8: 13.0 -> 9.5
-  // ms on one thread; MobileNetV2's 16 -> 96 1x1 at 112 x 112: 8.5 -> 5.2).
+  // ms on one thread; MobileNetV2's 16 -> 96 1x1 at 112 x 112: 8.5 -> 5.2). The images then go
+  // one at a time (X' filled just before its tiles run, not the whole chunk's first), and the
+  // tiles in blocks whose partial sums in Yt take ~64 KiB, all K slices of a block before the
+  // next, so Yt stays in L2 instead of a whole image's (800 KB for 64 channels at 56 x 56) going
+  // through L3 once per slice: ResNet-18's 64 -> 64 3x3 at batch 8 on one thread, 3.05-3.15 ->
+  // 2.73 ms per image.
   const int64_t slice_bytes = g.kcs * g.taps * g.mpad * 4;
   const int64_t image_bytes = (g.identity ? p.c * p.h * p.w : p.c * g.cstride) * 4;
   const bool tiles_outer = slice_bytes <= (512 << 10) && image_bytes > (512 << 10);
+  const int64_t block_tiles = std::max<int64_t>(1, (int64_t{64} << 10) / (mr * g.mpad * 4));
   // Filter panels [j0, j1) x pixel tiles [q0, q1) of images [img0, img0 + count): X' at xq
   // (xq_floats apart; nullptr: x itself), Yt at yt (yt_floats apart); group by group, each
   // finished into y before the next.
@@ -483,43 +492,44 @@ void pixel_rows(const Conv2dParams& p, const Geometry& g, const float* x, const 
                  int64_t q1) {
     for (int64_t grp = 0; grp < p.groups; ++grp) {
       const float* pw = packed_w + static_cast<size_t>(grp) * per_group;
-      for (int64_t c0 = 0; c0 < g.cg; c0 += g.kcs) {
+      // One micro-kernel call: the K slice from channel c0, image m, panel jp, pixel tile t.
+      auto tile = [&](int64_t c0, int64_t m, int64_t jp, int64_t t) {
         const int64_t kcur = std::min(g.kcs, g.cg - c0);
         const bool last = c0 + kcur == g.cg;
-        // One micro-kernel call: image m, panel jp, pixel tile t.
-        auto tile = [&](int64_t m, int64_t jp, int64_t t) {
-          const int64_t img = img0 + m;
-          const float* xi = xq != nullptr ? xq + m * xq_floats : x + img * p.c * p.h * p.w;
-          xi += (grp * g.cg + c0) * g.cstride;
-          float* ym = yt != nullptr ? yt + m * yt_floats + jp * nr + t * mr * g.mpad : nullptr;
-          // The last slice: channels jp * nr ... of this image and group, straight into y.
-          const int64_t ch = grp * g.kg + jp * nr, at = (img * p.k + ch) * howo + t * mr;
-          ConvPixelsOutF32 out;
-          if (last) {
-            out.y = y + at;
-            out.ldy = howo;
-            out.m = static_cast<int>(std::min<int64_t>(mr, howo - t * mr));
-            out.n = static_cast<int>(std::min<int64_t>(nr, g.kg - jp * nr));
-            if (in_store) {
-              out.ep.bias = bias != nullptr ? bias + ch : nullptr;
-              out.ep.residual = epilogue.residual != nullptr ? epilogue.residual + at : nullptr;
-              out.ep.ldr = howo;
-              out.ep.residual_before_activation = epilogue.residual_before_activation;
-              out.ep.act = act;
-            }
+        const int64_t img = img0 + m;
+        const float* xi = xq != nullptr ? xq + m * xq_floats : x + img * p.c * p.h * p.w;
+        xi += (grp * g.cg + c0) * g.cstride;
+        float* ym = yt != nullptr ? yt + m * yt_floats + jp * nr + t * mr * g.mpad : nullptr;
+        // The last slice: channels jp * nr ... of this image and group, straight into y.
+        const int64_t ch = grp * g.kg + jp * nr, at = (img * p.k + ch) * howo + t * mr;
+        ConvPixelsOutF32 out;
+        if (last) {
+          out.y = y + at;
+          out.ldy = howo;
+          out.m = static_cast<int>(std::min<int64_t>(mr, howo - t * mr));
+          out.n = static_cast<int>(std::min<int64_t>(nr, g.kg - jp * nr));
+          if (in_store) {
+            out.ep.bias = bias != nullptr ? bias + ch : nullptr;
+            out.ep.residual = epilogue.residual != nullptr ? epilogue.residual + at : nullptr;
+            out.ep.ldr = howo;
+            out.ep.residual_before_activation = epilogue.residual_before_activation;
+            out.ep.act = act;
           }
-          g.ptile.ukernel(static_cast<int>(g.taps), g.tap_off.data(), kcur, xi, pix.data() + t * mr, g.cstride,
-                          pw + (c0 * g.mpad + jp * nr * kcur) * g.taps, ym, g.mpad, c0 != 0, last ? &out : nullptr);
-        };
-        if (tiles_outer) {
-          for (int64_t m = 0; m < count; ++m)
-            for (int64_t t = q0; t < q1; ++t)
-              for (int64_t jp = j0; jp < j1; ++jp) tile(m, jp, t);
-        } else {
+        }
+        g.ptile.ukernel(static_cast<int>(g.taps), g.tap_off.data(), kcur, xi, pix.data() + t * mr, g.cstride,
+                        pw + (c0 * g.mpad + jp * nr * kcur) * g.taps, ym, g.mpad, c0 != 0, last ? &out : nullptr);
+      };
+      if (tiles_outer) {
+        for (int64_t m = 0; m < count; ++m)
+          for (int64_t b0 = q0; b0 < q1; b0 += block_tiles)
+            for (int64_t c0 = 0; c0 < g.cg; c0 += g.kcs)
+              for (int64_t t = b0; t < std::min(q1, b0 + block_tiles); ++t)
+                for (int64_t jp = j0; jp < j1; ++jp) tile(c0, m, jp, t);
+      } else {
+        for (int64_t c0 = 0; c0 < g.cg; c0 += g.kcs)
           for (int64_t jp = j0; jp < j1; ++jp)
             for (int64_t m = 0; m < count; ++m)
-              for (int64_t t = q0; t < q1; ++t) tile(m, jp, t);
-        }
+              for (int64_t t = q0; t < q1; ++t) tile(c0, m, jp, t);
       }
       if (in_store) continue;
       // Channels [ch0, ch1) of each image: the epilogue the store could not apply.
@@ -534,7 +544,7 @@ void pixel_rows(const Conv2dParams& p, const Geometry& g, const float* x, const 
   if (threads <= 1 || by_images) {
     image_chunks(p.n, g, xq_floats, yt_floats, fill, [&](int64_t img0, int64_t count, const float* xq, float* yt) {
       run(img0, count, xq, yt, 0, panels, 0, ptiles);
-    });
+    }, tiles_outer);
     return;
   }
   // One image at a time, split between the threads by filter panels (each reads all of X') or
