@@ -1,4 +1,9 @@
 // Tensor metadata, views sharing storage, factories, version counters, type promotion.
+#include <atomic>
+#include <chrono>
+#include <mutex>
+#include <thread>
+
 #include "support/testing.h"
 
 namespace kiln {
@@ -211,9 +216,45 @@ TEST(ThreadPool, ParallelForCoversTheRangeOnce) {
     });
     for (int h : hits) ASSERT_EQ(h, 1);
   }
+  // Odd sizes, an offset range and grains below, near and past the range: every item once, every
+  // chunk but the range's last at least the grain.
+  set_num_threads(2);
+  for (int64_t n : {1, 7, 33, 1000})
+    for (int64_t grain : {1, 5, 100, 5000}) {
+      std::vector<int> hits(static_cast<size_t>(n), 0);
+      std::mutex mu;
+      parallel_for(5, 5 + n, grain, [&](int64_t b, int64_t e) {
+        std::lock_guard<std::mutex> g(mu);
+        EXPECT_TRUE(e - b >= grain || e == 5 + n) << "chunk [" << b << ", " << e << ") grain " << grain;
+        for (int64_t i = b; i < e; ++i) ++hits[static_cast<size_t>(i - 5)];
+      });
+      for (int h : hits) ASSERT_EQ(h, 1) << "n " << n << " grain " << grain;
+    }
   EXPECT_THROW(parallel_for(0, 1000, 1, [](int64_t, int64_t) { throw Error("boom"); }), Error);
   set_num_threads(available_cores());
   EXPECT_KILN_ERROR(set_num_threads(0), "n >= 1");
+}
+
+// Note [Loops taken, not dealt]: the calling thread stalls in its first chunk until the other has
+// done everything else, which it can only do by taking the chunks a fixed split would have dealt
+// to the caller.
+TEST(ThreadPool, ParallelForHandsAStalledThreadsChunksToTheOther) {
+  set_num_threads(2);
+  const int64_t n = 1000;
+  const std::thread::id caller = std::this_thread::get_id();
+  std::atomic<int64_t> done{0}, by_caller{0};
+  parallel_for(0, n, 1, [&](int64_t b, int64_t e) {
+    if (std::this_thread::get_id() == caller) {
+      by_caller += e - b;
+      const auto t0 = std::chrono::steady_clock::now();
+      while (done.load() < n - (e - b) && std::chrono::steady_clock::now() - t0 < std::chrono::seconds(10))
+        std::this_thread::yield();
+    }
+    done += e - b;
+  });
+  EXPECT_EQ(done.load(), n);
+  EXPECT_LT(by_caller.load(), n / 4);
+  set_num_threads(available_cores());
 }
 
 }  // namespace

@@ -7,7 +7,7 @@
 #include <utility>
 #include <vector>
 
-#include "kernels/cpu/chunks.h"
+#include "core/chunks.h"
 #include "kernels/cpu/conv.h"
 #include "kernels/cpu/conv_depthwise.h"
 #include "kernels/cpu/gemm_ukernel.h"
@@ -437,7 +437,11 @@ void image_chunks(int64_t n, const Geometry& g, size_t xq_floats, size_t yq_floa
   const int64_t chunk = one_at_a_time ? 1
                         : per_image == 0 ? n
                                          : std::max<int64_t>(1, static_cast<int64_t>(kChunkBytes / per_image));
-  parallel_for(0, n, 1, [&](int64_t i0, int64_t i1) {
+  // Images that share the filters go to one thread together (each thread's part, as a fixed split
+  // would deal it); one at a time, they are taken from the pool's two-ended queue one by one.
+  const int threads = in_parallel_region() ? 1 : get_num_threads();
+  const int64_t grain = one_at_a_time ? 1 : std::min(chunk, (n + threads - 1) / threads);
+  parallel_for(0, n, grain, [&](int64_t i0, int64_t i1) {
     for (int64_t img0 = i0; img0 < i1; img0 += chunk) {
       const int64_t count = std::min(chunk, i1 - img0);
       float* xq = xq_floats ? thread_scratch<float, ScratchSlot::direct_conv_x>(xq_floats * count) : nullptr;

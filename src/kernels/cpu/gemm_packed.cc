@@ -5,7 +5,7 @@
 #include <cstdlib>
 #include <cstring>
 
-#include "kernels/cpu/chunks.h"
+#include "core/chunks.h"
 #include "kernels/cpu/gemm.h"
 #include "kernels/cpu/gemm_ukernel.h"
 #include "kernels/cpu/vmath.h"

@@ -8,7 +8,7 @@
 #include <atomic>
 #include <cstdint>
 
-namespace kiln::kernels::cpu {
+namespace kiln {
 
 class TwoEndedChunks {
  public:
@@ -31,4 +31,4 @@ class TwoEndedChunks {
   std::atomic<uint64_t> left_;  // chunks [front, back): front in the high half
 };
 
-}  // namespace kiln::kernels::cpu
+}  // namespace kiln
