@@ -183,6 +183,43 @@ TEST_P(WindowIsaTest, DepthwiseConvMatchesReference) {
   EXPECT_GT(checked, 500u);
 }
 
+// Note [A phased plane kept per thread]: a plane of the same geometry reuses the last one's copy
+// without refilling its padding. Each geometry runs first on large positive inputs, then on
+// negative ones, on one and two threads: a padding cell left holding an earlier input would win
+// the max, or shift the average and the convolution.
+TEST_P(WindowIsaTest, PaddingSurvivesAKeptPlane) {
+  const int saved = get_num_threads();
+  uint64_t seed = 900;
+  for (int threads : {1, 2}) {
+    set_num_threads(threads);
+    for (const Window& w : {Window{{3, 3}, {1, 1}, {1, 1, 1, 1}, {1, 1}}, Window{{3, 3}, {2, 2}, {1, 1, 1, 1}, {1, 1}},
+                            Window{{3, 2}, {2, 1}, {2, 0, 1, 1}, {1, 2}}}) {
+      const Shape xs{2, 5, 11, 13};
+      Tensor big = random_tensor(xs, DType::f32, seed++) + 10.0, low = random_tensor(xs, DType::f32, seed++) - 10.0;
+      Tensor wt = random_tensor({5, 1, w.kernel[0], w.kernel[1]}, DType::f32, seed++);
+      for (bool ceil : {false, true}) {
+        Pool2dOptions o{w.kernel, w.stride, w.padding, w.dilation, ceil, true};
+        (void)max_pool2d(big, o);
+        ASSERT_TRUE(all_close(max_pool2d(low, o), ref::pool2d(true, low, w.kernel, w.stride, w.padding, w.dilation, ceil, true),
+                              {0, 0}))
+            << "max, threads " << threads << " k " << attr_value_str(w.kernel) << " ceil " << ceil;
+        const Pool2dOptions a{w.kernel, w.stride, w.padding, {1, 1}, ceil, true};  // undilated: avg pool has none
+        (void)avg_pool2d(big, a);
+        ASSERT_TRUE(all_close(avg_pool2d(low, a), ref::pool2d(false, low, w.kernel, w.stride, w.padding, {1, 1}, ceil, true),
+                              {1e-5, 1e-5}))
+            << "avg, threads " << threads << " k " << attr_value_str(w.kernel) << " ceil " << ceil;
+      }
+      Conv2dOptions co{w.stride, w.padding, w.dilation, 5};
+      (void)conv2d(big, wt, Tensor(), co);
+      Tensor want = ref::conv2d(low, wt, Tensor(), w.stride, w.padding, w.dilation, 5);
+      Tensor mag = ref::conv2d(abs_values(low), abs_values(wt), Tensor(), w.stride, w.padding, w.dilation, 5);
+      ASSERT_TRUE(close_by_magnitude(conv2d(low, wt, Tensor(), co), want, mag, kEps))
+          << "depthwise, threads " << threads << " k " << attr_value_str(w.kernel);
+    }
+  }
+  set_num_threads(saved);
+}
+
 TEST_P(WindowIsaTest, DepthwiseConvNonContiguousAndLarge) {
   // MobileNetV2-like layers (long rows, several vectors per row) with non-contiguous operands.
   for (int64_t s : {1, 2}) {

@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <vector>
 
 #include "kiln/core/error.h"
 
@@ -74,13 +75,38 @@ int64_t depthwise_block_floats(const WindowGeom& g) {
   return ((g.ho - 1) * g.sh + 3) * ((g.wo - 1) * g.sw + 3) * 16;
 }
 
-PhasedPlane::PhasedPlane(const WindowGeom& g, float pad_value) : g_(g) {
+namespace {
+
+// Note [A phased plane kept per thread] (window_f32.h): the last destroyed plane's buffer, its
+// geometry and padding value (empty buffer: none kept).
+struct KeptPlane {
+  WindowGeom g;
+  float pad = 0;
+  std::vector<float> buf;
+};
+thread_local KeptPlane t_kept;
+
+static_assert(sizeof(WindowGeom) == 12 * sizeof(int64_t), "WindowGeom is compared bytewise");
+bool same_plane(const KeptPlane& k, const WindowGeom& g, float pad) {
+  return !k.buf.empty() && std::memcmp(&k.g, &g, sizeof g) == 0 && std::memcmp(&k.pad, &pad, sizeof pad) == 0;
+}
+
+}  // namespace
+
+PhasedPlane::~PhasedPlane() {
+  t_kept.g = g_;
+  t_kept.pad = pad_;
+  t_kept.buf = std::move(buf_);
+}
+
+PhasedPlane::PhasedPlane(const WindowGeom& g, float pad_value) : g_(g), pad_(pad_value) {
   KILN_ASSERT(g.ho >= 1 && g.wo >= 1 && g.kh >= 1 && g.kw >= 1 && g.sh >= 1 && g.sw >= 1, "PhasedPlane: bad geometry");
   rows_ = (g.ho - 1) * g.sh + (g.kh - 1) * g.dh + 1;
   int64_t cols = std::max(g.pl + g.w, (g.wo - 1) * g.sw + (g.kw - 1) * g.dw + 1);
   phase_len_ = (cols + g.sw - 1) / g.sw;
   row_stride_ = phase_len_ * g.sw;
-  buf_.assign(static_cast<size_t>(rows_ * row_stride_), pad_value);
+  if (same_plane(t_kept, g, pad_value)) buf_ = std::move(t_kept.buf);
+  else buf_.assign(static_cast<size_t>(rows_ * row_stride_), pad_value);
   for (int64_t r = 0; r < g.kh; ++r)
     for (int64_t s = 0; s < g.kw; ++s) {
       const int64_t o = s * g.dw;

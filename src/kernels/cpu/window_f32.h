@@ -79,9 +79,17 @@ int64_t depthwise_block_floats(const WindowGeom& g);
 // outputs ow, ow + 1, ... are then consecutive elements of phase o % sw, and every stride reads
 // contiguous vectors. Output row oh reads row(oh) + offsets()[t] + ow for tap t (row-major (r, s)).
 // Padding cells are written once; load() overwrites only the input's cells.
+// Note [A phased plane kept per thread]: construction fills the whole copy with the padding
+// value, and each parallel chunk of planes constructs one (with chunks taken from a queue, eight
+// per thread: Note [Loops taken, not dealt] in src/core/thread_pool.cc). A destroyed plane's
+// buffer is kept by its thread, and the next plane of the same geometry and padding value takes it
+// without the fill: loads never touch the padding cells, so they still hold it.
 class PhasedPlane {
  public:
   PhasedPlane(const WindowGeom& g, float pad_value);
+  ~PhasedPlane();
+  PhasedPlane(const PhasedPlane&) = delete;
+  PhasedPlane& operator=(const PhasedPlane&) = delete;
   void load(const float* x, const WindowKernelsF32& k);  // x: contiguous [h, w]
   const float* row(int64_t oh) const { return buf_.data() + oh * g_.sh * row_stride_; }
   int64_t row_step() const { return g_.sh * row_stride_; }  // from output row oh to oh + 1
@@ -89,6 +97,7 @@ class PhasedPlane {
 
  private:
   WindowGeom g_;
+  float pad_ = 0;
   int64_t rows_ = 0, row_stride_ = 0, phase_len_ = 0;
   std::vector<float> buf_;
   std::vector<int64_t> offsets_;
