@@ -25,7 +25,8 @@
 namespace kiln::runtime {
 
 // 2: the full Target (ISA, cores, caches, threads, budget, objective) and a tactic per step.
-inline constexpr uint32_t kEngineFormatVersion = 2;
+// 3: a second tactic per step for the small batches (Note [Tactics per batch bucket]).
+inline constexpr uint32_t kEngineFormatVersion = 3;
 
 // A value the steps read or write.
 struct EngineValue {
@@ -46,6 +47,15 @@ struct EngineStep {
   std::vector<int32_t> inputs;      // value indices; -1: absent optional input
   std::vector<int32_t> outputs;     // value indices
   std::string tactic;               // the kernel's tactic; empty: the op's first kernel (Note [Tactics])
+  // Note [Tactics per batch bucket]: a dynamic-batch engine tuned at both ends of its range runs
+  // `small_tactic` at batches <= small_batch_max, where the fastest kernel at the smallest batch
+  // is not the fastest at the largest (a packed GEMM at batch 1, a direct convolution at 8, say).
+  std::string small_tactic;         // empty: `tactic` at every batch
+  int64_t small_batch_max = 0;      // set with small_tactic: the largest batch it runs
+  // The tactic for a run at `batch` (< 0: an engine without a batch symbol).
+  const std::string& tactic_at(int64_t batch) const {
+    return !small_tactic.empty() && batch >= 0 && batch <= small_batch_max ? small_tactic : tactic;
+  }
 };
 
 struct BatchRange {
@@ -140,6 +150,7 @@ CompileResult compile(const ir::Graph& g, const CompileOptions& options = {});
 struct LayerTime {
   std::string name;
   std::string op;
+  std::string tactic;  // of the last profiled run (empty: the op's first kernel)
   double ms = 0;  // summed over the profiled runs
   int64_t runs = 0;
 };

@@ -97,7 +97,11 @@ std::string Engine::steps_str() const {
     os << " = " << st.op->name() << "(";
     for (size_t k = 0; k < st.inputs.size(); ++k) os << (k ? ", " : "") << slot(st.inputs[k]);
     os << ")";
-    if (!st.tactic.empty()) os << " [" << st.tactic << "]";
+    if (!st.tactic.empty()) {
+      os << " [" << st.tactic;
+      if (!st.small_tactic.empty()) os << "; " << st.small_tactic << " at batch <= " << st.small_batch_max;
+      os << "]";
+    }
     if (!st.attrs.values().empty()) {
       os << " {";
       bool first = true;
@@ -171,16 +175,25 @@ void Engine::validate() const {
     const EngineStep& st = steps[s];
     std::string where = "step #" + std::to_string(s) + " '" + st.name + "'";
     KILN_CHECK(st.op != nullptr, "engine '", name, "': ", where, " has no op");
-    if (!st.tactic.empty()) {
+    for (const std::string* t : {&st.tactic, &st.small_tactic}) {
+      if (t->empty()) continue;
       bool known = false;
-      for (const KernelEntry& k : st.op->kernels()) known = known || (k.device == DeviceType::cpu && k.tactic == st.tactic);
+      for (const KernelEntry& k : st.op->kernels()) known = known || (k.device == DeviceType::cpu && k.tactic == *t);
       std::string have;
       for (const KernelEntry& k : st.op->kernels())
         if (k.device == DeviceType::cpu) have += (have.empty() ? "" : ", ") + k.tactic;
-      KILN_CHECK(known, "engine '", name, "': ", where, " (", st.op->name(), ") uses tactic '", st.tactic,
+      KILN_CHECK(known, "engine '", name, "': ", where, " (", st.op->name(), ") uses tactic '", *t,
                  "' which this kiln does not have (its CPU tactics: ", have.empty() ? "none" : have,
                  "); recompile the model");
     }
+    // Note [Tactics per batch bucket]: the small batches' tactic covers a proper prefix of the range.
+    if (!st.small_tactic.empty())
+      KILN_CHECK(!batch.symbol.empty() && st.small_batch_max >= batch.min && st.small_batch_max < batch.max,
+                 "engine '", name, "': ", where, " runs tactic '", st.small_tactic, "' up to batch ",
+                 st.small_batch_max, ", which is not inside the engine's batch range ",
+                 batch.symbol.empty() ? std::string("(it has no batch symbol)")
+                                      : "[" + std::to_string(batch.min) + ", " + std::to_string(batch.max) + ")",
+                 "; recompile the model");
     for (int32_t id : st.inputs) {
       check_id(id, true, where);
       KILN_CHECK(id < 0 || defined[static_cast<size_t>(id)], "engine '", name, "': ", where, " reads %",

@@ -22,8 +22,10 @@ namespace kiln::runtime {
 // invariants (Engine::validate). Each failure is a kiln::Error that names the file and the problem.
 // Version 2 (the version 1 target string became the Target): the metadata starts with the kiln
 // version, then the target (arch, isa, i64 cores, threads, L1d, L2, L3 bytes, memory budget, u8
-// objective); each step ends with its tactic (empty: the op's first kernel). Files of another
-// version are refused with "recompile the model".
+// objective); each step ends with its tactic (empty: the op's first kernel). Version 3: then the
+// tactic for small batches (empty: none) and, when there is one, i64 the largest batch it runs
+// (Note [Tactics per batch bucket]). Files of another version are refused with "recompile the
+// model".
 
 namespace {
 
@@ -255,6 +257,8 @@ std::string Engine::serialize() const {
     m.ids(st.inputs);
     m.ids(st.outputs);
     m.str(st.tactic);
+    m.str(st.small_tactic);
+    if (!st.small_tactic.empty()) m.i64(st.small_batch_max);
   }
   m.ids(inputs);
   m.ids(outputs);
@@ -418,6 +422,8 @@ Engine Engine::deserialize(const std::string& bytes, const std::string& source) 
     st.inputs = r.ids("step inputs");
     st.outputs = r.ids("step outputs");
     st.tactic = r.str("step tactic");
+    st.small_tactic = r.str("step small-batch tactic");
+    if (!st.small_tactic.empty()) st.small_batch_max = r.i64("step small-batch limit");
     e.steps.push_back(std::move(st));
   }
   e.inputs = r.ids("signature inputs");

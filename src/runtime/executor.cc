@@ -21,16 +21,18 @@ Executor::Executor(std::shared_ptr<const Engine> engine) : engine_(std::move(eng
   }
   // Note [Prepacked tactics] (src/ops/defs/linalg/matmul_tactics.cc): constant weights of
   // "prepacked" and "direct" steps are packed here, once per loaded engine, not on the first run.
+  // A step with a tactic per batch bucket keeps both packed forms.
   for (const EngineStep& st : engine_->steps)
-    if (tactic_packs_weight(st.tactic) && st.inputs.size() > 1 && st.inputs[1] >= 0 &&
-        engine_->values[static_cast<size_t>(st.inputs[1])].kind == EngineValue::Kind::constant)
-      prepack_weight(*st.op, st.tactic, env_[static_cast<size_t>(st.inputs[1])], st.attrs);
+    for (const std::string* t : {&st.tactic, &st.small_tactic})
+      if (tactic_packs_weight(*t) && st.inputs.size() > 1 && st.inputs[1] >= 0 &&
+          engine_->values[static_cast<size_t>(st.inputs[1])].kind == EngineValue::Kind::constant)
+        prepack_weight(*st.op, *t, env_[static_cast<size_t>(st.inputs[1])], st.attrs);
   reset_profile();
 }
 
 void Executor::reset_profile() {
   profile_.clear();
-  for (const EngineStep& st : engine_->steps) profile_.push_back(LayerTime{st.name, st.op->name(), 0, 0});
+  for (const EngineStep& st : engine_->steps) profile_.push_back(LayerTime{st.name, st.op->name(), st.tactic, 0, 0});
 }
 
 std::vector<Tensor> Executor::run(const std::map<std::string, Tensor>& inputs) {
@@ -114,7 +116,7 @@ std::vector<Tensor> Executor::run(const std::vector<Tensor>& inputs) {
                                      contiguous_strides(metas[k].shape), v.dtype));
         }
         std::vector<Tensor> slots = outs;
-        outs = run_kernel(call, std::move(outs), st.tactic);
+        outs = run_kernel(call, std::move(outs), st.tactic_at(batch));
         for (size_t k = 0; k < outs.size(); ++k)
           if (outs[k].data_ptr() != slots[k].data_ptr()) slots[k].copy_(outs[k]);  // a kernel that allocated anyway
         outs = std::move(slots);
@@ -127,6 +129,7 @@ std::vector<Tensor> Executor::run(const std::vector<Tensor>& inputs) {
     for (size_t k = 0; k < outs.size(); ++k) env_[static_cast<size_t>(st.outputs[k])] = std::move(outs[k]);
     if (profiling_) {
       profile_[s].ms += std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
+      profile_[s].tactic = st.tactic_at(batch);
       ++profile_[s].runs;
     }
   }

@@ -7,6 +7,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
+#include <limits>
 #include <fstream>
 #include <map>
 #include <sstream>
@@ -27,18 +28,44 @@ std::string mib(int64_t b) {
 }
 
 // Note [Timing cache]
-// A text file: the line "kiln-timing-cache 1", then one line per timed configuration,
-//   <key> TAB <fastest tactic> TAB <tactic>=<ms>,<tactic>=<ms>,...
+// A text file: the line "kiln-timing-cache 2", then one line per timed configuration,
+//   <key> TAB <choice> TAB <tactic>=<ms>,<tactic>=<ms>,...
+// where the choice is a tactic, or "<tactic>;<small-batch tactic><=<largest small batch>" (Note
+// [Tactics per batch bucket]; version 1 files, from before the buckets, are not read).
 // The key is the op, its bound attributes, each input's dtype and shape at the largest batch
 // (with "@const" for constant weights: some tactics need them), the ISA and the thread count.
 // A file that does not parse is ignored with a warning (and rewritten after the next timing); a
 // hit whose tactic this kiln no longer has counts as a miss.
-constexpr const char* kCacheHeader = "kiln-timing-cache 1";
+constexpr const char* kCacheHeader = "kiln-timing-cache 2";
 
 struct CacheEntry {
   std::string best;
   std::string timings;
 };
+
+// A cache entry's choice: "direct" or "direct;prepacked<=3". False if it does not parse.
+struct CachedChoice {
+  std::string tactic, small_tactic;
+  int64_t small_batch_max = 0;
+};
+std::string choice_str(const CachedChoice& c) {
+  return c.small_tactic.empty() ? c.tactic : c.tactic + ";" + c.small_tactic + "<=" + std::to_string(c.small_batch_max);
+}
+bool parse_choice(const std::string& s, CachedChoice& c) {
+  c = CachedChoice{};
+  const size_t semi = s.find(';');
+  c.tactic = s.substr(0, semi);
+  if (semi == std::string::npos) return !c.tactic.empty();
+  const size_t le = s.find("<=", semi);
+  if (le == std::string::npos) return false;
+  c.small_tactic = s.substr(semi + 1, le - semi - 1);
+  const std::string n = s.substr(le + 2);
+  if (c.tactic.empty() || c.small_tactic.empty() || n.empty() || n.size() > 18 ||
+      n.find_first_not_of("0123456789") != std::string::npos)
+    return false;
+  c.small_batch_max = std::stoll(n);
+  return true;
+}
 using Cache = std::map<std::string, CacheEntry>;
 
 std::string clean(std::string s) {
@@ -61,6 +88,11 @@ bool load_cache(const std::string& path, Cache& cache, std::vector<std::string>&
   while (std::getline(f, line)) {
     ++lineno;
     if (lineno == 1) {
+      if (line == "kiln-timing-cache 1") {
+        warnings.push_back("timing cache '" + path + "' was written by an older kiln (format 1, one tactic per " +
+                           "step); ignoring it, it will be rewritten");
+        return false;
+      }
       if (line != kCacheHeader) return corrupt("expected the header \"" + std::string(kCacheHeader) + "\"");
       continue;
     }
@@ -204,6 +236,12 @@ std::vector<double> time_tactics(const Engine& e, const EngineStep& st, const st
   return best;
 }
 
+// "direct" or "direct, prepacked at batch <= 3".
+std::string choice_report(const EngineStep& st) {
+  return st.small_tactic.empty() ? st.tactic
+                                 : st.tactic + ", " + st.small_tactic + " at batch <= " + std::to_string(st.small_batch_max);
+}
+
 std::string fmt_ms(double ms) {
   char s[32];
   std::snprintf(s, sizeof s, "%.4g", ms);
@@ -211,6 +249,43 @@ std::string fmt_ms(double ms) {
 }
 
 }  // namespace
+
+TacticChoice choose_tactics(const std::vector<double>& ms_max, const std::vector<double>& ms_min, int64_t batch_min,
+                            int64_t batch_max, double margin) {
+  KILN_ASSERT(!ms_max.empty() && (ms_min.empty() || ms_min.size() == ms_max.size()), "choose_tactics: ",
+              ms_max.size(), " and ", ms_min.size(), " timings");
+  auto argmin = [](const std::vector<double>& v) {
+    return static_cast<size_t>(std::min_element(v.begin(), v.end()) - v.begin());
+  };
+  TacticChoice c;
+  const size_t large = argmin(ms_max);
+  if (ms_min.empty() || batch_max <= batch_min) {
+    c.tactic = large;
+    return c;
+  }
+  const size_t small = argmin(ms_min);
+  // The single tactic: the lowest sum of times relative to each end's fastest.
+  std::vector<double> score(ms_max.size(), 0.0);
+  for (const std::vector<double>* v : {&ms_max, &ms_min}) {
+    const double fastest = std::max((*v)[argmin(*v)], 1e-9);
+    for (size_t i = 0; i < v->size(); ++i) score[i] += (*v)[i] / fastest;
+  }
+  c.tactic = argmin(score);
+  if (small == large || (ms_max[c.tactic] <= (1 + margin) * ms_max[large] &&
+                         ms_min[c.tactic] <= (1 + margin) * ms_min[small]))
+    return c;
+  // Where `small` (faster at batch_min by gain_min) and `large` (faster at batch_max by gain_max)
+  // cross, both linear in the batch.
+  const double gain_min = ms_min[large] - ms_min[small];
+  const double gain_max = ms_max[small] - ms_max[large];
+  const double f = gain_max > 0 ? gain_min / (gain_min + gain_max) : 1.0;
+  c.tactic = large;
+  c.split = true;
+  c.small_tactic = small;
+  c.small_batch_max = std::clamp<int64_t>(batch_min + static_cast<int64_t>(f * static_cast<double>(batch_max - batch_min)),
+                                          batch_min, batch_max - 1);
+  return c;
+}
 
 std::string default_timing_cache_path() {
   if (const char* x = std::getenv("XDG_CACHE_HOME"); x && *x) return std::string(x) + "/kiln/timing_cache";
@@ -268,6 +343,8 @@ TuneReport select_tactics(Engine& e, const CompileOptions& options) {
     }
     for (EngineStep& st : e.steps) {
       st.tactic.clear();
+      st.small_tactic.clear();
+      st.small_batch_max = 0;
       if (st.op->is_view() || st.outputs.empty()) continue;
       const DType dt = key_dtype(e, st);
       std::vector<std::string> tactics = candidate_tactics(e, st, dt);
@@ -300,44 +377,63 @@ TuneReport select_tactics(Engine& e, const CompileOptions& options) {
         if (id >= 0 && e.values[static_cast<size_t>(id)].kind != EngineValue::Kind::constant)
           floating_inputs = floating_inputs && is_floating(e.values[static_cast<size_t>(id)].dtype);
       if (!floating_inputs) continue;
+      // Two packed weights when both of a step's tactics pack one (Note [Tactics per batch bucket]).
+      auto budget_holds_both = [&](const std::string& a, const std::string& b) {
+        return e.target.memory_budget <= 0 || !tactic_packs_weight(a) || !tactic_packs_weight(b) ||
+               e.memory.arena_bytes + weight_bytes + packed_bytes + 2 * packed_cost <= e.target.memory_budget;
+      };
       const std::string key = cache_key(e, st, e.target, tactics);
+      auto offered = [&](const std::string& t) { return std::find(tactics.begin(), tactics.end(), t) != tactics.end(); };
       auto hit = cache.find(key);
-      if (hit != cache.end() && std::find(tactics.begin(), tactics.end(), hit->second.best) != tactics.end()) {
+      CachedChoice cached;
+      if (hit != cache.end() && parse_choice(hit->second.best, cached) && offered(cached.tactic) &&
+          (cached.small_tactic.empty() ||
+           (offered(cached.small_tactic) && cached.small_batch_max >= e.batch.min &&
+            cached.small_batch_max < e.batch.max))) {
         ++rep.hits;
-        st.tactic = hit->second.best;
-        rep.choices.push_back("step '" + st.name + "' (" + st.op->name() + "): " + st.tactic + " (cached: " +
+        st.tactic = cached.tactic;
+        st.small_tactic = cached.small_tactic;
+        st.small_batch_max = cached.small_batch_max;
+        if (!st.small_tactic.empty() && !budget_holds_both(st.tactic, st.small_tactic)) {
+          st.small_tactic.clear();  // the budget has room for one packed weight: the large batches' tactic
+          st.small_batch_max = 0;
+        }
+        rep.choices.push_back("step '" + st.name + "' (" + st.op->name() + "): " + choice_report(st) + " (cached: " +
                               hit->second.timings + ")");
       } else {
         ++rep.misses;
         auto t0 = std::chrono::steady_clock::now();
         // Note [Tuning both ends of the batch range]: a tactic's costs per call (packing a weight on
         // every run, say) hide at the largest batch and dominate at the smallest, so for the latency
-        // objective a dynamic batch range is timed at both ends and each tactic scored by the sum
-        // of its times relative to the fastest at each end. The throughput objective serves full
-        // batches: only the largest batch is timed (and tuning takes half as long).
+        // objective a dynamic batch range is timed at both ends, and the step keeps one tactic or
+        // one per batch bucket (Note [Tactics per batch bucket] in runtime/tactics.h). The
+        // throughput objective serves full batches: only the largest batch is timed (and tuning
+        // takes half as long).
         std::vector<double> ms = time_tactics(e, st, tactics, e.batch.max, options.tune_runs, options.tune_ms);
         std::vector<double> ms_min;
         if (!e.batch.symbol.empty() && e.batch.min != e.batch.max && e.target.objective == Target::Objective::latency)
           ms_min = time_tactics(e, st, tactics, e.batch.min, options.tune_runs, options.tune_ms);
         rep.ms += elapsed_ms(t0);
-        std::vector<double> score(tactics.size(), 0.0);
-        for (const std::vector<double>* v : {&ms, &ms_min}) {
-          if (v->empty()) continue;
-          const double fastest = std::max(*std::min_element(v->begin(), v->end()), 1e-9);
-          for (size_t i = 0; i < v->size(); ++i) score[i] += (*v)[i] / fastest;
+        TacticChoice choice = choose_tactics(ms, ms_min, e.batch.min, e.batch.max);
+        if (choice.split && !budget_holds_both(tactics[choice.tactic], tactics[choice.small_tactic]))
+          choice = choose_tactics(ms, ms_min, e.batch.min, e.batch.max, std::numeric_limits<double>::infinity());
+        st.tactic = tactics[choice.tactic];
+        if (choice.split) {
+          st.small_tactic = tactics[choice.small_tactic];
+          st.small_batch_max = choice.small_batch_max;
         }
-        size_t best = static_cast<size_t>(std::min_element(score.begin(), score.end()) - score.begin());
-        st.tactic = tactics[best];
         std::string timings;
         for (size_t i = 0; i < tactics.size(); ++i) {
           timings += (i ? "," : "") + tactics[i] + "=" + fmt_ms(ms[i]);
           if (!ms_min.empty()) timings += "/" + fmt_ms(ms_min[i]);
         }
-        cache[key] = CacheEntry{st.tactic, timings};
+        cache[key] = CacheEntry{choice_str(CachedChoice{st.tactic, st.small_tactic, st.small_batch_max}), timings};
         changed_cache = true;
-        rep.choices.push_back("step '" + st.name + "' (" + st.op->name() + "): " + st.tactic + " (" + timings + " ms)");
+        rep.choices.push_back("step '" + st.name + "' (" + st.op->name() + "): " + choice_report(st) + " (" + timings +
+                              " ms)");
       }
       if (tactic_packs_weight(st.tactic)) packed_bytes += packed_cost;
+      if (tactic_packs_weight(st.small_tactic) && st.small_tactic != st.tactic) packed_bytes += packed_cost;
     }
   } catch (...) {
     set_num_threads(saved_threads);

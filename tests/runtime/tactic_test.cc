@@ -10,6 +10,7 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <limits>
 #include <set>
 
 #include "kernels/cpu/gemm_ukernel.h"
@@ -18,6 +19,7 @@
 #include "kiln/ops/dispatch.h"
 #include "kiln/runtime.h"
 #include "ops/tactics.h"
+#include "runtime/tactics.h"
 #include "support/testing.h"
 
 namespace kiln::runtime {
@@ -130,7 +132,7 @@ TEST(Tactics, AutotunePicksAndRecordsThenTheCacheIsReused) {
     std::ifstream f(cache);
     std::string header;
     std::getline(f, header);
-    EXPECT_EQ(header, "kiln-timing-cache 1");
+    EXPECT_EQ(header, "kiln-timing-cache 2");
 
     CompileResult second = compile(mlp(), tuned(cache, level));
     EXPECT_EQ(second.tuning.hits, 3);
@@ -219,8 +221,8 @@ TEST(Tactics, ThreadsAndIsaAreRestoredAfterTuning) {
 }
 
 TEST(Tactics, CorruptCacheIsIgnoredWithAWarningAndRewritten) {
-  for (const std::string& junk : {std::string("garbage\x01\xff"), std::string("kiln-timing-cache 1\nno tabs here\n"),
-                                  std::string("kiln-timing-cache 1\n\t\t\n"), std::string("")}) {
+  for (const std::string& junk : {std::string("garbage\x01\xff"), std::string("kiln-timing-cache 2\nno tabs here\n"),
+                                  std::string("kiln-timing-cache 2\n\t\t\n"), std::string("")}) {
     std::string cache = temp_path("corrupt");
     {
       std::ofstream f(cache, std::ios::binary);
@@ -245,6 +247,162 @@ TEST(Tactics, CorruptCacheIsIgnoredWithAWarningAndRewritten) {
   CompileResult r = compile(mlp(), tuned(cache));
   EXPECT_EQ(r.tuning.hits, 0);
   EXPECT_EQ(r.tuning.misses, 3);
+}
+
+// Rewrites every cached choice (the field between the two tabs) of `cache` with `choice`.
+void rewrite_choices(const std::string& cache, const std::string& choice) {
+  std::ifstream in(cache);
+  std::string line, text;
+  while (std::getline(in, line)) {
+    const size_t t1 = line.find('\t'), t2 = t1 == std::string::npos ? t1 : line.find('\t', t1 + 1);
+    text += (t2 == std::string::npos ? line : line.substr(0, t1 + 1) + choice + line.substr(t2)) + "\n";
+  }
+  in.close();
+  std::ofstream(cache, std::ios::trunc) << text;
+}
+
+// A cache written before tactics per batch bucket is set aside with a warning that says why; a
+// cached pair of tactics comes back as the pair, and one whose small batches fall outside the
+// engine's range, or that does not parse, is a miss.
+TEST(Tactics, CachedBatchBucketsAreKeptAndCheckedAgainstTheRange) {
+  std::string cache = temp_path("buckets");
+  std::ofstream(cache) << "kiln-timing-cache 1\nkey\tprepacked\tprepacked=1\n";
+  CompileResult old = compile(mlp(), tuned(cache, 0));
+  ASSERT_EQ(old.tuning.warnings.size(), 1u);
+  EXPECT_NE(old.tuning.warnings[0].find("older kiln"), std::string::npos) << old.tuning.warnings[0];
+  EXPECT_EQ(old.tuning.misses, 3);
+
+  rewrite_choices(cache, "prepacked;default<=2");  // every tuned step of the unfused mlp() has both
+  CompileResult r = compile(mlp(), tuned(cache, 0));
+  EXPECT_EQ(r.tuning.hits, 3);
+  int split = 0;
+  for (const EngineStep& st : r.engine.steps) {
+    if (st.small_tactic.empty()) continue;
+    ++split;
+    EXPECT_EQ(st.tactic, "prepacked");
+    EXPECT_EQ(st.small_tactic, "default");
+    EXPECT_EQ(st.small_batch_max, 2);
+    EXPECT_EQ(st.tactic_at(1), "default");
+    EXPECT_EQ(st.tactic_at(2), "default");
+    EXPECT_EQ(st.tactic_at(3), "prepacked");
+  }
+  EXPECT_EQ(split, 3);
+  for (const std::string& c : r.tuning.choices) EXPECT_NE(c.find("default at batch <= 2"), std::string::npos) << c;
+
+  // The range is 1..4: small batches up to 4 would leave nothing for the other tactic.
+  for (const std::string bad : {"prepacked;default<=4", "prepacked;default<=0", "prepacked;default<=", "prepacked;",
+                                "prepacked;default<=x", ";default<=1", "prepacked;warp<=2"}) {
+    rewrite_choices(cache, bad);
+    CompileResult m = compile(mlp(), tuned(cache, 0));
+    EXPECT_EQ(m.tuning.hits, 0) << bad;
+    EXPECT_EQ(m.tuning.misses, 3) << bad;
+  }
+  std::filesystem::remove(cache);
+}
+
+// Note [Tactics per batch bucket], on made-up timings (tactic i's time at the largest batch, then
+// at the smallest).
+TEST(Tactics, OneTacticUnlessNoneFitsBothEndsThenTwoSplitWhereTheyCross) {
+  // One end timed (a fixed batch, or the throughput objective): its fastest.
+  TacticChoice c = choose_tactics({3.0, 2.0, 4.0}, {}, 1, 8);
+  EXPECT_EQ(c.tactic, 1u);
+  EXPECT_FALSE(c.split);
+  // The same tactic wins at both ends.
+  c = choose_tactics({3.0, 2.0, 4.0}, {0.5, 0.3, 0.6}, 1, 8);
+  EXPECT_EQ(c.tactic, 1u);
+  EXPECT_FALSE(c.split);
+  // Different winners, but tactic 0 is within 10% of each: one tactic, the best relative sum.
+  c = choose_tactics({2.1, 2.0, 4.0}, {0.31, 0.5, 0.3}, 1, 8);
+  EXPECT_EQ(c.tactic, 0u);
+  EXPECT_FALSE(c.split);
+  // ResNet-50's first projection (bench/RESULTS.md): direct (1) wins at batch 8, prepacked (0) at
+  // batch 1 by 20%; each 1 ms apart per call: they cross below batch 2.
+  c = choose_tactics({18.46, 15.75, 16.0}, {0.934, 1.168, 1.051}, 1, 8);
+  EXPECT_TRUE(c.split);
+  EXPECT_EQ(c.tactic, 1u);
+  EXPECT_EQ(c.small_tactic, 0u);
+  EXPECT_EQ(c.small_batch_max, 1);
+  // Tactic 1 saves 0.8 ms at batch 1, tactic 0 saves 1.6 ms at batch 8: a third of the way, 3.33.
+  c = choose_tactics({8.0, 9.6}, {1.0, 0.2}, 1, 8);
+  EXPECT_TRUE(c.split);
+  EXPECT_EQ(c.tactic, 0u);
+  EXPECT_EQ(c.small_tactic, 1u);
+  EXPECT_EQ(c.small_batch_max, 3);
+  // The crossover is kept inside the range: at least the smallest batch, below the largest.
+  c = choose_tactics({8.0, 100.0}, {1.0, 0.2}, 4, 16);
+  EXPECT_EQ(c.small_batch_max, 4);
+  c = choose_tactics({8.0, 8.0 + 1e-6}, {1.0, 0.2}, 4, 16, 0.0);
+  EXPECT_TRUE(c.split);
+  EXPECT_EQ(c.small_batch_max, 15);
+  // An infinite margin gives the single tactic (what a budget with room for one packed weight takes).
+  c = choose_tactics({8.0, 9.6}, {1.0, 0.2}, 1, 8, std::numeric_limits<double>::infinity());
+  EXPECT_FALSE(c.split);
+  EXPECT_EQ(c.tactic, 1u) << "relative sums 2.2 against 6";
+}
+
+// An engine with a tactic per batch bucket: both packed at load, the small batches' tactic runs up
+// to its limit and the other above (the profile names what ran), every batch gives the default
+// kernels' results, the pair survives the file, and a limit outside the range is refused.
+TEST(Tactics, BatchBucketsRunTheirOwnTacticThroughTheEngineFile) {
+  const bool direct = kernels::cpu::gemm_kernel_f32(kernels::cpu::active_isa()).taps[0].ukernel != nullptr;
+  const std::string large = direct ? "direct" : "default";
+  CompileOptions o = tuned("none", 2);
+  o.autotune = false;
+  auto base = std::make_shared<Engine>(compile(small_cnn(), o).engine);
+  Engine e = *base;
+  int64_t split = 0;
+  for (EngineStep& st : e.steps)
+    if (st.op->name().find("conv2d") != std::string::npos) {
+      st.tactic = large;
+      st.small_tactic = "prepacked";
+      st.small_batch_max = 2;
+      ++split;
+    }
+  ASSERT_EQ(split, 2);
+  e.validate();
+  auto loaded = std::make_shared<Engine>(Engine::deserialize(e.serialize(), "buckets.kiln"));
+  for (size_t i = 0; i < e.steps.size(); ++i) {
+    EXPECT_EQ(loaded->steps[i].tactic, e.steps[i].tactic) << i;
+    EXPECT_EQ(loaded->steps[i].small_tactic, e.steps[i].small_tactic) << i;
+    EXPECT_EQ(loaded->steps[i].small_batch_max, e.steps[i].small_batch_max) << i;
+  }
+  EXPECT_NE(loaded->steps_str().find("[" + large + "; prepacked at batch <= 2]"), std::string::npos)
+      << loaded->steps_str();
+  const int64_t before = prepacked_weight_count();
+  Executor ref(base), ex(loaded);
+  // The im2col GEMM's filters are packed at load; the direct ones on the first run of each image
+  // size and register tile (Note [Prepacked tactics]).
+  EXPECT_EQ(prepacked_weight_count(), before + split) << "the small batches' packed filters, at load";
+  ex.set_profiling(true);
+  int64_t packs = 0;
+  for (int64_t batch : {1, 2, 3, 4, 1, 2, 3, 4}) {
+    if (batch == 1 && packs == 0 && ex.profile()[0].runs > 0) packs = prepacked_weight_count();
+    Tensor x = random_tensor({batch, 3, 9, 7}, DType::f32, 70 + static_cast<uint64_t>(batch));
+    const int64_t fallbacks = tactic_fallback_count();
+    std::vector<Tensor> got = ex.run({x}), want = ref.run({x});
+    EXPECT_EQ(tactic_fallback_count(), fallbacks) << "batch " << batch;
+    ASSERT_EQ(got.size(), want.size());
+    for (size_t i = 0; i < got.size(); ++i)
+      EXPECT_TRUE(kiln::testing::all_close(got[i], want[i], {1e-4, 1e-5})) << "batch " << batch;
+    for (size_t s = 0; s < loaded->steps.size(); ++s) {
+      if (loaded->steps[s].small_tactic.empty()) continue;
+      EXPECT_EQ(ex.profile()[s].tactic, batch <= 2 ? "prepacked" : large) << "batch " << batch << " step " << s;
+    }
+  }
+  if (direct) {
+    EXPECT_GT(packs, before + split) << "the large batches' direct filters, on their first runs";
+  }
+  EXPECT_EQ(prepacked_weight_count(), packs) << "no packing per run";
+
+  for (int64_t bad : {0, 4, 9}) {
+    Engine b = e;
+    b.steps[0].small_batch_max = bad;
+    EXPECT_KILN_ERROR(b.validate(), "up to batch " + std::to_string(bad), "batch range [1, 4)", "recompile");
+    EXPECT_KILN_ERROR(Engine::deserialize(b.serialize(), "bad.kiln"), "up to batch " + std::to_string(bad));
+  }
+  Engine unknown = e;
+  unknown.steps[0].small_tactic = "warp_drive";
+  EXPECT_KILN_ERROR(unknown.validate(), "tactic 'warp_drive'", "recompile");
 }
 
 // ---- every tactic equals the default kernel -----------------------------------------------------------

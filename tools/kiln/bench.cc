@@ -138,7 +138,7 @@ int run_bench_command(const BenchOptions& opt) {
     for (size_t i = 0; i < ex.profile().size(); ++i) {
       const auto& l = ex.profile()[i];
       os << (i ? ", " : "") << "{\"name\": " << json_string(l.name) << ", \"op\": " << json_string(l.op)
-         << ", \"ms\": " << per_run(l) << ", \"percent\": " << percent(l) << "}";
+         << ", \"tactic\": " << json_string(l.tactic) << ", \"ms\": " << per_run(l) << ", \"percent\": " << percent(l) << "}";
     }
     os << "]}\n";
     std::cout << os.str();
@@ -158,12 +158,13 @@ int run_bench_command(const BenchOptions& opt) {
     size_t name_w = 4;
     for (const auto& l : ex.profile()) name_w = std::max(name_w, std::min<size_t>(l.name.size(), 40));
     std::cout << "  " << std::left << std::setw(static_cast<int>(name_w)) << "name" << "  " << std::setw(16) << "op"
-              << std::right << std::setw(10) << "ms" << std::setw(8) << "%" << "\n";
+              << std::setw(16) << "tactic" << std::right << std::setw(10) << "ms" << std::setw(8) << "%" << "\n";
     for (const auto& l : ex.profile())
       std::cout << "  " << std::left << std::setw(static_cast<int>(name_w)) << l.name.substr(0, 40) << "  "
-                << std::setw(16) << l.op << std::right << std::setw(10) << per_run(l) << std::setw(7)
-                << std::setprecision(1) << percent(l) << "%" << std::setprecision(3) << "\n";
-    std::cout << "  " << std::left << std::setw(static_cast<int>(name_w)) << "total" << "  " << std::setw(16) << ""
+                << std::setw(16) << l.op << std::setw(16) << (l.tactic.empty() ? "-" : l.tactic) << std::right
+                << std::setw(10) << per_run(l) << std::setw(7) << std::setprecision(1) << percent(l) << "%"
+                << std::setprecision(3) << "\n";
+    std::cout << "  " << std::left << std::setw(static_cast<int>(name_w)) << "total" << "  " << std::setw(32) << ""
               << std::right << std::setw(10) << layer_total / opt.iterations << "\n";
   }
   return 0;
