@@ -47,9 +47,9 @@ struct EngineStep {
   std::vector<int32_t> inputs;      // value indices; -1: absent optional input
   std::vector<int32_t> outputs;     // value indices
   std::string tactic;               // the kernel's tactic; empty: the op's first kernel (Note [Tactics])
-  // Note [Tactics per batch bucket]: a dynamic-batch engine tuned at both ends of its range runs
-  // `small_tactic` at batches <= small_batch_max, where the fastest kernel at the smallest batch
-  // is not the fastest at the largest (a packed GEMM at batch 1, a direct convolution at 8, say).
+  // Note [Tactics per batch bucket] (src/runtime/tactics.h): a dynamic-batch engine tuned at both
+  // ends of its range runs `small_tactic` at batches <= small_batch_max where no one kernel is
+  // close to the fastest at both ends (a packed GEMM at batch 1, a direct convolution at 8, say).
   std::string small_tactic;         // empty: `tactic` at every batch
   int64_t small_batch_max = 0;      // set with small_tactic: the largest batch it runs
   // The tactic for a run at `batch` (< 0: an engine without a batch symbol).

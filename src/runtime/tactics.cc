@@ -263,25 +263,32 @@ TacticChoice choose_tactics(const std::vector<double>& ms_max, const std::vector
     c.tactic = large;
     return c;
   }
-  const size_t small = argmin(ms_min);
   // The single tactic: the lowest sum of times relative to each end's fastest.
   std::vector<double> score(ms_max.size(), 0.0);
   for (const std::vector<double>* v : {&ms_max, &ms_min}) {
     const double fastest = std::max((*v)[argmin(*v)], 1e-9);
     for (size_t i = 0; i < v->size(); ++i) score[i] += (*v)[i] / fastest;
   }
-  c.tactic = argmin(score);
-  if (small == large || (ms_max[c.tactic] <= (1 + margin) * ms_max[large] &&
-                         ms_min[c.tactic] <= (1 + margin) * ms_min[small]))
-    return c;
-  // Where `small` (faster at batch_min by gain_min) and `large` (faster at batch_max by gain_max)
+  const size_t single = argmin(score);
+  c.tactic = single;
+  const bool fits_max = ms_max[single] <= (1 + margin) * ms_max[large];
+  const size_t small = argmin(ms_min);
+  const bool fits_min = ms_min[single] <= (1 + margin) * ms_min[small];
+  if (fits_max && fits_min) return c;
+  // The single tactic keeps the end where it is within the margin; the other end gets its fastest.
+  const size_t big = fits_max ? single : large, little = fits_min ? single : small;
+  // Where `little` (faster at batch_min by gain_min) and `big` (faster at batch_max by gain_max)
   // cross, both linear in the batch.
-  const double gain_min = ms_min[large] - ms_min[small];
-  const double gain_max = ms_max[small] - ms_max[large];
-  const double f = gain_max > 0 ? gain_min / (gain_min + gain_max) : 1.0;
-  c.tactic = large;
+  const double gain_min = ms_min[big] - ms_min[little];
+  const double gain_max = ms_max[little] - ms_max[big];
+  if (big == little || gain_min <= 0 || gain_max <= 0) {  // one is no slower at either end
+    c.tactic = gain_min <= 0 ? big : little;
+    return c;
+  }
+  c.tactic = big;
   c.split = true;
-  c.small_tactic = small;
+  c.small_tactic = little;
+  const double f = gain_min / (gain_min + gain_max);
   c.small_batch_max = std::clamp<int64_t>(batch_min + static_cast<int64_t>(f * static_cast<double>(batch_max - batch_min)),
                                           batch_min, batch_max - 1);
   return c;

@@ -17,11 +17,14 @@ void check_memory_budget(const std::string& graph, const Target& target, const B
 
 // Note [Tactics per batch bucket]
 // For the latency objective a dynamic batch range is timed at both ends (Note [Tuning both ends of
-// the batch range]). One tactic serves the whole range when some tactic is within `margin` of the
-// fastest at both ends (the one with the lowest sum of times relative to each end's fastest).
-// Otherwise the step keeps two: the largest batch's fastest, and the smallest batch's fastest for
-// the batches up to where the two cross, each taken as linear in the batch between the ends
-// (at least the smallest batch, below the largest). Both packed weights are kept.
+// the batch range]). The single tactic is the one with the lowest sum of times relative to each
+// end's fastest; it serves the whole range when it is within `margin` of the fastest at both ends.
+// Otherwise it keeps the end where it is within the margin, the other end gets its own fastest,
+// and the two split the range where they cross, each taken as linear in the batch between the
+// ends (the small batches' tactic takes at least the smallest batch, never the largest). Both
+// packed weights are kept. The margin is wide because the timings are noisy: on a shared host a
+// burst can slow every run of one tactic at one end by 10-25% (bench/RESULTS.md), and a split
+// trusts one end's timings where the single tactic weighs both.
 struct TacticChoice {
   size_t tactic = 0;             // index into the timed tactics: every batch, or those above small_batch_max
   bool split = false;            // whether small_tactic runs the batches up to small_batch_max
@@ -30,7 +33,7 @@ struct TacticChoice {
 };
 // `ms_max`: each tactic's time at batch_max; `ms_min`: at batch_min (empty: only one end was timed).
 TacticChoice choose_tactics(const std::vector<double>& ms_max, const std::vector<double>& ms_min, int64_t batch_min,
-                            int64_t batch_max, double margin = 0.10);
+                            int64_t batch_max, double margin = 0.15);
 
 // Sets EngineStep::tactic for every step whose op has several CPU kernels for its dtype: the
 // timing cache's choice, else the fastest timed one (options.autotune), else none (the op's first
