@@ -25,7 +25,8 @@
 namespace kiln::runtime {
 
 // 2: the full Target (ISA, cores, caches, threads, budget, objective) and a tactic per step.
-// 3: a second tactic per step for the small batches (Note [Tactics per batch bucket]).
+// 3: a second tactic per step for the small batches (Note [Tactics per batch bucket]), and arena
+// slots per unit of batch (Note [Arena slots scale with the batch]).
 inline constexpr uint32_t kEngineFormatVersion = 3;
 
 // A value the steps read or write.
@@ -36,8 +37,11 @@ struct EngineValue {
   DType dtype = DType::f32;
   ir::SymShape shape;    // dims static or the batch symbol
   int64_t index = 0;     // input: position in the signature; constant: index into constants
+  // Note [Arena slots scale with the batch] (src/runtime/engine.cc): in an engine with a batch
+  // symbol, an arena slot is given per unit of batch, planned at batch 1; at batch b it is
+  // [b * offset, b * (offset + bytes)). Without one, the slot itself.
   int64_t offset = 0;    // arena: byte offset
-  int64_t bytes = 0;     // arena: bytes reserved (at the largest batch)
+  int64_t bytes = 0;     // arena: bytes reserved
 };
 
 struct EngineStep {
@@ -87,6 +91,9 @@ struct Engine {
   std::vector<std::string> output_names;
   BatchRange batch;
   MemoryStats memory;
+
+  // What arena slots are multiplied by at batch b (Note [Arena slots scale with the batch]).
+  int64_t arena_scale(int64_t b) const { return batch.symbol.empty() ? 1 : b; }
 
   std::string signature_str() const;   // "inputs: x f32[batch, 3] ...", with the batch range
   std::string steps_str() const;       // one line per step with its slots

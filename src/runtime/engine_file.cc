@@ -24,8 +24,9 @@ namespace kiln::runtime {
 // version, then the target (arch, isa, i64 cores, threads, L1d, L2, L3 bytes, memory budget, u8
 // objective); each step ends with its tactic (empty: the op's first kernel). Version 3: then the
 // tactic for small batches (empty: none) and, when there is one, i64 the largest batch it runs
-// (Note [Tactics per batch bucket]). Files of another version are refused with "recompile the
-// model".
+// (Note [Tactics per batch bucket]), and an arena value's offset and bytes are per unit of batch
+// when the engine has a batch symbol (Note [Arena slots scale with the batch]). Files of another
+// version are refused with "recompile the model".
 
 namespace {
 

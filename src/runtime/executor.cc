@@ -10,8 +10,8 @@ namespace kiln::runtime {
 
 Executor::Executor(std::shared_ptr<const Engine> engine) : engine_(std::move(engine)) {
   KILN_CHECK(engine_ != nullptr, "Executor: no engine");
-  // Note [One arena]: the plan's offsets hold at the largest batch, and every dim is static or the
-  // batch, so a smaller batch's tensors fit in the same slots; one allocation serves every run.
+  // Note [One arena]: the slots at any batch of the range lie inside the arena sized for the
+  // largest (Note [Arena slots scale with the batch]); one allocation serves every run.
   arena_ = std::make_shared<StorageImpl>(static_cast<size_t>(std::max<int64_t>(engine_->memory.arena_bytes, 64)),
                                          Device::cpu());
   env_.resize(engine_->values.size());
@@ -89,6 +89,9 @@ std::vector<Tensor> Executor::run(const std::vector<Tensor>& inputs) {
     env_[static_cast<size_t>(e.inputs[i])] = t;
   }
 
+  // Note [Arena slots scale with the batch]; an engine whose inputs carry no batch runs its slots
+  // at the largest batch (what validate() checked).
+  const int64_t scale = e.arena_scale(batch > 0 ? batch : e.batch.max);
   using Clock = std::chrono::steady_clock;
   std::vector<Tensor> ins, outs;
   for (size_t s = 0; s < e.steps.size(); ++s) {
@@ -110,9 +113,10 @@ std::vector<Tensor> Executor::run(const std::vector<Tensor>& inputs) {
           const EngineValue& v = e.values[static_cast<size_t>(st.outputs[k])];
           int64_t nbytes = static_cast<int64_t>(dtype_size(metas[k].dtype));
           for (int64_t d : metas[k].shape) nbytes *= d;
-          KILN_CHECK(metas[k].dtype == v.dtype && nbytes <= v.bytes, "output %", v.name, " is ", meta_str(metas[k]),
-                     " but the engine reserved ", v.bytes, " bytes of ", dtype_name(v.dtype));
-          outs.push_back(make_tensor(arena_, v.offset / static_cast<int64_t>(dtype_size(v.dtype)), metas[k].shape,
+          KILN_CHECK(metas[k].dtype == v.dtype && nbytes <= v.bytes * scale, "output %", v.name, " is ",
+                     meta_str(metas[k]), " but the engine reserved ", v.bytes * scale, " bytes of ",
+                     dtype_name(v.dtype));
+          outs.push_back(make_tensor(arena_, v.offset * scale / static_cast<int64_t>(dtype_size(v.dtype)), metas[k].shape,
                                      contiguous_strides(metas[k].shape), v.dtype));
         }
         std::vector<Tensor> slots = outs;

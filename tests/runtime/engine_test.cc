@@ -76,6 +76,52 @@ TEST(Engine, MatchesReferenceAtEveryLevelAndBatch) {
   }
 }
 
+// Note [Arena slots scale with the batch]: an engine for batches 1..8 has the batch-1 engine's
+// slots per unit of batch (so batch 1 runs in the bottom eighth of its arena, not spread over all
+// of it), a static-sized intermediate (unfolded at -O0) fits its scaled slot at every batch, and a
+// slot that only fits at batch 1 is refused naming the largest batch.
+TEST(Engine, SmallBatchesUseTheBottomOfTheArena) {
+  ir::Graph g = small_cnn();
+  for (int level : {0, 2}) {
+    const Engine one = compile(g, opts(level, 1, 1)).engine, eight = compile(g, opts(level, 1, 8)).engine;
+    EXPECT_EQ(eight.memory.arena_bytes, 8 * one.memory.arena_bytes) << "-O" << level;
+    ASSERT_EQ(eight.values.size(), one.values.size());
+    for (size_t i = 0; i < one.values.size(); ++i) {
+      if (one.values[i].kind != EngineValue::Kind::arena) continue;
+      EXPECT_EQ(eight.values[i].offset, one.values[i].offset) << one.values[i].name;
+      EXPECT_EQ(eight.values[i].bytes, one.values[i].bytes) << one.values[i].name;
+    }
+    EXPECT_NE(eight.steps_str().find("/b"), std::string::npos) << eight.steps_str();
+  }
+
+  ir::Graph s;
+  s.name = "static_intermediate";
+  ir::Value* x = s.add_input("x", ir::ValueType{DType::f32, {ir::Dim::sym("batch"), 40}});
+  ir::Value* c = s.add_constant("c", random_tensor({40}, DType::f32, 5, -1.0, 1.0));
+  ir::Value* k = s.add_node(op("exp"), {s.add_node(op("relu"), {c})->output()})->output();  // [40], not folded at -O0
+  ir::Value* y = s.add_node(op("mul"), {s.add_node(op("add"), {x, k})->output(), k})->output();
+  s.add_output(s.add_node(op("tanh"), {y})->output());
+  ir::verify(s);
+  Engine e = compile(s, opts(0, 1, 4)).engine;
+  bool static_slot = false;
+  for (const EngineValue& v : e.values) static_slot = static_slot || (v.kind == EngineValue::Kind::arena &&
+                                                                      ir::type_str(ir::ValueType{v.dtype, v.shape}) == "f32[40]");
+  EXPECT_TRUE(static_slot) << e.steps_str();
+  Executor ex(std::make_shared<Engine>(e));
+  for (int64_t batch : {4, 1, 3, 2, 4}) {
+    Tensor in = random_tensor({batch, 40}, DType::f32, 60 + static_cast<uint64_t>(batch));
+    EXPECT_TRUE(kiln::testing::all_close(ex.run({in})[0], ir::run(s, {in})[0], {1e-5, 1e-6})) << "batch " << batch;
+  }
+
+  Engine bad = compile(g, opts(0, 1, 8)).engine;
+  for (EngineValue& v : bad.values)
+    if (v.kind == EngineValue::Kind::arena) {
+      v.offset = (bad.memory.arena_bytes / 8 - v.bytes) / 64 * 64 + 64;  // just past the end at batch 8
+      break;
+    }
+  EXPECT_KILN_ERROR(bad.validate(), "per unit of batch", "at batch 8");
+}
+
 TEST(Engine, OutputsOutliveTheNextRun) {
   ir::Graph g = small_cnn();
   Executor ex(std::make_shared<Engine>(compile(g, opts(2, 1, 2)).engine));
