@@ -260,12 +260,12 @@ CompileResult compile(const ir::Graph& source, const CompileOptions& options) {
   std::map<std::string, int64_t> symbol_one;
   if (!e.batch.symbol.empty()) symbol_one[e.batch.symbol] = 1;
   compiler::GraphMemoryPlan plan = compiler::plan_memory(g, symbol_one);
-  const int64_t scale = e.batch.symbol.empty() ? 1 : e.batch.max;
-  KILN_CHECK(plan.arena_bytes <= std::numeric_limits<int64_t>::max() / scale &&
-                 plan.sum_bytes <= std::numeric_limits<int64_t>::max() / scale,
+  const int64_t scale = e.arena_scale(e.batch.max);
+  int64_t arena_bytes = plan.arena_bytes, sum_bytes = plan.sum_bytes, lower_bound = plan.lower_bound;
+  KILN_CHECK(mul_fits(arena_bytes, scale) && mul_fits(sum_bytes, scale) && mul_fits(lower_bound, scale),
              "compile graph '", g.name, "': the arena at batch ", scale, " overflows 64-bit sizes");
-  e.memory = MemoryStats{plan.arena_bytes * scale, plan.sum_bytes * scale, plan.lower_bound * scale,
-                         static_cast<int64_t>(plan.buffers.size()), plan.inplace_count, plan.view_count};
+  e.memory = MemoryStats{arena_bytes, sum_bytes, lower_bound, static_cast<int64_t>(plan.buffers.size()),
+                         plan.inplace_count, plan.view_count};
   result.memory_summary = e.memory.summary();
   int64_t weight_bytes = 0;
   for (const ir::Value* c : g.constants())

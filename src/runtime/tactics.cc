@@ -281,7 +281,7 @@ TacticChoice choose_tactics(const std::vector<double>& ms_max, const std::vector
   // cross, both linear in the batch.
   const double gain_min = ms_min[big] - ms_min[little];
   const double gain_max = ms_max[little] - ms_max[big];
-  if (big == little || gain_min <= 0 || gain_max <= 0) {  // one is no slower at either end
+  if (gain_min <= 0 || gain_max <= 0) {  // one is no slower at either end (or they are one tactic)
     c.tactic = gain_min <= 0 ? big : little;
     return c;
   }
