@@ -36,20 +36,11 @@ static inline void store_first(float* dst, __m256 r, int64_t m) {
   if (m == 1) _mm_store_ss(dst, lo);
 }
 
-// Note [Prefetching the tile's output]
-// A micro-kernel stores its tile only after its K loop. Where the output does not stay in cache (a
-// 1x1 convolution's 256 output planes at 56 x 56 are 25.7 MB at batch 8) every row of the store
-// missed: the stores filled the store buffer while each waited for its line, and the next call
-// stalled behind them (64 -> 256 at 56 x 56, batch 8, one thread on a Zen 3: 30-36 GFLOP/s). The
-// GEMM's tile and the convolution's column tiles now ask for their output rows' lines (and the
-// residual's) before the K loop, so the lines arrive while it computes: that layer 0.83x the time
-// by column tiles, a 1024^3 GEMM 0.80-0.85x (alternating within one process, one thread). A K loop
-// shorter than ~64 steps cannot hide the wait, and the prefetches then only cost (MobileNetV2's 16
-// -> 96 at 112 x 112: 1.05-1.10x), so the convolution tiles prefetch from K = 64 on. The pixel
-// tiles do not: their transposed store writes one short run into each of 16-32 planes, and
-// prefetching those runs made them 3-15% slower. The AVX-512 GEMM tile has always prefetched C
-// (gemm_f32_avx512.cc); its convolution tiles are unchanged (not measured on a Zen 3).
-// Rows of n floats, ld apart: each row's first line, and its last when that is another.
+// Requests the lines of a tile's rows (n floats each, ld apart) before a micro-kernel computes it:
+// each row's first line, and its last when that is another. The GEMM tile does this for C, as the
+// AVX-512 one always has, so that its stores after the K loop find their lines (Note [Prefetching
+// the tile's output] in conv_direct.cc): a 1024^3 product 0.80-0.85x the time on a Zen 3, one
+// thread, alternating within one process.
 static inline void prefetch_rows(const float* p, int64_t ld, int rows, int64_t n) {
   for (int i = 0; i < rows; ++i) {
     const auto first = reinterpret_cast<uintptr_t>(p + i * ld), last = reinterpret_cast<uintptr_t>(p + i * ld + n - 1);

@@ -19,15 +19,12 @@ using avx2::lanes_below;
 using avx2::store_first;
 
 constexpr int kMr = 6, kNr = 16;
-// The shallowest K loop (taps x channels) whose convolution tile prefetches its output (Note
-// [Prefetching the tile's output] in avx2_util.h).
-constexpr int64_t kPrefetchDepth = 64;
 
 template <int M>
 void f32_gemm_ukernel_6x16__avx2(int64_t k, const float* a, const float* b, int64_t ldb, float* c, int64_t ldc,
                                  int n, float alpha, float beta) {
   __m256 acc0[M], acc1[M];
-  avx2::prefetch_rows(c, ldc, M, n);  // Note [Prefetching the tile's output] (avx2_util.h)
+  avx2::prefetch_rows(c, ldc, M, n);  // as the AVX-512 tile does (gemm_f32_avx512.cc)
 #pragma GCC unroll 6
   for (int i = 0; i < M; ++i) acc0[i] = acc1[i] = _mm256_setzero_ps();
   for (int64_t p = 0; p < k; ++p) {
@@ -102,10 +99,6 @@ void f32_conv_taps_ukernel__avx2(int taps, const int64_t* tap_off, int64_t k, co
 #pragma GCC unroll 3
   for (int v = 0; v < NV; ++v) mask[v] = lanes_below(n - 8 * v);
   auto load = [&](const float* s, int v) { return Full ? _mm256_loadu_ps(s) : _mm256_maskload_ps(s, mask[v]); };
-  if (taps * k >= kPrefetchDepth) {  // Note [Prefetching the tile's output] (avx2_util.h)
-    avx2::prefetch_rows(c, ldc, M, n);
-    if (ep != nullptr && ep->residual != nullptr) avx2::prefetch_rows(ep->residual, ep->ldr, M, n);
-  }
 #pragma GCC unroll 6
   for (int i = 0; i < M; ++i)
 #pragma GCC unroll 3
