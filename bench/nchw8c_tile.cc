@@ -4,19 +4,21 @@
 //   g++ -O3 -mavx2 -mfma -std=c++20 bench/nchw8c_tile.cc -o /tmp/nchw8c_tile
 //   /tmp/nchw8c_tile C K HW [reps]      e.g. 64 64 56; compare kiln_bench_conv_layout BM_conv_direct_pixels
 #include <immintrin.h>
+
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <random>
 #include <vector>
-#include <algorithm>
 int main(int argc, char** argv) {
   const int C = atoi(argv[1]), K = atoi(argv[2]), H = atoi(argv[3]), W = H, reps = argc > 4 ? atoi(argv[4]) : 20;
   const int CB = C / 8, KP = K / 16, HP = H + 2, WP = W + 2;
   std::mt19937 g(1); std::uniform_real_distribution<float> u(-1, 1);
   std::vector<float> x(C * H * W), w(K * C * 9), bias(K);
-  for (auto& v : x) v = u(g); for (auto& v : w) v = u(g); for (auto& v : bias) v = u(g);
+  for (std::vector<float>* v : {&x, &w, &bias})
+    for (float& e : *v) e = u(g);
   std::vector<float> xp(CB * HP * WP * 8, 0.f), wp(KP * CB * 9 * 8 * 16), y(K * H * W);
   for (int c = 0; c < C; ++c) for (int i = 0; i < H; ++i) for (int j = 0; j < W; ++j)
     xp[((c / 8 * HP + i + 1) * WP + j + 1) * 8 + c % 8] = x[(c * H + i) * W + j];
@@ -65,7 +67,11 @@ int main(int argc, char** argv) {
     maxerr = std::max(maxerr, std::fabs(acc - y[((k / 8 * H + i) * W + j) * 8 + k % 8]));
   }
   std::vector<double> t;
-  for (int r = 0; r < reps; ++r) { auto t0 = std::chrono::steady_clock::now(); run(); t.push_back(std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count()); }
+  for (int r = 0; r < reps; ++r) {
+    const auto t0 = std::chrono::steady_clock::now();
+    run();
+    t.push_back(std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count());
+  }
   std::sort(t.begin(), t.end());
   const double fl = 2.0 * K * C * 9 * H * W;
   printf("NCHW8c 3x3 C%d K%d %dx%d: median %.3f ms min %.3f -> %.1f GFLOP/s (min), max err %.2e\n", C, K, H, W, t[reps / 2], t[0], fl / t[0] / 1e6, maxerr);
