@@ -36,19 +36,6 @@ static inline void store_first(float* dst, __m256 r, int64_t m) {
   if (m == 1) _mm_store_ss(dst, lo);
 }
 
-// Requests the lines of a tile's rows (n floats each, ld apart) before a micro-kernel computes it:
-// each row's first line, and its last when that is another. The GEMM tile does this for C, as the
-// AVX-512 one always has, so that its stores after the K loop find their lines (Note [Prefetching
-// the tile's output] in conv_direct.cc): a 1024^3 product 0.80-0.85x the time on a Zen 3, one
-// thread, alternating within one process.
-static inline void prefetch_rows(const float* p, int64_t ld, int rows, int64_t n) {
-  for (int i = 0; i < rows; ++i) {
-    const auto first = reinterpret_cast<uintptr_t>(p + i * ld), last = reinterpret_cast<uintptr_t>(p + i * ld + n - 1);
-    _mm_prefetch(reinterpret_cast<const char*>(first), _MM_HINT_T0);
-    if ((first ^ last) >= 64) _mm_prefetch(reinterpret_cast<const char*>(last), _MM_HINT_T0);
-  }
-}
-
 // r[i][j] <- r[j][i] for an 8 x 8 block, in three rounds of shuffles (24 in all).
 static inline void transpose8(__m256 r[8]) {
   __m256 t[8], u[8];

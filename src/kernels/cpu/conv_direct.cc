@@ -11,6 +11,7 @@
 #include "kernels/cpu/conv.h"
 #include "kernels/cpu/conv_depthwise.h"
 #include "kernels/cpu/gemm_ukernel.h"
+#include "kernels/cpu/prefetch.h"
 #include "kernels/cpu/scratch.h"
 #include "kernels/cpu/window_f32.h"
 #include "kiln/core/error.h"
@@ -385,9 +386,9 @@ struct GroupRun {
   // the output is already cached the requests cost 1.5-3% (64 -> 256 at batch 1, 16 -> 96). The
   // pixel tiles do not prefetch: their transposed store writes short runs into 16-32 planes that the
   // next tiles continue, and asking for those lines made them 3-15% slower. A prefetch never faults;
-  // every line asked for here lies inside y (or the product plane) and the residual. The loop stays
-  // in block(): moved into a function of its own, GCC found that function free of side effects and
-  // dropped its calls.
+  // every line asked for here lies inside y (or the product plane) and the residual. The requests go
+  // through prefetch_rows (prefetch.h), always inlined: as a member function of its own, the loop
+  // was judged by GCC free of side effects and its calls were dropped.
 
   // K slice c0, filter rows [ic, iend) (one L2 block), product columns [j0, j1).
   void block(int64_t c0, int64_t ic, int64_t iend, int64_t j0, int64_t j1) const {
@@ -409,17 +410,9 @@ struct GroupRun {
         const int mv = static_cast<int>(std::min<int64_t>(mr, iend - ir));
         if (jr + nr < j1) {  // Note [Prefetching the tile's output]
           const int64_t j = jr + nr, n = std::min<int64_t>(nr, j1 - j);
-          const bool res = last && in_store && ep.residual != nullptr;
-          for (int i = 0; i < mv; ++i) {
-            const float* q = yq + (ir + i) * g->nq + j;
-            __builtin_prefetch(q);
-            __builtin_prefetch(q + n - 1);
-            if (res) {
-              const float* r = ep.residual + (ir + i) * ep.ldr + j;
-              __builtin_prefetch(r);
-              __builtin_prefetch(r + n - 1);
-            }
-          }
+          prefetch_rows(reinterpret_cast<uintptr_t>(yq + ir * g->nq + j), g->nq, mv, n);
+          if (last && in_store && ep.residual != nullptr)
+            prefetch_rows(reinterpret_cast<uintptr_t>(ep.residual + ir * ep.ldr + j), ep.ldr, mv, n);
         }
         ConvTileEpilogueF32 te;
         if (last && in_store) {

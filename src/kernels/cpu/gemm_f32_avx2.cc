@@ -5,6 +5,7 @@
 #include <immintrin.h>
 
 #include "kernels/cpu/gemm_ukernel.h"
+#include "kernels/cpu/prefetch.h"
 
 #pragma GCC push_options
 #pragma GCC target("avx2,fma")
@@ -24,7 +25,10 @@ template <int M>
 void f32_gemm_ukernel_6x16__avx2(int64_t k, const float* a, const float* b, int64_t ldb, float* c, int64_t ldc,
                                  int n, float alpha, float beta) {
   __m256 acc0[M], acc1[M];
-  avx2::prefetch_rows(c, ldc, M, n);  // as the AVX-512 tile does (gemm_f32_avx512.cc)
+  // C's lines, so that the stores after the K loop find them (as the AVX-512 tile does; Note
+  // [Prefetching the tile's output] in conv_direct.cc): a 1024^3 product 0.80-0.85x the time on a
+  // Zen 3, one thread, alternating within one process.
+  prefetch_rows(reinterpret_cast<uintptr_t>(c), ldc, M, n);
 #pragma GCC unroll 6
   for (int i = 0; i < M; ++i) acc0[i] = acc1[i] = _mm256_setzero_ps();
   for (int64_t p = 0; p < k; ++p) {

@@ -8,6 +8,7 @@
 #include "core/chunks.h"
 #include "kernels/cpu/gemm.h"
 #include "kernels/cpu/gemm_ukernel.h"
+#include "kernels/cpu/prefetch.h"
 #include "kernels/cpu/vmath.h"
 #include "kiln/core/error.h"
 #include "kiln/core/thread_pool.h"
@@ -174,13 +175,9 @@ void apply_epilogue(const GemmEpilogue& ep, float* c, int64_t ldc, int64_t i0, i
   const float* res = nullptr;
   if (ep.residual != nullptr) {
     res = ep.residual + i0 * ep.ldr + j0;
-    // Integer arithmetic: the tile below may lie past the matrix (a prefetch never faults).
-    const uintptr_t below = reinterpret_cast<uintptr_t>(res) + static_cast<uintptr_t>(mv * ep.ldr) * sizeof(float);
-    for (int64_t i = 0; i < mv; ++i) {
-      const uintptr_t row = below + static_cast<uintptr_t>(i * ep.ldr) * sizeof(float);
-      __builtin_prefetch(reinterpret_cast<const void*>(row));
-      __builtin_prefetch(reinterpret_cast<const void*>(row + static_cast<uintptr_t>(nv - 1) * sizeof(float)));
-    }
+    // The tile below may lie past the matrix: prefetch_rows takes it as an integer address.
+    prefetch_rows(reinterpret_cast<uintptr_t>(res) + static_cast<uintptr_t>(mv * ep.ldr) * sizeof(float), ep.ldr, mv,
+                  nv);
   }
   tile(c, ldc, mv, nv, ep.bias_kind == GemmBias::per_row ? ep.bias + i0 : nullptr,
        ep.bias_kind == GemmBias::per_col ? ep.bias + j0 : nullptr, res, ep.ldr, ep.residual_before_activation);
