@@ -61,6 +61,9 @@ const std::vector<Case> kCases = {
     {{2, 64, 48, 48}, {20, 64, 3, 3}, {1, 1}, {1, 1, 1, 1}},          // tiles outer: 3 K slices per block of tiles
     {{1, 13, 14, 14}, {8, 13, 11, 11}, {1, 1}, {5, 5, 5, 5}},         // 11x11: K slices of 7 and 6 channels
     {{1, 16, 40, 41}, {32, 16, 3, 3}, {2, 2}, {1, 1, 1, 1}},          // one strided image split by pixel rows
+    {{2, 40, 7, 7}, {250, 40, 1, 1}},                                 // pixel panels, a ragged last pixel tile
+    {{1, 300, 5, 5}, {260, 300, 1, 1}},                               // pixel panels in 2 K slices, one image split
+    {{3, 24, 9, 9}, {250, 24, 1, 1}, {2, 2}},                         // strided pixel panels, 3 images
 };
 
 
