@@ -202,8 +202,12 @@ double elapsed_ms(std::chrono::steady_clock::time_point t0) {
 }
 
 // Times each tactic on the step's shapes at batch `batch`: constants as they are, every other
-// input random in [0.5, 1.5) (never zero). One warm-up run (a prepacked tactic packs there), then
-// up to `runs` timed runs or until `budget_ms` is used; the tactic's time is its fastest run.
+// input random in [0.5, 1.5) (never zero). One warm-up run each (a prepacked tactic packs there),
+// then up to `runs` rounds, or until each tactic has used `budget_ms` on average, of one timed run
+// of every tactic in turn; a tactic's time is its fastest run. Taking turns puts every tactic in
+// the same stretches of a shared machine's noise (timed one after another, a tactic that ran
+// while a neighbour was busy lost to one that ran after), and each run starts after another
+// tactic's, with caches as disturbed as between an engine's steps.
 std::vector<double> time_tactics(const Engine& e, const EngineStep& st, const std::vector<std::string>& tactics,
                                  int64_t batch, int runs, double budget_ms) {
   std::vector<Tensor> ins;
@@ -217,21 +221,20 @@ std::vector<double> time_tactics(const Engine& e, const EngineStep& st, const st
     else ins.push_back((rand(max_shape(v, batch), TensorOptions(DType::f32)) + 0.5).to(v.dtype));
   }
   std::vector<TensorMeta> metas = infer_call(*st.op, ins, st.attrs);
-  std::vector<double> best(tactics.size(), 0.0);
-  for (size_t t = 0; t < tactics.size(); ++t) {
-    std::vector<Tensor> outs;
-    for (const TensorMeta& m : metas) outs.push_back(empty(m.shape, TensorOptions(m.dtype)));
-    OpCall call{*st.op, ins, st.attrs, KILN_HERE, Tensor(), nullptr};
-    run_kernel(call, outs, tactics[t]);  // warm-up
-    auto start = std::chrono::steady_clock::now();
-    double fastest = 1e300;
-    for (int r = 0; r < std::max(1, runs); ++r) {
-      auto t0 = std::chrono::steady_clock::now();
+  OpCall call{*st.op, ins, st.attrs, KILN_HERE, Tensor(), nullptr};
+  std::vector<Tensor> outs;  // one set for all (an output per tactic would be tactics x the step's memory)
+  for (const TensorMeta& m : metas) outs.push_back(empty(m.shape, TensorOptions(m.dtype)));
+  for (const std::string& tactic : tactics) run_kernel(call, outs, tactic);  // warm-up
+  std::vector<double> best(tactics.size(), 1e300);
+  const double budget_all = budget_ms * static_cast<double>(tactics.size());
+  const auto start = std::chrono::steady_clock::now();
+  for (int r = 0; r < std::max(1, runs); ++r) {
+    for (size_t t = 0; t < tactics.size(); ++t) {
+      const auto t0 = std::chrono::steady_clock::now();
       run_kernel(call, outs, tactics[t]);
-      fastest = std::min(fastest, elapsed_ms(t0));
-      if (elapsed_ms(start) >= budget_ms) break;
+      best[t] = std::min(best[t], elapsed_ms(t0));
     }
-    best[t] = fastest;
+    if (elapsed_ms(start) >= budget_all) break;
   }
   return best;
 }
