@@ -87,12 +87,13 @@ void f32_gemm_ukernel__avx2(int64_t k, const float* a, const float* b, int64_t l
 // (enough independent FMA chains for two FMA pipes of 4-cycle latency), the B vectors and one
 // broadcast. Column tiles: 6 x 16 (the GEMM's shape) and 4 x 24 (no wasted rows on 64-channel
 // layers); pixel tiles: 6 pixels x 16 channels, 4 x 24 and 3 x 32. AVX2 has no mask registers:
-// a column tile at a plane's last columns uses vmaskmov loads and stores, full tiles (the common
-// case) plain ones, and the pixel tiles' transposed rows partial plain stores (Note [No masked
-// stores on Zen] in avx2_util.h).
+// a column tile at a plane's last columns uses vmaskmov loads and partial plain stores, full tiles
+// (the common case) plain ones, and the pixel tiles' transposed rows partial plain stores (Note
+// [No masked stores on Zen] in avx2_util.h).
 
 // Column tiles (GemmTapsUkernelF32): M rows of an MR-row A panel by NV vectors of 8 columns. Full:
-// all NV * 8 columns are valid (plain loads and stores); otherwise the first n, masked.
+// all NV * 8 columns are valid (plain loads and stores); otherwise the first n (masked loads,
+// partial stores).
 template <int MR, int NV, int M, bool Full>
 void f32_conv_taps_ukernel__avx2(int taps, const int64_t* tap_off, int64_t k, const float* a, const float* b,
                                  int64_t ldb, float* c, int64_t ldc, int n, bool accumulate,
@@ -148,7 +149,7 @@ void f32_conv_taps_ukernel__avx2(int taps, const int64_t* tap_off, int64_t k, co
         if (res != nullptr && !res_before) r = _mm256_add_ps(r, load(res + i * ep->ldr + 8 * v, v));
       }
       if (Full) _mm256_storeu_ps(cr + 8 * v, r);
-      else _mm256_maskstore_ps(cr + 8 * v, mask[v], r);
+      else store_first(cr + 8 * v, r, n - 8 * v);  // Note [No masked stores on Zen] (avx2_util.h)
     }
   }
 }

@@ -1,4 +1,4 @@
-// vmath kernels for AVX2 + FMA (8 f32 / 4 f64 lanes, maskload/maskstore tails): the vector
+// vmath kernels for AVX2 + FMA (8 f32 / 4 f64 lanes, masked-load and partial-store tails): the vector
 // interface that vmath_simd.inc is written against, then the algorithms themselves (Note [vmath
 // accuracy]). Compiled for AVX2 by the target pragma below, called only when active_isa() allows
 // it (Note [ISA code in one binary] in gemm_f32_avx512.cc).
@@ -8,6 +8,8 @@
 
 #pragma GCC push_options
 #pragma GCC target("avx2,fma")
+
+#include "kernels/cpu/avx2_util.h"
 
 namespace kiln::kernels::cpu {
 
@@ -41,7 +43,9 @@ inline __m256i lanes(int64_t n) {
   return _mm256_cmpgt_epi32(_mm256_set1_epi32(static_cast<int>(n)), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
 }
 inline F f_load_part(const float* p, int64_t n) { return {_mm256_maskload_ps(p, lanes(n))}; }
-inline void f_store_part(float* p, F a, int64_t n) { _mm256_maskstore_ps(p, lanes(n), a.v); }
+// Plain stores of the first n lanes (Note [No masked stores on Zen] in avx2_util.h): a GEMM
+// epilogue over 49-wide rows ends every row in one.
+inline void f_store_part(float* p, F a, int64_t n) { avx2::store_first(p, a.v, n); }
 inline F f_keep(F a, int64_t n) { return {_mm256_and_ps(a.v, _mm256_castsi256_ps(lanes(n)))}; }
 inline F f_fma(F a, F b, F c) { return {_mm256_fmadd_ps(a.v, b.v, c.v)}; }
 inline F f_min(F a, F b) { return {_mm256_min_ps(a.v, b.v)}; }
