@@ -118,11 +118,10 @@ GemmTapsKernelF32 pick_tile(const GemmKernelF32& kk, int64_t rows, int64_t cols)
 // filter blocks]); one image is split between threads by panels, by pixel tiles or by (panel,
 // tile) pairs (Note [Panels and tiles in one order]). Since each pixel has its own offset, an
 // unpadded convolution (strided, dilated, 1x1 or not: ResNet's 1x1 stride-2 projections) reads x
-// itself, with no X' copy (a 1x1 with many filter panels packs its pixels: Note [Pixel panels]), and a padded one a plain zero-padded copy (no polyphase split for
-// strides). Each convolution takes whichever tiling wastes less of its tiles (the columns when
-// within 0.5%).
+// itself, with no X' copy (a 1x1 with many filter panels packs its pixels: Note [Pixel panels]),
+// and a padded one a plain zero-padded copy (no polyphase split for strides). Each convolution
+// takes whichever tiling wastes less of its tiles (the columns when within 0.5%).
 std::atomic<int> g_forced_tiling{0};
-
 
 // The pixel tile for this convolution (ukernel == nullptr: the column tiles waste less).
 ConvPixelsKernelF32 pick_pixel_tile(const Conv2dParams& p, const GemmKernelF32& kk, const GemmTapsKernelF32& tile,

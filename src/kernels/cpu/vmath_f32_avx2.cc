@@ -1,7 +1,7 @@
-// vmath kernels for AVX2 + FMA (8 f32 / 4 f64 lanes, masked-load and partial-store tails): the vector
-// interface that vmath_simd.inc is written against, then the algorithms themselves (Note [vmath
-// accuracy]). Compiled for AVX2 by the target pragma below, called only when active_isa() allows
-// it (Note [ISA code in one binary] in gemm_f32_avx512.cc).
+// vmath kernels for AVX2 + FMA (8 f32 / 4 f64 lanes, masked-load and partial-store tails): the
+// vector interface that vmath_simd.inc is written against, then the algorithms themselves (Note
+// [vmath accuracy]). Compiled for AVX2 by the target pragma below, called only when active_isa()
+// allows it (Note [ISA code in one binary] in gemm_f32_avx512.cc).
 #include <immintrin.h>
 
 #include "kernels/cpu/vmath.h"

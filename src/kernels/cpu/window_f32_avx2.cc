@@ -189,7 +189,7 @@ void deinterleave2__avx2(const float* in, float* even, float* odd, int64_t n) {
     _mm256_storeu_ps(odd + j, _mm256_castpd_ps(_mm256_permute4x64_pd(_mm256_castps_pd(o), _MM_SHUFFLE(3, 1, 2, 0))));
   }
   // The last pairs one by one: a masked store for each half (Note [No masked stores on Zen] in
-  // avx2_util.h) cost a stride-2 depthwise layer with odd-multiple-of-4 rows 15% (144 channels,
+  // avx2_util.h) cost a stride-2 depthwise layer whose rows end in such a tail 15% (144 channels,
   // 56 x 56 -> 28 x 28, one or two threads, relu6: 0.85x without them).
   for (; j < n; ++j) {
     even[j] = in[2 * j];
