@@ -11,7 +11,8 @@ namespace {
 
 using testing::random_tensor;
 
-const std::vector<std::string> kActs = {"none", "relu", "relu6", "sigmoid", "tanh", "silu", "gelu", "gelu_tanh"};
+const std::vector<std::string> kActs = {"none", "relu", "relu6", "sigmoid", "tanh",
+                                        "silu", "gelu", "gelu_tanh", "hardswish"};
 
 Tensor act_ref(const Tensor& y, const std::string& act) {
   if (act == "relu") return relu(y);
@@ -21,6 +22,7 @@ Tensor act_ref(const Tensor& y, const std::string& act) {
   if (act == "silu") return silu(y);
   if (act == "gelu") return gelu(y, "none");
   if (act == "gelu_tanh") return gelu(y, "tanh");
+  if (act == "hardswish") return hardswish(y);
   return y;
 }
 

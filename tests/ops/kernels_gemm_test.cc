@@ -55,6 +55,7 @@ double act_ref(GemmActivation a, double y) {
     case GemmActivation::tanh: return std::tanh(y);
     case GemmActivation::silu: return y / (1 + std::exp(-y));
     case GemmActivation::relu6: return std::min(std::max(y, 0.0), 6.0);
+    case GemmActivation::hardswish: return y * std::min(std::max(y + 3, 0.0), 6.0) / 6;
   }
   return y;
 }
@@ -160,7 +161,7 @@ TEST_P(GemmIsaTest, Epilogues) {
   std::vector<float> row_bias = random_vec(m, 5), col_bias = random_vec(n, 6), res = random_vec(m * (n + 3), 7);
   const GemmActivation acts[] = {GemmActivation::none, GemmActivation::relu,    GemmActivation::gelu,
                                  GemmActivation::gelu_tanh, GemmActivation::sigmoid, GemmActivation::tanh,
-                                 GemmActivation::silu, GemmActivation::relu6};
+                                 GemmActivation::silu, GemmActivation::relu6, GemmActivation::hardswish};
   uint32_t seed = 200;
   for (GemmActivation act : acts)
     for (int variant = 0; variant < 4; ++variant) {

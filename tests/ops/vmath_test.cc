@@ -226,6 +226,7 @@ double act_ref(VmathAct a, double v) {
     case VmathAct::silu: return ref(VmathFn::silu, v);
     case VmathAct::gelu: return ref(VmathFn::gelu, v);
     case VmathAct::gelu_tanh: return ref(VmathFn::gelu_tanh, v);
+    case VmathAct::hardswish: return v * std::min(std::max(v + 3, 0.0), 6.0) / 6;
   }
   return v;
 }

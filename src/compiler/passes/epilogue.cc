@@ -1,6 +1,6 @@
 // Epilogue fusion: conv2d, gemm, or matmul by a 2-D weight (the input of any rank >= 2: a Linear
 // layer over a sequence) followed by a bias add, an activation (relu, relu6 = clip(0, 6), sigmoid,
-// tanh, silu, gelu) and a residual add, in the orders
+// tanh, silu, gelu, hardswish) and a residual add, in the orders
 //   anchor [+ bias] [+ residual] [act]      (residual_before_activation = true)
 //   anchor [+ bias] [act] [+ residual]
 // becomes one fused_conv2d / fused_gemm node (src/ops/defs/fused/fused.cc) that applies them in
@@ -18,7 +18,7 @@ namespace {
 
 std::optional<std::string> activation_of(const ir::Node* n) {
   const std::string& op = n->op().name();
-  if (op == "relu" || op == "sigmoid" || op == "tanh" || op == "silu") return op;
+  if (op == "relu" || op == "sigmoid" || op == "tanh" || op == "silu" || op == "hardswish") return op;
   if (op == "gelu") return n->attrs().get_string("approximate") == "tanh" ? "gelu_tanh" : "gelu";
   if (op == "clip" && n->inputs().size() == 1 && n->attrs().has("min") && n->attrs().has("max") &&
       n->attrs().get_float("min") == 0.0 && n->attrs().get_float("max") == 6.0)

@@ -29,7 +29,7 @@ void gemm_i64(int64_t m, int64_t n, int64_t k, int64_t alpha, const int64_t* a, 
 // bias is per row (length m) or per column (length n); residual is m x n with leading dimension
 // ldr (it may alias C only when it is exactly C).
 enum class GemmBias { none, per_row, per_col };
-enum class GemmActivation { none, relu, gelu, gelu_tanh, sigmoid, tanh, silu, relu6 };
+enum class GemmActivation { none, relu, gelu, gelu_tanh, sigmoid, tanh, silu, relu6, hardswish };
 struct GemmEpilogue {
   GemmBias bias_kind = GemmBias::none;
   const float* bias = nullptr;

@@ -163,6 +163,7 @@ VmathAct vmath_act(GemmActivation a) {
     case GemmActivation::sigmoid: return VmathAct::sigmoid;
     case GemmActivation::tanh: return VmathAct::tanh;
     case GemmActivation::silu: return VmathAct::silu;
+    case GemmActivation::hardswish: return VmathAct::hardswish;
   }
   return VmathAct::none;
 }

@@ -60,6 +60,11 @@ float max_s(const float* x, int64_t n) {
 float relu_s(float v) { return v < 0.0f ? 0.0f : v; }
 float relu6_s(float v) { return v < 0.0f ? 0.0f : (v > 6.0f ? 6.0f : v); }
 float none_s(float v) { return v; }
+float hardswish_s(float v) {  // in f32, as the hardswish op: x * clamp(x + 3, 0, 6) / 6
+  float t = v + 3.0f;
+  t = t < 0.0f ? 0.0f : (t > 6.0f ? 6.0f : t);
+  return v * t / 6.0f;
+}
 
 template <float (*Act)(float)>
 void epilogue_s(float* y, int64_t ldy, int64_t m, int64_t n, const float* row_bias, const float* col_bias,
@@ -86,7 +91,7 @@ const VmathKernelsF32 kScalar{
     max_s,
     {epilogue_s<none_s>, epilogue_s<relu_s>, epilogue_s<relu6_s>, epilogue_s<apply_s<sigmoid_s>>,
      epilogue_s<apply_s<tanh_d>>, epilogue_s<apply_s<silu_s>>, epilogue_s<apply_s<gelu_s>>,
-     epilogue_s<apply_s<gelu_tanh_s>>}};
+     epilogue_s<apply_s<gelu_tanh_s>>, epilogue_s<hardswish_s>}};
 
 }  // namespace
 

@@ -20,9 +20,10 @@ namespace kiln::kernels::cpu {
 enum class VmathFn { exp, log, tanh, sigmoid, erf, gelu, gelu_tanh, silu };
 inline constexpr int kVmathFns = 8;
 
-// Activations of the row epilogue (the GEMM's GemmActivation plus relu6).
-enum class VmathAct { none, relu, relu6, sigmoid, tanh, silu, gelu, gelu_tanh };
-inline constexpr int kVmathActs = 8;
+// Activations of the row epilogue (the GEMM's GemmActivation). hardswish is x * clamp(x + 3, 0, 6) / 6
+// in f32, as the hardswish op computes it.
+enum class VmathAct { none, relu, relu6, sigmoid, tanh, silu, gelu, gelu_tanh, hardswish };
+inline constexpr int kVmathActs = 9;
 
 // y[i] = f(x[i]) for i < n; y may be x (in place) but must not overlap it otherwise.
 using VmathUnaryF32 = void (*)(const float* x, float* y, int64_t n);

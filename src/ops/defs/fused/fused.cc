@@ -2,7 +2,7 @@
 //   fused_gemm(a, b, bias?, residual?)   y = act(alpha * op(a) @ op(b) + bias [+ residual]) [+ residual]
 //   fused_conv2d(x, w, bias?, residual?) y = act(conv2d(x, w, bias) [+ residual]) [+ residual]
 // `residual_before_activation` says on which side of the activation the residual is added.
-// Activations: none, relu, relu6, sigmoid, tanh, silu, gelu (erf), gelu_tanh.
+// Activations: none, relu, relu6, sigmoid, tanh, silu, gelu (erf), gelu_tanh, hardswish.
 //
 // Note [Fused kernels]: f32 fused_gemm and fused_conv2d run bias, residual and the activation as
 // the packed GEMM's tile epilogue (kernels/cpu/vmath.h's block epilogue, vectorized per ISA) while
@@ -25,7 +25,7 @@
 namespace kiln {
 namespace {
 
-enum class Act { none, relu, relu6, sigmoid, tanh, silu, gelu, gelu_tanh };
+enum class Act { none, relu, relu6, sigmoid, tanh, silu, gelu, gelu_tanh, hardswish };
 
 std::optional<Act> parse_act(const std::string& s) {
   if (s == "none") return Act::none;
@@ -36,10 +36,11 @@ std::optional<Act> parse_act(const std::string& s) {
   if (s == "silu") return Act::silu;
   if (s == "gelu") return Act::gelu;
   if (s == "gelu_tanh") return Act::gelu_tanh;
+  if (s == "hardswish") return Act::hardswish;
   return std::nullopt;
 }
 
-constexpr const char* kActs = "none, relu, relu6, sigmoid, tanh, silu, gelu, gelu_tanh";
+constexpr const char* kActs = "none, relu, relu6, sigmoid, tanh, silu, gelu, gelu_tanh, hardswish";
 
 template <Act A, class T>
 inline T activate(T y) {
@@ -51,7 +52,11 @@ inline T activate(T y) {
   else if constexpr (A == Act::gelu) return T(0.5) * y * (T(1) + std::erf(y * T(0.70710678118654752440)));
   else if constexpr (A == Act::gelu_tanh)
     return T(0.5) * y * (T(1) + std::tanh(T(0.79788456080286535588) * (y + T(0.044715) * y * y * y)));
-  else return y;
+  else if constexpr (A == Act::hardswish) {  // as the hardswish op: x * clamp(x + 3, 0, 6) / 6
+    T t = y + T(3);
+    t = t < T(0) ? T(0) : (t > T(6) ? T(6) : t);
+    return y * t / T(6);
+  } else return y;
 }
 
 // y[i] = act(y[i] (+ res[i])) (+ res[i]) over [b, e): the activation is a template argument so
@@ -85,6 +90,7 @@ void epilogue_pass(T* y, int64_t total, const T* bias, int64_t bias_len, const T
       case Act::silu: return epilogue_range<Act::silu>(y, b, e, res, res_before);
       case Act::gelu: return epilogue_range<Act::gelu>(y, b, e, res, res_before);
       case Act::gelu_tanh: return epilogue_range<Act::gelu_tanh>(y, b, e, res, res_before);
+      case Act::hardswish: return epilogue_range<Act::hardswish>(y, b, e, res, res_before);
     }
   });
 }
@@ -171,6 +177,7 @@ kernels::cpu::GemmActivation gemm_act(Act a) {
     case Act::silu: return GemmActivation::silu;
     case Act::gelu: return GemmActivation::gelu;
     case Act::gelu_tanh: return GemmActivation::gelu_tanh;
+    case Act::hardswish: return GemmActivation::hardswish;
   }
   return GemmActivation::none;
 }

@@ -207,6 +207,7 @@ kernels::cpu::GemmActivation parse_activation(const std::string& s) {
   if (s == "sigmoid") return GemmActivation::sigmoid;
   if (s == "tanh") return GemmActivation::tanh;
   if (s == "silu") return GemmActivation::silu;
+  if (s == "hardswish") return GemmActivation::hardswish;
   if (s == "gelu") return GemmActivation::gelu;
   if (s == "gelu_tanh") return GemmActivation::gelu_tanh;
   KILN_CHECK(s == "none", "fused_gemm: unknown activation '", s, "'");
