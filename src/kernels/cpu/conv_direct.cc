@@ -4,6 +4,7 @@
 #include <atomic>
 #include <cstdint>
 #include <cstring>
+#include <numeric>
 #include <utility>
 #include <vector>
 
@@ -542,12 +543,12 @@ void pixel_rows(const Conv2dParams& p, const Geometry& g, const float* x, const 
   }
   // Note [Pixel panels]
   const bool pixel_panels = g.identity && g.taps == 1 && p.groups == 1 && panels > 4;
-  const std::vector<int64_t> lanes = [&] {
-    std::vector<int64_t> v(static_cast<size_t>(mr));
-    for (int64_t i = 0; i < mr; ++i) v[static_cast<size_t>(i)] = i;
-    return v;
-  }();
-  if (pixel_panels) xq_floats = static_cast<size_t>(rows * g.cg);
+  std::vector<int64_t> lanes;  // with pixel panels, a tile's pixels are lanes 0 .. mr - 1 of its panel
+  if (pixel_panels) {
+    lanes.resize(static_cast<size_t>(mr));
+    std::iota(lanes.begin(), lanes.end(), int64_t{0});
+    xq_floats = static_cast<size_t>(rows * g.cg);
+  }
   // Rows [r0, r1) of X' (of g.hq), or with pixel panels the same share of the pixel tiles.
   auto fill_x = [&](int64_t img, float* xq, int64_t r0, int64_t r1) {
     if (!pixel_panels) return fill(img, xq, r0, r1);
