@@ -3,9 +3,10 @@
 ResNet-18 and ResNet-50 (torchvision's layout: 7x7 stem, max pool, basic / bottleneck stages,
 global average pool, fc 1000), MobileNetV2 (width 1.0: inverted residuals with ReLU6 and
 depthwise 3x3), and a BERT-base-shaped encoder (12 layers, hidden 768, 12 heads, FFN 3072, GELU,
-LayerNormalization, sequence 128, an additive attention mask). Convolutions carry a separate
-BatchNormalization (as exported from training frameworks) so the compilers' folding is part of
-what is measured. The batch dimension is symbolic ("N"), so one model serves batch 1 and 8.
+LayerNormalization, sequence 128, an additive attention mask); beyond those, ResNet-34 and a
+MobileNetV3-Small (HardSwish, squeeze-excite, 5x5 depthwise), which run_vs_ort.py runs when named
+in --models. Convolutions carry a separate BatchNormalization (as exported from training
+frameworks) so the compilers' folding is part of what is measured. The batch dimension is symbolic ("N"), so one model serves batch 1 and 8.
 
     python3 bench/models.py OUT_DIR          # writes resnet18.onnx, resnet50.onnx, ...
 
@@ -138,6 +139,45 @@ def mobilenet_v2():
     return m, g.macs
 
 
+def mobilenet_v3_small():
+    """MobileNetV3-Small's layer table (width 1.0): HardSwish or ReLU per block, squeeze-excite
+    (GlobalAveragePool, 1x1 conv, ReLU, 1x1 conv, HardSigmoid, Mul) where the paper has it, 3x3
+    and 5x5 depthwise convolutions; a 576-channel last convolution before the classifier (the
+    paper's 1024-wide hidden layer is left out)."""
+    g = Graph(4)
+    x = "input"
+    h, hw = conv_bn(g, x, 3, 16, 3, 224, stride=2, act=None)
+    h = g.op("HardSwish", [h])
+    cin = 16
+    # (kernel, expanded channels, out channels, squeeze-excite, activation, stride)
+    for k, e, c, se, act, s in [(3, 16, 16, 1, "RE", 2), (3, 72, 24, 0, "RE", 2), (3, 88, 24, 0, "RE", 1),
+                                (5, 96, 40, 1, "HS", 2), (5, 240, 40, 1, "HS", 1), (5, 240, 40, 1, "HS", 1),
+                                (5, 120, 48, 1, "HS", 1), (5, 144, 48, 1, "HS", 1), (5, 288, 96, 1, "HS", 2),
+                                (5, 576, 96, 1, "HS", 1), (5, 576, 96, 1, "HS", 1)]:
+        relu = "relu" if act == "RE" else None
+        r, rhw = h, hw
+        if e != cin:
+            r, rhw = conv_bn(g, r, cin, e, 1, rhw, act=relu)
+            r = r if relu else g.op("HardSwish", [r])
+        r, rhw = conv_bn(g, r, e, e, k, rhw, stride=s, group=e, act=relu)
+        r = r if relu else g.op("HardSwish", [r])
+        if se:
+            sq = max(8, e // 4)
+            p = g.op("GlobalAveragePool", [r])
+            p = g.op("Relu", [g.op("Conv", [p, g.randn("se_w", (sq, e, 1, 1), 1 / np.sqrt(e)), g.const("se_b", np.zeros(sq))])])
+            p = g.op("Conv", [p, g.randn("se_w", (e, sq, 1, 1), 1 / np.sqrt(sq)), g.const("se_b", np.zeros(e))])
+            g.macs += 2 * e * sq
+            r = g.op("Mul", [r, g.op("HardSigmoid", [p], alpha=1.0 / 6, beta=0.5)])
+        r, rhw = conv_bn(g, r, e, c, 1, rhw, act=None)
+        h = g.op("Add", [h, r]) if s == 1 and cin == c else r
+        cin, hw = c, rhw
+    h, hw = conv_bn(g, h, cin, 576, 1, hw, act=None)
+    y = classifier(g, g.op("HardSwish", [h]), 576)
+    m = g.model("mobilenet_v3_small", [helper.make_tensor_value_info(x, TensorProto.FLOAT, ["N", 3, 224, 224])],
+                [helper.make_tensor_value_info(y, TensorProto.FLOAT, ["N", 1000])])
+    return m, g.macs
+
+
 # --- BERT-base-shaped encoder --------------------------------------------------------------------
 
 def bert_base(layers=12, hidden=768, heads=12, ffn=3072, seq=128):
@@ -186,7 +226,12 @@ MODELS = {
     "resnet50": lambda: resnet(50),
     "mobilenet_v2": mobilenet_v2,
     "bert_base": bert_base,
+    # Beyond issue #9's four: shapes and ops those do not have (more basic blocks; HardSwish,
+    # squeeze-excite and 5x5 depthwise layers).
+    "resnet34": lambda: resnet(34),
+    "mobilenet_v3_small": mobilenet_v3_small,
 }
+DEFAULT_MODELS = ["resnet18", "resnet50", "mobilenet_v2", "bert_base"]  # run_vs_ort.py's default set
 
 
 def feeds(name, model, batch, seed=0):

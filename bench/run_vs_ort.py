@@ -67,7 +67,7 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--kiln", default="build/tools/kiln")
     ap.add_argument("--work", default="/tmp/kiln_bench_models", help="where models and engines are written")
-    ap.add_argument("--models", default=",".join(models.MODELS))
+    ap.add_argument("--models", default=",".join(models.DEFAULT_MODELS), help="of " + ", ".join(models.MODELS))
     ap.add_argument("--batch", type=int, nargs="+", default=[1, 8])
     ap.add_argument("--threads", type=int, nargs="+", default=[1, 2])
     ap.add_argument("--rounds", type=int, default=2)
