@@ -10,7 +10,9 @@
 //
 // Tolerance: each element within eps * (the same convolution of |x|, |w|, |bias|, plus |residual|)
 // with eps = 1e-5: a few f32 roundings per product, summed in a different order than the reference.
+#include <cmath>
 #include <functional>
+#include <limits>
 #include <utility>
 #include <vector>
 
@@ -171,6 +173,46 @@ TEST_F(ConvDirectTest, EpilogueActivationAndResidual) {
         EXPECT_TRUE(close_by_magnitude(got, want, mag, 1e-5))
             << "x " << shape_str(c.x) << " w " << shape_str(c.w) << " activation " << static_cast<int>(act)
             << " residual " << residual << " tiling " << tiling_name(tiling) << " " << kernels::cpu::isa_name(isa);
+      }
+    }
+  }
+  }
+}
+
+// A NaN in x reaches exactly the outputs that read it, through relu and relu6 in the tiles'
+// stores (a clamp there, Note [A branch-free tile store]) as through vmath's relu, with and
+// without a residual; every other output stays finite.
+TEST_F(ConvDirectTest, ActivationsInTheStorePropagateNaN) {
+  uint64_t seed = 500;
+  set_num_threads(1);
+  for (kernels::cpu::Isa isa : direct_isas()) {
+  kernels::cpu::IsaOverride on(isa);
+  for (kernels::cpu::DirectConvTiling tiling : kTilings)
+  for (const Case& c : {kCases[2], kCases[7], kCases[13]}) {
+    ForcedTiling forced(tiling);
+    for (GemmActivation act : {GemmActivation::none, GemmActivation::relu, GemmActivation::relu6}) {
+      for (bool residual : {false, true}) {
+        const Conv2dParams p = conv_params_of(c);
+        Tensor x = random_tensor(c.x, DType::f32, seed++), w = random_tensor(c.w, DType::f32, seed++);
+        Tensor bias = random_tensor({c.w[0]}, DType::f32, seed++, -3.0, 3.0);
+        Tensor res = random_tensor({p.n, p.k, p.ho, p.wo}, DType::f32, seed++, -4.0, 4.0);
+        static_cast<float*>(x.data_ptr())[x.numel() / 2] = std::numeric_limits<float>::quiet_NaN();
+        Conv2dEpilogue ep;
+        ep.activation = act;
+        ep.residual = residual ? f32(res) : nullptr;
+        Tensor got = run_direct(c, x, w, bias, ep, false);
+        Tensor want = ref::conv2d(x, w, bias, c.stride, c.padding, c.dilation, c.groups);
+        const float* g = f32(got);
+        const double* r = static_cast<const double*>(want.data_ptr());
+        int64_t nans = 0, wrong = 0;
+        for (int64_t i = 0; i < got.numel(); ++i) {
+          nans += std::isnan(r[i]) ? 1 : 0;
+          wrong += std::isnan(g[i]) != std::isnan(r[i]) ? 1 : 0;
+        }
+        EXPECT_GT(nans, 0);
+        EXPECT_EQ(wrong, 0) << "x " << shape_str(c.x) << " w " << shape_str(c.w) << " activation "
+                            << static_cast<int>(act) << " residual " << residual << " tiling " << tiling_name(tiling)
+                            << " " << kernels::cpu::isa_name(isa);
       }
     }
   }
