@@ -138,8 +138,9 @@ TEST_F(ConvDirectTest, MatchesReferenceOnEveryCase) {
   }
 }
 
-// relu and relu6 (with or without a residual stored straight into y) run in the micro-kernel's
-// store, silu and a residual over a halo in the separate epilogue: all against float64.
+// relu and relu6 (with or without a residual stored straight into y) and hardswish (without a
+// residual, where the ISA's tiles have it: AVX2) run in the micro-kernel's store, silu and a
+// residual over a halo in the separate epilogue: all against float64.
 TEST_F(ConvDirectTest, EpilogueActivationAndResidual) {
   uint64_t seed = 100;
   set_num_threads(2);
@@ -148,7 +149,9 @@ TEST_F(ConvDirectTest, EpilogueActivationAndResidual) {
   const std::vector<std::pair<GemmActivation, std::function<Tensor(const Tensor&)>>> acts = {
       {GemmActivation::relu, [](const Tensor& t) { return t.relu(); }},
       {GemmActivation::relu6, [](const Tensor& t) { return minimum(t.relu(), full_like(t, 6.0)); }},
-      {GemmActivation::silu, [](const Tensor& t) { return t * t.sigmoid(); }}};
+      {GemmActivation::silu, [](const Tensor& t) { return t * t.sigmoid(); }},
+      {GemmActivation::hardswish,
+       [](const Tensor& t) { return t * minimum((t + 3.0).relu(), full_like(t, 6.0)) / 6.0; }}};
   for (kernels::cpu::DirectConvTiling tiling : kTilings)
   for (const Case& c : {kCases[2], kCases[6], kCases[7], kCases[13], kCases[14], kCases[16]}) {
     ForcedTiling forced(tiling);
@@ -179,9 +182,9 @@ TEST_F(ConvDirectTest, EpilogueActivationAndResidual) {
   }
 }
 
-// A NaN in x reaches exactly the outputs that read it, through relu and relu6 in the tiles'
-// stores (a clamp there, Note [A branch-free tile store]) as through vmath's relu, with and
-// without a residual; every other output stays finite.
+// A NaN in x reaches exactly the outputs that read it, through relu, relu6 and hardswish in the
+// tiles' stores (Note [A branch-free tile store]) as through vmath's, with and without a residual;
+// every other output stays finite.
 TEST_F(ConvDirectTest, ActivationsInTheStorePropagateNaN) {
   uint64_t seed = 500;
   set_num_threads(1);
@@ -190,7 +193,8 @@ TEST_F(ConvDirectTest, ActivationsInTheStorePropagateNaN) {
   for (kernels::cpu::DirectConvTiling tiling : kTilings)
   for (const Case& c : {kCases[2], kCases[7], kCases[13]}) {
     ForcedTiling forced(tiling);
-    for (GemmActivation act : {GemmActivation::none, GemmActivation::relu, GemmActivation::relu6}) {
+    for (GemmActivation act :
+         {GemmActivation::none, GemmActivation::relu, GemmActivation::relu6, GemmActivation::hardswish}) {
       for (bool residual : {false, true}) {
         const Conv2dParams p = conv_params_of(c);
         Tensor x = random_tensor(c.x, DType::f32, seed++), w = random_tensor(c.w, DType::f32, seed++);

@@ -63,6 +63,7 @@ struct Geometry {
   bool identity = false;              // X' is x itself
   int64_t pix_row = 0, pix_col = 1;   // pixel tiles: output (oh, ow) reads X' at oh * pix_row + ow * pix_col
   bool plain = false;                 // X' is x zero-padded, without the polyphase split (pixel tiles)
+  bool store_hardswish = false;       // the tiles' stores apply hardswish (GemmKernelF32::store_hardswish)
   int64_t rows_per_out = 1;           // X' rows from one output row to the next
   std::vector<std::pair<int64_t, int64_t>> phases;  // (row phase, column phase) per plane of X'
   std::vector<int64_t> tap_off;                     // per tap (r * S + s): offset within a channel of X'
@@ -166,6 +167,7 @@ Geometry geometry(const Conv2dParams& p, const GemmKernelF32& kk) {
   g.cg = p.c / p.groups;
   g.kg = p.k / p.groups;
   g.taps = p.r * p.s;
+  g.store_hardswish = kk.store_hardswish;
   g.tile = pick_tile(kk, g.kg, p.ho * plane_width(p));
   const bool identity = p.r == 1 && p.s == 1 && p.stride_h == 1 && p.stride_w == 1 && p.pad_top == 0 &&
                         p.pad_left == 0 && p.ho == p.h && p.wo == p.w;
@@ -294,12 +296,15 @@ void pack_weights(const Conv2dParams& p, const Geometry& g, const float* w, floa
   }
 }
 
-// Whether the micro-kernels' store applies activation a (none, relu, relu6), and as which clamp.
-bool store_activation(GemmActivation a, ConvTileEpilogueF32::Act& act) {
-  act = a == GemmActivation::relu    ? ConvTileEpilogueF32::Act::relu
-        : a == GemmActivation::relu6 ? ConvTileEpilogueF32::Act::relu6
-                                     : ConvTileEpilogueF32::Act::none;
-  return a == GemmActivation::none || act != ConvTileEpilogueF32::Act::none;
+// Whether the micro-kernels' store applies activation a (none, relu, relu6; hardswish where the
+// kernel set has it and no residual is added), and as which.
+bool store_activation(const Geometry& g, GemmActivation a, bool residual, ConvTileEpilogueF32::Act& act) {
+  using Act = ConvTileEpilogueF32::Act;
+  act = a == GemmActivation::relu                                             ? Act::relu
+        : a == GemmActivation::relu6                                          ? Act::relu6
+        : a == GemmActivation::hardswish && g.store_hardswish && !residual ? Act::hardswish
+                                                                              : Act::none;
+  return a == GemmActivation::none || act != Act::none;
 }
 
 // The epilogue of image img, group grp: bias per filter row, the residual in y's layout.
@@ -332,7 +337,8 @@ struct GroupRun {
   // ep in the micro-kernel's store where it can: relu/relu6/none, and a residual only when the
   // tile is stored into y itself (the residual's layout).
   void plan_epilogue() {
-    in_store = !ep.empty() && store_activation(ep.activation, act) && (yq == y || ep.residual == nullptr);
+    in_store = !ep.empty() && store_activation(*g, ep.activation, ep.residual != nullptr, act) &&
+               (yq == y || ep.residual == nullptr);
   }
 
   // Tile (ir, jr) is final: the epilogue runs on it in the product plane (bias, activation, and
@@ -558,10 +564,10 @@ void pixel_rows(const Conv2dParams& p, const Geometry& g, const float* x, const 
   // Yt holds the partial sums between K slices (one image, one group); one slice needs none.
   const size_t yt_floats = g.kcs < g.cg ? static_cast<size_t>(rows * g.mpad) : 0;
   const size_t per_group = static_cast<size_t>(g.mpad * g.cg * g.taps);
-  // bias, relu, relu6 and the residual are applied in the kernel's transposed store; anything else
-  // in a pass over y afterwards.
+  // bias, relu, relu6 (or hardswish) and the residual are applied in the kernel's transposed store;
+  // anything else in a pass over y afterwards.
   ConvTileEpilogueF32::Act act;
-  const bool in_store = store_activation(epilogue.activation, act);
+  const bool in_store = store_activation(g, epilogue.activation, epilogue.residual != nullptr, act);
   // Note [Pixel tiles or filter panels outer]: with the panels outer, every panel sweeps the
   // activations of all the images in the chunk, which stream from L3 or memory once they outgrow
   // L2 (a 1x1 256 -> 512 stride-2 projection at batch 8 read its 26 MB of activations 8 times and

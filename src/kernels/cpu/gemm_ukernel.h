@@ -21,9 +21,10 @@ using GemmUkernelF32 = void (*)(int64_t k, const float* a, const float* b, int64
 // its own shift, so no im2col matrix is ever written. Only the first n columns of each B~ row are
 // read (masked loads), so B~ may end at the last valid column.
 // With `ep` (the last K slice), the tile is finished in registers before its only store:
-// + bias[i], + residual (before or after), relu / relu6 (Note [Epilogue in the store]).
+// + bias[i], + residual (before or after), relu / relu6 (Note [Epilogue in the store]), or
+// hardswish without a residual where the kernel set says it can (GemmKernelF32::store_hardswish).
 struct ConvTileEpilogueF32 {
-  enum class Act { none, relu, relu6 };
+  enum class Act { none, relu, relu6, hardswish };
   const float* bias = nullptr;      // bias[i] for tile row i, or nullptr
   const float* residual = nullptr;  // residual[i * ldr + j], or nullptr
   int64_t ldr = 0;
@@ -71,6 +72,7 @@ struct GemmKernelF32 {
   // conv_direct.cc); none: this ISA convolves through im2col only.
   GemmTapsKernelF32 taps[2];
   ConvPixelsKernelF32 pixels[3];  // the pixel-row tiles (Note [Pixels as rows]); none: columns only
+  bool store_hardswish = false;   // the tiles' stores apply Act::hardswish (without a residual)
 };
 
 const GemmKernelF32& gemm_kernel_f32_scalar();
