@@ -8,9 +8,11 @@
 // NaN). Sums (average pooling, depthwise convolution) are checked against eps * (the same
 // operation applied to |x|, |w|, |bias|) with eps = 1e-5, a few f32 roundings per tap.
 #include <algorithm>
+#include <cmath>
 #include <atomic>
 #include <limits>
 #include <optional>
+#include <utility>
 
 #include "kernels/cpu/conv_depthwise.h"
 #include "kernels/cpu/isa.h"
@@ -236,25 +238,31 @@ TEST_P(WindowIsaTest, DepthwiseConvNonContiguousAndLarge) {
 
 TEST_P(WindowIsaTest, DepthwiseConvInChannelBlocks) {
   // The shapes AVX-512 and AVX2 compute in blocks of 16 channels (Note [Depthwise in channel
-  // blocks]; AVX2 only for outputs up to 14x14): a last block of 8 or 1 channels, planes up to
-  // the 28x28 limit whose 16- or 8-pixel groups cross row ends (7x7, 14x14, 27x29), long rows,
-  // strides 1 and 2, asymmetric padding, and a plane hook that must see each channel once.
-  struct Case { Shape x; int64_t stride; std::vector<int64_t> pad; };
+  // blocks]; AVX2 only for outputs up to 14x14, and also with 5x5 windows): a last block of 8 or 1
+  // channels, planes up to the 28x28 limit whose 16- or 8-pixel groups cross row ends (7x7, 14x14,
+  // 27x29), long rows, strides 1 and 2, asymmetric padding, and a plane hook that must see each
+  // channel once.
+  struct Case { Shape x; int64_t stride; std::vector<int64_t> pad; int64_t r = 3; };
   uint64_t seed = 900;
   for (const Case& cs : {Case{{1, 40, 28, 28}, 1, {1, 1, 1, 1}}, Case{{2, 40, 27, 29}, 2, {1, 1, 1, 1}},
                          Case{{1, 48, 7, 7}, 1, {1, 1, 1, 1}}, Case{{2, 24, 14, 14}, 2, {0, 1, 1, 0}},
                          Case{{1, 16, 14, 14}, 1, {2, 0, 0, 2}}, Case{{1, 33, 9, 5}, 2, {1, 1, 1, 1}},
-                         Case{{1, 17, 1, 700}, 1, {1, 1, 1, 1}}, Case{{1, 17, 2, 91}, 2, {1, 1, 1, 1}}}) {
+                         Case{{1, 17, 1, 700}, 1, {1, 1, 1, 1}}, Case{{1, 17, 2, 91}, 2, {1, 1, 1, 1}},
+                         // 5x5 (MobileNetV3's): 7x7 and 14x14 outputs, stride 2, a ragged last block
+                         Case{{1, 40, 7, 7}, 1, {2, 2, 2, 2}, 5}, Case{{2, 24, 14, 14}, 2, {2, 2, 2, 2}, 5},
+                         Case{{1, 33, 14, 14}, 1, {2, 2, 2, 2}, 5}, Case{{1, 17, 9, 5}, 2, {1, 2, 2, 1}, 5},
+                         Case{{1, 16, 28, 28}, 2, {2, 2, 2, 2}, 5}}) {
     const int64_t c = cs.x[1];
-    Tensor x = random_tensor(cs.x, DType::f32, seed++), w = random_tensor({c, 1, 3, 3}, DType::f32, seed++);
+    Tensor x = random_tensor(cs.x, DType::f32, seed++), w = random_tensor({c, 1, cs.r, cs.r}, DType::f32, seed++);
     Tensor b = random_tensor({c}, DType::f32, seed++);
     Tensor want = ref::conv2d(x, w, b, {cs.stride, cs.stride}, cs.pad, {1, 1}, c);
     Tensor mag = ref::conv2d(abs_values(x), abs_values(w), abs_values(b), {cs.stride, cs.stride}, cs.pad, {1, 1}, c);
     const Conv2dOptions o{{cs.stride, cs.stride}, cs.pad, {1, 1}, c};
-    EXPECT_TRUE(close_by_magnitude(conv2d(x, w, b, o), want, mag, kEps)) << shape_str(cs.x) << " stride " << cs.stride;
+    EXPECT_TRUE(close_by_magnitude(conv2d(x, w, b, o), want, mag, kEps))
+        << shape_str(cs.x) << " " << cs.r << "x" << cs.r << " stride " << cs.stride;
 
     kernels::cpu::Conv2dParams p;
-    p.n = cs.x[0], p.c = p.k = p.groups = c, p.h = cs.x[2], p.w = cs.x[3], p.r = p.s = 3;
+    p.n = cs.x[0], p.c = p.k = p.groups = c, p.h = cs.x[2], p.w = cs.x[3], p.r = p.s = cs.r;
     p.ho = want.shape()[2], p.wo = want.shape()[3];
     p.stride_h = p.stride_w = cs.stride, p.pad_top = cs.pad[0], p.pad_left = cs.pad[1];
     Tensor y = empty(want.shape());
@@ -265,7 +273,53 @@ TEST_P(WindowIsaTest, DepthwiseConvInChannelBlocks) {
                                          ++seen[static_cast<size_t>(img * c + oc)];
                                        });
     for (const auto& s : seen) EXPECT_EQ(s.load(), 1) << shape_str(cs.x);
-    EXPECT_TRUE(close_by_magnitude(y, want, mag, kEps)) << shape_str(cs.x) << " stride " << cs.stride << " with a hook";
+    EXPECT_TRUE(close_by_magnitude(y, want, mag, kEps))
+        << shape_str(cs.x) << " " << cs.r << "x" << cs.r << " stride " << cs.stride << " with a hook";
+  }
+}
+
+// hardswish as the depthwise kernel's activation (MobileNetV3's): in the store of the channel
+// blocks (3x3 and 5x5 on small planes, a ragged last block), on each plane after the row kernels
+// otherwise, against float64; one NaN in x reaches exactly the outputs whose windows hold it.
+TEST_P(WindowIsaTest, DepthwiseHardswish) {
+  struct Case { Shape x; int64_t r, stride; };
+  uint64_t seed = 1000;
+  for (const Case& cs : {Case{{1, 40, 7, 7}, 3, 1}, Case{{2, 24, 14, 14}, 5, 2}, Case{{1, 33, 14, 14}, 5, 1},
+                         Case{{1, 20, 30, 31}, 3, 1}, Case{{1, 9, 28, 28}, 5, 1}}) {
+    const int64_t c = cs.x[1], pad = cs.r / 2;
+    Tensor x = random_tensor(cs.x, DType::f32, seed++, -4.0, 4.0);
+    Tensor w = random_tensor({c, 1, cs.r, cs.r}, DType::f32, seed++), b = random_tensor({c}, DType::f32, seed++);
+    kernels::cpu::Conv2dParams p;
+    p.n = cs.x[0], p.c = p.k = p.groups = c, p.h = cs.x[2], p.w = cs.x[3], p.r = p.s = cs.r;
+    p.ho = (p.h + 2 * pad - cs.r) / cs.stride + 1, p.wo = (p.w + 2 * pad - cs.r) / cs.stride + 1;
+    p.stride_h = p.stride_w = cs.stride, p.pad_top = p.pad_left = pad;
+    const std::vector<int64_t> pads{pad, pad, pad, pad};
+    auto run = [&] {
+      Tensor y = empty({p.n, c, p.ho, p.wo});
+      kernels::cpu::conv2d_depthwise_f32(p, x.data<float>(), w.data<float>(), b.data<float>(), y.data<float>(), {},
+                                         -std::numeric_limits<float>::infinity(),
+                                         std::numeric_limits<float>::infinity(),
+                                         kernels::cpu::DepthwiseAct::hardswish);
+      Tensor conv = ref::conv2d(x, w, b, {cs.stride, cs.stride}, pads, {1, 1}, c);
+      return std::make_pair(y, conv * minimum((conv + 3.0).relu(), full_like(conv, 6.0)) / 6.0);
+    };
+    // |hardswish(v)| <= |v| + 3 with slope at most 1.5: the convolution's error bound, doubled.
+    auto [y, want] = run();
+    Tensor mag = ref::conv2d(abs_values(x), abs_values(w), abs_values(b), {cs.stride, cs.stride}, pads, {1, 1}, c);
+    EXPECT_TRUE(close_by_magnitude(y, want, mag * 2.0 + 3.0, kEps))
+        << shape_str(cs.x) << " " << cs.r << "x" << cs.r << " stride " << cs.stride;
+
+    x.data<float>()[x.numel() / 3] = std::numeric_limits<float>::quiet_NaN();
+    auto [y_nan, want_nan] = run();
+    const float* got = y_nan.data<float>();
+    const double* ref = want_nan.data<double>();
+    int64_t nans = 0, nan_mismatch = 0;
+    for (int64_t i = 0; i < y_nan.numel(); ++i) {
+      nans += std::isnan(ref[i]);
+      nan_mismatch += std::isnan(got[i]) != std::isnan(ref[i]);
+    }
+    EXPECT_GT(nans, 0) << shape_str(cs.x);
+    EXPECT_EQ(nan_mismatch, 0) << shape_str(cs.x) << " " << cs.r << "x" << cs.r << " stride " << cs.stride;
   }
 }
 

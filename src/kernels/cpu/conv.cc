@@ -131,6 +131,10 @@ void conv2d_nchw_f32(const Conv2dParams& p, const float* x, const float* w, cons
                                   epilogue.activation == GemmActivation::relu6
                                       ? 6.0f
                                       : std::numeric_limits<float>::infinity());
+    // hardswish alone: in the channel blocks' store, or right after each plane (MobileNetV3).
+    if (epilogue.residual == nullptr && epilogue.activation == GemmActivation::hardswish)
+      return conv2d_depthwise_f32(p, x, w, bias, y, {}, -std::numeric_limits<float>::infinity(),
+                                  std::numeric_limits<float>::infinity(), DepthwiseAct::hardswish);
     // Activation and residual on each output plane right after it is written (bias is in already):
     // the plane is the epilogue's row `image * K + channel` of an [N*K, Ho*Wo] matrix.
     GemmEpilogue e;

@@ -2,7 +2,9 @@
 #include "kernels/cpu/conv_depthwise.h"
 
 #include <algorithm>
+#include <limits>
 
+#include "kernels/cpu/gemm.h"
 #include "kernels/cpu/scratch.h"
 #include "kernels/cpu/window_f32.h"
 #include "kiln/core/error.h"
@@ -14,46 +16,69 @@ bool is_depthwise(const Conv2dParams& p) { return p.groups > 1 && p.groups == p.
 
 namespace {
 
+// The block kernel for p's window: 3x3, or 5x5 (MobileNetV3's) where the ISA has one (AVX2), under
+// the same limits as 3x3 (use_channel_blocks). Against the row kernels, one thread, in-process
+// alternation: 576 channels at 7x7 0.50x the time (two threads 0.72x; batch 8 0.66x), 96 at 14x14
+// stride 2 0.42x, 288 there 0.49x.
+using BlockKernel = void (*)(const WindowGeom&, const DepthwiseBlockF32&);
+BlockKernel block_kernel(const Conv2dParams& p, const WindowKernelsF32& k) {
+  if (p.r != p.s) return nullptr;
+  return p.r == 3 ? k.depthwise3x3_block16 : p.r == 5 ? k.depthwise5x5_block16 : nullptr;
+}
+
 // Whether the channel-block kernel computes `p` (Note [Depthwise in channel blocks] in
-// window_f32.h): 3x3, undilated, one output channel per input channel, and an input plane of at
-// most 28x28. Larger planes gain less in cache-hot runs (56x56: 149 -> 130 us) and lose in an
-// engine, where the input arrives from memory and 16 planes read side by side prefetch worse than
-// one (MobileNetV2's 112x112 stride-2 layer: 252 -> 345 us). Padding far past the kernel's would
+// window_f32.h): 3x3 (or 5x5, above), undilated, one output channel per input channel, and an
+// input plane of at most 28x28. Larger planes gain less in cache-hot runs (56x56: 149 -> 130 us)
+// and lose in an engine, where the input arrives from memory and 16 planes read side by side
+// prefetch worse than one (MobileNetV2's 112x112 stride-2 layer: 252 -> 345 us). Padding far past the kernel's would
 // blow the scratch up 16-fold over the row kernels' copy: at most 256 KiB of it. With AVX2's
 // 8-wide rows, a 28x28 output already fills its vectors (3.5 per row): there the blocks lost
 // (MobileNetV2's 192-channel layer, one thread on a Zen 3: 167 -> 176 us) while 14x14 and smaller
 // outputs gained 1.5-4x (576 channels at 14x14 stride 2: 296 -> 77 us).
 bool use_channel_blocks(const Conv2dParams& p, const WindowGeom& g, const WindowKernelsF32& k) {
-  return k.depthwise3x3_block16 != nullptr && p.k == p.c && p.r == 3 && p.s == 3 && p.dil_h == 1 && p.dil_w == 1 &&
-         p.h * p.w <= 28 * 28 && (active_isa() == Isa::avx512 || p.ho * p.wo <= 14 * 14) &&
+  return block_kernel(p, k) != nullptr && p.k == p.c && p.dil_h == 1 && p.dil_w == 1 && p.h * p.w <= 28 * 28 &&
+         (active_isa() == Isa::avx512 || p.ho * p.wo <= 14 * 14) &&
          depthwise_block_floats(g) * static_cast<int64_t>(sizeof(float)) <= 256 * 1024;
+}
+
+// hardswish on one finished output plane (where the kernel did not apply it in its store; in the
+// store, MobileNetV3's 5x5 layers took 0.71-0.81x the time of this pass per plane, 3x3 0.68-0.77x).
+void hardswish_plane(float* plane, int64_t n) {
+  GemmEpilogue e;
+  e.activation = GemmActivation::hardswish;
+  gemm_epilogue_f32(e, plane, n, 0, 0, 1, n);
 }
 
 void depthwise_in_channel_blocks(const Conv2dParams& p, const WindowGeom& g, const WindowKernelsF32& k, const float* x,
                                  const float* w, const float* bias, float* y, const DepthwisePlaneHook& plane_done,
-                                 float lo, float hi) {
-  const int64_t blocks = (p.c + 15) / 16;
+                                 float lo, float hi, DepthwiseAct act) {
+  const int64_t blocks = (p.c + 15) / 16, taps = p.r * p.s;
+  const BlockKernel kernel = block_kernel(p, k);
   // Weights [block][tap][16] and biases [block][16], zero past the last channel.
-  std::vector<float> wt(static_cast<size_t>(blocks * 9 * 16), 0.0f), bt(static_cast<size_t>(blocks * 16), 0.0f);
+  std::vector<float> wt(static_cast<size_t>(blocks * taps * 16), 0.0f), bt(static_cast<size_t>(blocks * 16), 0.0f);
   for (int64_t c = 0; c < p.c; ++c) {
-    for (int64_t t = 0; t < 9; ++t) wt[static_cast<size_t>((c / 16) * 144 + t * 16 + c % 16)] = w[c * 9 + t];
+    for (int64_t t = 0; t < taps; ++t) wt[static_cast<size_t>(((c / 16) * taps + t) * 16 + c % 16)] = w[c * taps + t];
     bt[static_cast<size_t>(c)] = bias ? bias[c] : 0.0f;
   }
-  const int64_t grain = std::max<int64_t>(1, (int64_t{1} << 16) / std::max<int64_t>(1, 16 * 9 * p.ho * p.wo));
+  const int64_t grain = std::max<int64_t>(1, (int64_t{1} << 16) / std::max<int64_t>(1, 16 * taps * p.ho * p.wo));
   const int64_t howo = p.ho * p.wo;
   parallel_for(0, p.n * blocks, grain, [&](int64_t u0, int64_t u1) {
     DepthwiseBlockF32 a;
     a.buf = thread_scratch<float, ScratchSlot::depthwise_block>(static_cast<size_t>(depthwise_block_floats(g)));
     a.x_plane = p.h * p.w, a.y_plane = howo, a.lo = lo, a.hi = hi;
+    a.hardswish = act == DepthwiseAct::hardswish && k.block_hardswish;
+    const bool hardswish_after = act == DepthwiseAct::hardswish && !a.hardswish;
     for (int64_t u = u0; u < u1; ++u) {
       const int64_t img = u / blocks, blk = u % blocks;
       a.x = x + (img * p.c + blk * 16) * p.h * p.w;
       a.y = y + (img * p.c + blk * 16) * howo;
       a.channels = std::min<int64_t>(16, p.c - blk * 16);
-      a.w = wt.data() + blk * 144, a.bias = bt.data() + blk * 16;
-      k.depthwise3x3_block16(g, a);
-      if (plane_done)
-        for (int64_t c = 0; c < a.channels; ++c) plane_done(a.y + c * howo, img, blk * 16 + c);
+      a.w = wt.data() + blk * taps * 16, a.bias = bt.data() + blk * 16;
+      kernel(g, a);
+      for (int64_t c = 0; c < a.channels; ++c) {
+        if (hardswish_after) hardswish_plane(a.y + c * howo, howo);
+        if (plane_done) plane_done(a.y + c * howo, img, blk * 16 + c);
+      }
     }
   });
 }
@@ -61,11 +86,15 @@ void depthwise_in_channel_blocks(const Conv2dParams& p, const WindowGeom& g, con
 }  // namespace
 
 void conv2d_depthwise_f32(const Conv2dParams& p, const float* x, const float* w, const float* bias, float* y,
-                          const DepthwisePlaneHook& plane_done, float lo, float hi) {
+                          const DepthwisePlaneHook& plane_done, float lo, float hi, DepthwiseAct act) {
   KILN_ASSERT(is_depthwise(p), "conv2d_depthwise_f32: not depthwise (C ", p.c, ", K ", p.k, ", groups ", p.groups, ")");
   const WindowGeom g{p.h, p.w, p.ho, p.wo, p.r, p.s, p.stride_h, p.stride_w, p.pad_top, p.pad_left, p.dil_h, p.dil_w};
   const WindowKernelsF32 k = window_kernels_f32(active_isa());
-  if (use_channel_blocks(p, g, k)) return depthwise_in_channel_blocks(p, g, k, x, w, bias, y, plane_done, lo, hi);
+  if (use_channel_blocks(p, g, k)) return depthwise_in_channel_blocks(p, g, k, x, w, bias, y, plane_done, lo, hi, act);
+  if (act == DepthwiseAct::hardswish) {
+    lo = -std::numeric_limits<float>::infinity();
+    hi = std::numeric_limits<float>::infinity();
+  }
   const int64_t mult = p.k / p.c, taps = p.r * p.s, howo = p.ho * p.wo;
   // Enough multiply-adds per chunk to pay for a thread hand-off.
   const int64_t grain = std::max<int64_t>(1, (int64_t{1} << 16) / std::max<int64_t>(1, mult * howo * taps + p.h * p.w));
@@ -81,6 +110,7 @@ void conv2d_depthwise_f32(const Conv2dParams& p, const float* x, const float* w,
         const float bv = bias ? bias[oc] : 0.0f;
         float* yp = y + (img * p.k + oc) * howo;
         k.fma_taps(plane.row(0), plane.row_step(), off.data(), wk, taps, bv, lo, hi, yp, p.wo, p.wo, p.ho);
+        if (act == DepthwiseAct::hardswish) hardswish_plane(yp, howo);
         if (plane_done) plane_done(yp, img, oc);
       }
     }

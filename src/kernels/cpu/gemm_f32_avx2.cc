@@ -197,7 +197,8 @@ void f32_conv_taps_ukernel__avx2(int taps, const int64_t* tap_off, int64_t k, co
     using T = std::true_type;
     if (!fin) return store(acc_tag, std::false_type{}, ResidualTag<Residual::none>{}, Clamp{});
     // (hardswish comes without a residual: store_activation in conv_direct.cc)
-    if (ep->act == ConvTileEpilogueF32::Act::hardswish) return store(acc_tag, T{}, ResidualTag<Residual::none>{}, Hardswish{});
+    if (ep->act == ConvTileEpilogueF32::Act::hardswish)
+      return store(acc_tag, T{}, ResidualTag<Residual::none>{}, Hardswish{});
     if (kind == Residual::none) return store(acc_tag, T{}, ResidualTag<Residual::none>{}, Clamp{});
     if (kind == Residual::before) return store(acc_tag, T{}, ResidualTag<Residual::before>{}, Clamp{});
     store(acc_tag, T{}, ResidualTag<Residual::after>{}, Clamp{});

@@ -72,7 +72,7 @@ WindowKernelsF32 window_kernels_f32(Isa isa) {
 }
 
 int64_t depthwise_block_floats(const WindowGeom& g) {
-  return ((g.ho - 1) * g.sh + 3) * ((g.wo - 1) * g.sw + 3) * 16;
+  return ((g.ho - 1) * g.sh + g.kh) * ((g.wo - 1) * g.sw + g.kw) * 16;
 }
 
 namespace {

@@ -201,11 +201,12 @@ void deinterleave2__avx2(const float* in, float* even, float* odd, int64_t n) {
 // Note [Depthwise in channel blocks] in window_f32.h, with the 16 channels of a block as two
 // vectors of 8: the transposes are 8 x 8 (8 pixels at a time, each half of the block on its own),
 // and the output rows go out with plain stores (Note [No masked stores on Zen] in avx2_util.h).
-// Full: all 16 channels present.
-template <bool Full>
-void depthwise3x3_block16(const WindowGeom& g, const DepthwiseBlockF32& a) {
-  const int64_t wp = (g.wo - 1) * g.sw + 3;    // padded columns the windows read
-  const int64_t rows = (g.ho - 1) * g.sh + 3;  // scratch rows
+// R x R windows, R = 3 or 5 (MobileNetV3's); Full: all 16 channels present.
+template <int R, bool Full>
+void depthwise_block16(const WindowGeom& g, const DepthwiseBlockF32& a) {
+  static_assert(R == 3 || R == 5);
+  const int64_t wp = (g.wo - 1) * g.sw + R;    // padded columns the windows read
+  const int64_t rows = (g.ho - 1) * g.sh + R;  // scratch rows
   const int64_t ih0 = -g.pt;                   // the input row of scratch row 0
   float* const buf = a.buf;
   const __m256 zero = _mm256_setzero_ps();
@@ -249,9 +250,17 @@ void depthwise3x3_block16(const WindowGeom& g, const DepthwiseBlockF32& a) {
         if (dst[i] != nullptr) _mm256_store_ps(dst[i] + 8 * h, r[i]);
     }
   }
-  // The outputs, 8 pixels of 8 channels at a time: 9 multiply-adds each, then back to planes.
+  // The outputs, 8 pixels of 8 channels at a time: R * R multiply-adds each, then back to planes.
   const int64_t rstep = wp * 16;  // floats from one tap row to the next
   const __m256 vlo = _mm256_set1_ps(a.lo), vhi = _mm256_set1_ps(a.hi);
+  const __m256 three = _mm256_set1_ps(3.0f), six = _mm256_set1_ps(6.0f);
+  // The clamp, or hardswish as the op computes it (x * clamp(x + 3, 0, 6) / 6 in f32); max/min
+  // return their second operand on NaN, so NaN passes either.
+  auto finish = [&](__m256 v) {
+    if (!a.hardswish) return _mm256_min_ps(vhi, _mm256_max_ps(vlo, v));
+    const __m256 t = _mm256_min_ps(six, _mm256_max_ps(_mm256_setzero_ps(), _mm256_add_ps(v, three)));
+    return _mm256_div_ps(_mm256_mul_ps(v, t), six);
+  };
   int64_t oh = 0, ow = 0;
   for (int64_t q = 0; q < g.ho * g.wo; q += 8) {
     const int64_t n = std::min<int64_t>(8, g.ho * g.wo - q);
@@ -266,11 +275,28 @@ void depthwise3x3_block16(const WindowGeom& g, const DepthwiseBlockF32& a) {
     }
     for (int h = 0; h < 2; ++h) {
       if (!Full && 8 * h >= a.channels) break;
+      const __m256 bias = _mm256_loadu_ps(a.bias + 8 * h);
+      __m256 acc[8];
+      if constexpr (R == 5) {
+        // 25 taps do not fit in registers beside 8 accumulators: tap by tap instead, each weight
+        // vector loaded once for the 8 pixels (9 loads per 8 multiply-adds).
+#pragma GCC unroll 8
+        for (int i = 0; i < 8; ++i) acc[i] = bias;
+        for (int r = 0; r < 5; ++r) {
+#pragma GCC unroll 5
+          for (int c = 0; c < 5; ++c) {
+            const __m256 wt = _mm256_loadu_ps(a.w + 16 * (5 * r + c) + 8 * h);
+            const int64_t off = r * rstep + 16 * c + 8 * h;
+#pragma GCC unroll 8
+            for (int i = 0; i < 8; ++i) acc[i] = _mm256_fmadd_ps(_mm256_load_ps(src[i] + off), wt, acc[i]);
+          }
+        }
+#pragma GCC unroll 8
+        for (int i = 0; i < 8; ++i) acc[i] = finish(acc[i]);
+      } else {
       __m256 wv[9];
 #pragma GCC unroll 9
       for (int t = 0; t < 9; ++t) wv[t] = _mm256_loadu_ps(a.w + 16 * t + 8 * h);
-      const __m256 bias = _mm256_loadu_ps(a.bias + 8 * h);
-      __m256 acc[8];
 #pragma GCC unroll 8
       for (int i = 0; i < 8; ++i) {
         const float* s0 = src[i] + 8 * h;
@@ -285,8 +311,8 @@ void depthwise3x3_block16(const WindowGeom& g, const DepthwiseBlockF32& a) {
         v = _mm256_fmadd_ps(_mm256_load_ps(s2), wv[6], v);
         v = _mm256_fmadd_ps(_mm256_load_ps(s2 + 16), wv[7], v);
         v = _mm256_fmadd_ps(_mm256_load_ps(s2 + 32), wv[8], v);
-        // max/min return their second operand on NaN: NaN passes the clamp.
-        acc[i] = _mm256_min_ps(vhi, _mm256_max_ps(vlo, v));
+        acc[i] = finish(v);
+      }
       }
       avx2::transpose8(acc);
 #pragma GCC unroll 8
@@ -297,14 +323,19 @@ void depthwise3x3_block16(const WindowGeom& g, const DepthwiseBlockF32& a) {
 }
 
 void depthwise3x3_block16__avx2(const WindowGeom& g, const DepthwiseBlockF32& a) {
-  if (a.channels == 16) depthwise3x3_block16<true>(g, a);
-  else depthwise3x3_block16<false>(g, a);
+  if (a.channels == 16) depthwise_block16<3, true>(g, a);
+  else depthwise_block16<3, false>(g, a);
+}
+void depthwise5x5_block16__avx2(const WindowGeom& g, const DepthwiseBlockF32& a) {
+  if (a.channels == 16) depthwise_block16<5, true>(g, a);
+  else depthwise_block16<5, false>(g, a);
 }
 
 }  // namespace
 
 WindowKernelsF32 window_kernels_f32_avx2() {
-  return {max_taps__avx2, avg_taps__avx2, fma_taps__avx2, deinterleave2__avx2, depthwise3x3_block16__avx2};
+  return {max_taps__avx2,      avg_taps__avx2, fma_taps__avx2, deinterleave2__avx2, depthwise3x3_block16__avx2,
+          depthwise5x5_block16__avx2, /*block_hardswish=*/true};
 }
 
 }  // namespace kiln::kernels::cpu
