@@ -294,25 +294,25 @@ void depthwise_block16(const WindowGeom& g, const DepthwiseBlockF32& a) {
 #pragma GCC unroll 8
         for (int i = 0; i < 8; ++i) acc[i] = finish(acc[i]);
       } else {
-      __m256 wv[9];
+        __m256 wv[9];
 #pragma GCC unroll 9
-      for (int t = 0; t < 9; ++t) wv[t] = _mm256_loadu_ps(a.w + 16 * t + 8 * h);
+        for (int t = 0; t < 9; ++t) wv[t] = _mm256_loadu_ps(a.w + 16 * t + 8 * h);
 #pragma GCC unroll 8
-      for (int i = 0; i < 8; ++i) {
-        const float* s0 = src[i] + 8 * h;
-        const float* s1 = s0 + rstep;
-        const float* s2 = s1 + rstep;
-        __m256 v = _mm256_fmadd_ps(_mm256_load_ps(s0), wv[0], bias);
-        v = _mm256_fmadd_ps(_mm256_load_ps(s0 + 16), wv[1], v);
-        v = _mm256_fmadd_ps(_mm256_load_ps(s0 + 32), wv[2], v);
-        v = _mm256_fmadd_ps(_mm256_load_ps(s1), wv[3], v);
-        v = _mm256_fmadd_ps(_mm256_load_ps(s1 + 16), wv[4], v);
-        v = _mm256_fmadd_ps(_mm256_load_ps(s1 + 32), wv[5], v);
-        v = _mm256_fmadd_ps(_mm256_load_ps(s2), wv[6], v);
-        v = _mm256_fmadd_ps(_mm256_load_ps(s2 + 16), wv[7], v);
-        v = _mm256_fmadd_ps(_mm256_load_ps(s2 + 32), wv[8], v);
-        acc[i] = finish(v);
-      }
+        for (int i = 0; i < 8; ++i) {
+          const float* s0 = src[i] + 8 * h;
+          const float* s1 = s0 + rstep;
+          const float* s2 = s1 + rstep;
+          __m256 v = _mm256_fmadd_ps(_mm256_load_ps(s0), wv[0], bias);
+          v = _mm256_fmadd_ps(_mm256_load_ps(s0 + 16), wv[1], v);
+          v = _mm256_fmadd_ps(_mm256_load_ps(s0 + 32), wv[2], v);
+          v = _mm256_fmadd_ps(_mm256_load_ps(s1), wv[3], v);
+          v = _mm256_fmadd_ps(_mm256_load_ps(s1 + 16), wv[4], v);
+          v = _mm256_fmadd_ps(_mm256_load_ps(s1 + 32), wv[5], v);
+          v = _mm256_fmadd_ps(_mm256_load_ps(s2), wv[6], v);
+          v = _mm256_fmadd_ps(_mm256_load_ps(s2 + 16), wv[7], v);
+          v = _mm256_fmadd_ps(_mm256_load_ps(s2 + 32), wv[8], v);
+          acc[i] = finish(v);
+        }
       }
       avx2::transpose8(acc);
 #pragma GCC unroll 8
@@ -334,8 +334,13 @@ void depthwise5x5_block16__avx2(const WindowGeom& g, const DepthwiseBlockF32& a)
 }  // namespace
 
 WindowKernelsF32 window_kernels_f32_avx2() {
-  return {max_taps__avx2,      avg_taps__avx2, fma_taps__avx2, deinterleave2__avx2, depthwise3x3_block16__avx2,
-          depthwise5x5_block16__avx2, /*block_hardswish=*/true};
+  return {max_taps__avx2,
+          avg_taps__avx2,
+          fma_taps__avx2,
+          deinterleave2__avx2,
+          depthwise3x3_block16__avx2,
+          depthwise5x5_block16__avx2,
+          /*block_hardswish=*/true};
 }
 
 }  // namespace kiln::kernels::cpu
