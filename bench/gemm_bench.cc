@@ -6,6 +6,8 @@
 
 #include "gemm_shapes.h"
 #include "kernels/cpu/gemm.h"
+#include "kernels/cpu/gemm_ukernel.h"
+#include "kernels/cpu/isa.h"
 #include "kernels/cpu/scan.h"
 #include "kiln/core/thread_pool.h"
 
@@ -22,6 +24,44 @@ void BM_sgemm(benchmark::State& state) {
   kiln_bench::set_gemm_counters(state);
 }
 BENCHMARK(BM_sgemm)->Apply(kiln_bench::gemm_shapes);
+
+// One direct-convolution column tile (gemm_ukernel.h) of the active ISA over K steps, operands in
+// L1, finished with each epilogue the store applies (Note [A branch-free tile store]): what the
+// store costs beside the K loop. Args: tile (0 / 1: the ISA's first or second column tile), K,
+// epilogue (0 none: a partial K slice, 1 bias + relu, 2 bias + relu6, 3 bias + hardswish,
+// 4 bias + residual after relu).
+void BM_conv_tile_epilogue(benchmark::State& state) {
+  using kiln::kernels::cpu::ConvTileEpilogueF32;
+  const auto& kk = kiln::kernels::cpu::gemm_kernel_f32(kiln::kernels::cpu::active_isa());
+  const auto& tile = kk.taps[state.range(0)];
+  const int64_t k = state.range(1), variant = state.range(2), ldb = 64;
+  if (tile.ukernel == nullptr || (variant == 3 && !kk.store_hardswish)) {
+    state.SkipWithError("no such tile or epilogue on this ISA");
+    return;
+  }
+  std::vector<float> a = kiln_bench::random_floats(tile.mr * k, 1), b = kiln_bench::random_floats(ldb * k + 64, 2);
+  std::vector<float> bias = kiln_bench::random_floats(64, 3), res = kiln_bench::random_floats(tile.mr * ldb + 64, 4);
+  std::vector<float> c(static_cast<size_t>(tile.mr * ldb + 64));
+  const int64_t off = 0;
+  ConvTileEpilogueF32 ep;
+  ep.bias = bias.data();
+  ep.act = variant == 2 ? ConvTileEpilogueF32::Act::relu6
+           : variant == 3 ? ConvTileEpilogueF32::Act::hardswish
+                          : ConvTileEpilogueF32::Act::relu;
+  if (variant == 4) ep.residual = res.data(), ep.ldr = ldb;
+  int i = 0;
+  for (auto _ : state) {
+    const int64_t shift = (i++ & 1) * tile.nr;  // two column tiles in turn
+    tile.ukernel(1, &off, k, a.data(), b.data() + shift, ldb, c.data() + shift, ldb, tile.mr, tile.nr, false,
+                 variant == 0 ? nullptr : &ep);
+    benchmark::DoNotOptimize(c.data());
+  }
+  state.counters["GFLOP/s"] = benchmark::Counter(2.0 * tile.mr * tile.nr * k * static_cast<double>(state.iterations()),
+                                                 benchmark::Counter::kIsRate, benchmark::Counter::kIs1000);
+}
+BENCHMARK(BM_conv_tile_epilogue)
+    ->ArgsProduct({{0, 1}, {16, 32, 64, 256}, {0, 1, 2, 3, 4}})
+    ->ArgNames({"tile", "k", "epilogue"});
 
 void BM_cumsum_f32(benchmark::State& state) {
   const int64_t n = state.range(0);
