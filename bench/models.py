@@ -13,8 +13,8 @@ frameworks) so the compilers' folding is part of what is measured. The batch dim
 Each builder also returns the model's multiply-accumulate count per sample (convolutions, GEMMs
 and attention matmuls), for the compute floor in bench/RESULTS.md.
 """
+import argparse
 import os
-import sys
 
 import numpy as np
 import onnx
@@ -250,9 +250,18 @@ def feeds(name, model, batch, seed=0):
 
 
 def main():
-    out = sys.argv[1] if len(sys.argv) > 1 else "bench/models"
+    ap = argparse.ArgumentParser(description="Write the benchmark models (seeded random weights) as ONNX files.")
+    ap.add_argument("out", nargs="?", default="bench/models", help="directory to write NAME.onnx into")
+    ap.add_argument("--models", default=",".join(MODELS), help="comma-separated subset of " + ", ".join(MODELS))
+    args = ap.parse_args()
+    names = [n for n in args.models.split(",") if n]
+    unknown = [n for n in names if n not in MODELS]
+    if unknown:
+        ap.error(f"unknown model(s) {', '.join(unknown)}; known: {', '.join(MODELS)}")
+    out = args.out
     os.makedirs(out, exist_ok=True)
-    for name, build in MODELS.items():
+    for name in names:
+        build = MODELS[name]
         m, macs = build()
         onnx.save(m, os.path.join(out, name + ".onnx"))
         print(f"{name}: {len(m.graph.node)} nodes, {macs / 1e9:.2f} GMAC per sample")
