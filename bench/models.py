@@ -8,7 +8,8 @@ MobileNetV3-Small (HardSwish, squeeze-excite, 5x5 depthwise), which run_vs_ort.p
 in --models. Convolutions carry a separate BatchNormalization (as exported from training
 frameworks) so the compilers' folding is part of what is measured. The batch dimension is symbolic ("N"), so one model serves batch 1 and 8.
 
-    python3 bench/models.py OUT_DIR          # writes resnet18.onnx, resnet50.onnx, ...
+    python3 bench/models.py OUT_DIR                              # writes resnet18.onnx, resnet50.onnx, ...
+    python3 bench/models.py OUT_DIR --models mobilenet_v3_small  # only those named
 
 Each builder also returns the model's multiply-accumulate count per sample (convolutions, GEMMs
 and attention matmuls), for the compute floor in bench/RESULTS.md.
