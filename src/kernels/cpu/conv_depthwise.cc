@@ -30,11 +30,11 @@ BlockKernel block_kernel(const Conv2dParams& p, const WindowKernelsF32& k) {
 // window_f32.h): 3x3 (or 5x5, above), undilated, one output channel per input channel, and an
 // input plane of at most 28x28. Larger planes gain less in cache-hot runs (56x56: 149 -> 130 us)
 // and lose in an engine, where the input arrives from memory and 16 planes read side by side
-// prefetch worse than one (MobileNetV2's 112x112 stride-2 layer: 252 -> 345 us). Padding far past the kernel's would
-// blow the scratch up 16-fold over the row kernels' copy: at most 256 KiB of it. With AVX2's
-// 8-wide rows, a 28x28 output already fills its vectors (3.5 per row): there the blocks lost
-// (MobileNetV2's 192-channel layer, one thread on a Zen 3: 167 -> 176 us) while 14x14 and smaller
-// outputs gained 1.5-4x (576 channels at 14x14 stride 2: 296 -> 77 us).
+// prefetch worse than one (MobileNetV2's 112x112 stride-2 layer: 252 -> 345 us). Padding far past
+// the kernel's would blow the scratch up 16-fold over the row kernels' copy: at most 256 KiB of
+// it. With AVX2's 8-wide rows, a 28x28 output already fills its vectors (3.5 per row): there the
+// blocks lost (MobileNetV2's 192-channel layer, one thread on a Zen 3: 167 -> 176 us) while 14x14
+// and smaller outputs gained 1.5-4x (576 channels at 14x14 stride 2: 296 -> 77 us).
 bool use_channel_blocks(const Conv2dParams& p, const WindowGeom& g, const WindowKernelsF32& k) {
   return block_kernel(p, k) != nullptr && p.k == p.c && p.dil_h == 1 && p.dil_w == 1 && p.h * p.w <= 28 * 28 &&
          (active_isa() == Isa::avx512 || p.ho * p.wo <= 14 * 14) &&
@@ -90,11 +90,11 @@ void conv2d_depthwise_f32(const Conv2dParams& p, const float* x, const float* w,
   KILN_ASSERT(is_depthwise(p), "conv2d_depthwise_f32: not depthwise (C ", p.c, ", K ", p.k, ", groups ", p.groups, ")");
   const WindowGeom g{p.h, p.w, p.ho, p.wo, p.r, p.s, p.stride_h, p.stride_w, p.pad_top, p.pad_left, p.dil_h, p.dil_w};
   const WindowKernelsF32 k = window_kernels_f32(active_isa());
-  if (use_channel_blocks(p, g, k)) return depthwise_in_channel_blocks(p, g, k, x, w, bias, y, plane_done, lo, hi, act);
-  if (act == DepthwiseAct::hardswish) {
+  if (act == DepthwiseAct::hardswish) {  // instead of the clamp
     lo = -std::numeric_limits<float>::infinity();
     hi = std::numeric_limits<float>::infinity();
   }
+  if (use_channel_blocks(p, g, k)) return depthwise_in_channel_blocks(p, g, k, x, w, bias, y, plane_done, lo, hi, act);
   const int64_t mult = p.k / p.c, taps = p.r * p.s, howo = p.ho * p.wo;
   // Enough multiply-adds per chunk to pay for a thread hand-off.
   const int64_t grain = std::max<int64_t>(1, (int64_t{1} << 16) / std::max<int64_t>(1, mult * howo * taps + p.h * p.w));

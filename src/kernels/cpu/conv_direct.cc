@@ -334,8 +334,8 @@ struct GroupRun {
   bool in_store = false;  // the micro-kernel applies ep (Note [Epilogue in the store])
   ConvTileEpilogueF32::Act act = ConvTileEpilogueF32::Act::none;
 
-  // ep in the micro-kernel's store where it can: relu/relu6/none, and a residual only when the
-  // tile is stored into y itself (the residual's layout).
+  // ep in the micro-kernel's store where it can: relu/relu6/none (hardswish: store_activation), and
+  // a residual only when the tile is stored into y itself (the residual's layout).
   void plan_epilogue() {
     in_store = !ep.empty() && store_activation(*g, ep.activation, ep.residual != nullptr, act) &&
                (yq == y || ep.residual == nullptr);
