@@ -16,8 +16,8 @@ bool is_depthwise(const Conv2dParams& p) { return p.groups > 1 && p.groups == p.
 
 namespace {
 
-// The block kernel for p's window: 3x3, or 5x5 (MobileNetV3's) where the ISA has one (AVX2), under
-// the same limits as 3x3 (use_channel_blocks). Against the row kernels, one thread, in-process
+// The block kernel for p's window: 3x3, or 5x5 (MobileNetV3's) where the ISA has one, under the
+// same limits as 3x3 (use_channel_blocks). Against the row kernels, AVX2, one thread, in-process
 // alternation: 576 channels at 7x7 0.50x the time (two threads 0.72x; batch 8 0.66x), 96 at 14x14
 // stride 2 0.42x, 288 there 0.49x.
 using BlockKernel = void (*)(const WindowGeom&, const DepthwiseBlockF32&);

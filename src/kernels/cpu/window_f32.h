@@ -32,9 +32,9 @@ struct WindowKernelsF32 {
   // A 3x3, undilated depthwise convolution of 16 planes held channels-last (Note [Depthwise in
   // channel blocks]); nullptr where the ISA has no such kernel.
   void (*depthwise3x3_block16)(const WindowGeom& g, const DepthwiseBlockF32& b);
-  // The same for 5x5 windows (w: [25][16]); nullptr where the ISA has none (AVX2 has it).
+  // The same for 5x5 windows (w: [25][16]); nullptr where the ISA has none.
   void (*depthwise5x5_block16)(const WindowGeom& g, const DepthwiseBlockF32& b) = nullptr;
-  // Whether those kernels apply DepthwiseBlockF32::hardswish (AVX2's do).
+  // Whether those kernels apply DepthwiseBlockF32::hardswish (AVX2's and AVX-512's do).
   bool block_hardswish = false;
 };
 WindowKernelsF32 window_kernels_f32_scalar();
@@ -61,7 +61,7 @@ struct WindowGeom {
 // strides gain the most: one thread, cache-hot, through conv2d, MobileNetV2's 7x7 layers 89 -> 28
 // us, its 14x14 stride-2 layer 82 -> 21 us (bench/RESULTS.md). Large planes gain little hot and
 // lose in an engine (conv_depthwise.cc keeps them on the row kernels). AVX2 holds a block's 16
-// channels in two vectors and transposes 8 x 8 (window_f32_avx2.cc), and has 5x5 windows too.
+// channels in two vectors and transposes 8 x 8 (window_f32_avx2.cc). Both have 5x5 windows too.
 struct DepthwiseBlockF32 {
   const float* x = nullptr;  // the block's first input plane; channel c's at x + c * x_plane, [h, w]
   float* y = nullptr;        // the block's first output plane; channel c's at y + c * y_plane, [ho, wo]

@@ -237,11 +237,13 @@ inline void transpose16(__m512 r[16]) {
 
 inline __mmask16 lanes(int64_t n) { return n >= 16 ? __mmask16(0xffff) : tail_mask(n); }
 
-// Note [Depthwise in channel blocks] in window_f32.h. Full: all 16 channels present.
-template <bool Full>
-void depthwise3x3_block16(const WindowGeom& g, const DepthwiseBlockF32& a) {
-  const int64_t wp = (g.wo - 1) * g.sw + 3;    // padded columns the windows read
-  const int64_t rows = (g.ho - 1) * g.sh + 3;  // scratch rows
+// Note [Depthwise in channel blocks] in window_f32.h, R x R windows (R = 3, or 5 as in
+// MobileNetV3). Full: all 16 channels present.
+template <int R, bool Full>
+void depthwise_block16(const WindowGeom& g, const DepthwiseBlockF32& a) {
+  static_assert(R == 3 || R == 5);
+  const int64_t wp = (g.wo - 1) * g.sw + R;    // padded columns the windows read
+  const int64_t rows = (g.ho - 1) * g.sh + R;  // scratch rows
   const int64_t ih0 = -g.pt;                   // the input row of scratch row 0
   float* const buf = a.buf;
   const __m512 zero = _mm512_setzero_ps();
@@ -273,10 +275,19 @@ void depthwise3x3_block16(const WindowGeom& g, const DepthwiseBlockF32& a) {
       if (++iw == g.w) iw = 0, ++ih;
     }
   }
-  // The outputs, 16 pixels of 16 channels at a time: 9 multiply-adds each, then back to planes.
+  // The outputs, 16 pixels of 16 channels at a time: R * R multiply-adds each, then back to planes.
   // The weights are loaded per 16 pixels (the stores may alias them, so they are not hoisted): held
   // across the transposes they would be spilled.
   const int64_t rstep = wp * 16;  // floats from one tap row to the next
+  const __m512 vlo = _mm512_set1_ps(a.lo), vhi = _mm512_set1_ps(a.hi);
+  const __m512 three = _mm512_set1_ps(3.0f), six = _mm512_set1_ps(6.0f);
+  // The clamp, or hardswish as the op computes it (x * clamp(x + 3, 0, 6) / 6 in f32); max/min
+  // return their second operand on NaN, so NaN passes either.
+  auto finish = [&](__m512 v) {
+    if (!a.hardswish) return _mm512_min_ps(vhi, _mm512_max_ps(vlo, v));
+    const __m512 t = _mm512_min_ps(six, _mm512_max_ps(zero, _mm512_add_ps(v, three)));
+    return _mm512_div_ps(_mm512_mul_ps(v, t), six);
+  };
   int64_t oh = 0, ow = 0;
   for (int64_t q = 0; q < g.ho * g.wo; q += 16) {
     const int64_t n = std::min<int64_t>(16, g.ho * g.wo - q);
@@ -289,27 +300,44 @@ void depthwise3x3_block16(const WindowGeom& g, const DepthwiseBlockF32& a) {
       src[i] = buf + (oh * g.sh * wp + ow * g.sw) * 16;
       if (++ow == g.wo) ow = 0, ++oh;
     }
-    __m512 wv[9];
-#pragma GCC unroll 9
-    for (int t = 0; t < 9; ++t) wv[t] = _mm512_loadu_ps(a.w + 16 * t);
-    const __m512 bias = _mm512_loadu_ps(a.bias), vlo = _mm512_set1_ps(a.lo), vhi = _mm512_set1_ps(a.hi);
+    const __m512 bias = _mm512_loadu_ps(a.bias);
     __m512 acc[16];
+    if constexpr (R == 5) {
+      // 25 taps do not fit in registers beside 16 accumulators: tap by tap instead, each weight
+      // vector loaded once for the 16 pixels.
 #pragma GCC unroll 16
-    for (int i = 0; i < 16; ++i) {
-      const float* s0 = src[i];
-      const float* s1 = s0 + rstep;
-      const float* s2 = s1 + rstep;
-      __m512 v = _mm512_fmadd_ps(_mm512_load_ps(s0), wv[0], bias);
-      v = _mm512_fmadd_ps(_mm512_load_ps(s0 + 16), wv[1], v);
-      v = _mm512_fmadd_ps(_mm512_load_ps(s0 + 32), wv[2], v);
-      v = _mm512_fmadd_ps(_mm512_load_ps(s1), wv[3], v);
-      v = _mm512_fmadd_ps(_mm512_load_ps(s1 + 16), wv[4], v);
-      v = _mm512_fmadd_ps(_mm512_load_ps(s1 + 32), wv[5], v);
-      v = _mm512_fmadd_ps(_mm512_load_ps(s2), wv[6], v);
-      v = _mm512_fmadd_ps(_mm512_load_ps(s2 + 16), wv[7], v);
-      v = _mm512_fmadd_ps(_mm512_load_ps(s2 + 32), wv[8], v);
-      // max/min return their second operand on NaN: NaN passes the clamp.
-      acc[i] = _mm512_min_ps(vhi, _mm512_max_ps(vlo, v));
+      for (int i = 0; i < 16; ++i) acc[i] = bias;
+      for (int r = 0; r < 5; ++r) {
+#pragma GCC unroll 5
+        for (int c = 0; c < 5; ++c) {
+          const __m512 wt = _mm512_loadu_ps(a.w + 16 * (5 * r + c));
+          const int64_t off = r * rstep + 16 * c;
+#pragma GCC unroll 16
+          for (int i = 0; i < 16; ++i) acc[i] = _mm512_fmadd_ps(_mm512_load_ps(src[i] + off), wt, acc[i]);
+        }
+      }
+#pragma GCC unroll 16
+      for (int i = 0; i < 16; ++i) acc[i] = finish(acc[i]);
+    } else {
+      __m512 wv[9];
+#pragma GCC unroll 9
+      for (int t = 0; t < 9; ++t) wv[t] = _mm512_loadu_ps(a.w + 16 * t);
+#pragma GCC unroll 16
+      for (int i = 0; i < 16; ++i) {
+        const float* s0 = src[i];
+        const float* s1 = s0 + rstep;
+        const float* s2 = s1 + rstep;
+        __m512 v = _mm512_fmadd_ps(_mm512_load_ps(s0), wv[0], bias);
+        v = _mm512_fmadd_ps(_mm512_load_ps(s0 + 16), wv[1], v);
+        v = _mm512_fmadd_ps(_mm512_load_ps(s0 + 32), wv[2], v);
+        v = _mm512_fmadd_ps(_mm512_load_ps(s1), wv[3], v);
+        v = _mm512_fmadd_ps(_mm512_load_ps(s1 + 16), wv[4], v);
+        v = _mm512_fmadd_ps(_mm512_load_ps(s1 + 32), wv[5], v);
+        v = _mm512_fmadd_ps(_mm512_load_ps(s2), wv[6], v);
+        v = _mm512_fmadd_ps(_mm512_load_ps(s2 + 16), wv[7], v);
+        v = _mm512_fmadd_ps(_mm512_load_ps(s2 + 32), wv[8], v);
+        acc[i] = finish(v);
+      }
     }
     transpose16(acc);
     const __mmask16 m = lanes(n);
@@ -320,14 +348,24 @@ void depthwise3x3_block16(const WindowGeom& g, const DepthwiseBlockF32& a) {
 }
 
 void depthwise3x3_block16__avx512(const WindowGeom& g, const DepthwiseBlockF32& a) {
-  if (a.channels == 16) depthwise3x3_block16<true>(g, a);
-  else depthwise3x3_block16<false>(g, a);
+  if (a.channels == 16) depthwise_block16<3, true>(g, a);
+  else depthwise_block16<3, false>(g, a);
+}
+void depthwise5x5_block16__avx512(const WindowGeom& g, const DepthwiseBlockF32& a) {
+  if (a.channels == 16) depthwise_block16<5, true>(g, a);
+  else depthwise_block16<5, false>(g, a);
 }
 
 }  // namespace
 
 WindowKernelsF32 window_kernels_f32_avx512() {
-  return {max_taps__avx512, avg_taps__avx512, fma_taps__avx512, deinterleave2__avx512, depthwise3x3_block16__avx512};
+  return {max_taps__avx512,
+          avg_taps__avx512,
+          fma_taps__avx512,
+          deinterleave2__avx512,
+          depthwise3x3_block16__avx512,
+          depthwise5x5_block16__avx512,
+          /*block_hardswish=*/true};
 }
 
 }  // namespace kiln::kernels::cpu
