@@ -8,6 +8,8 @@
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
 #include <immintrin.h>
 
+#include <type_traits>
+
 #include "kernels/cpu/gemm_ukernel.h"
 
 // Note [ISA code in one binary]
@@ -24,6 +26,36 @@ namespace kiln::kernels::cpu {
 namespace {
 
 constexpr int kMr = 12, kNr = 32;
+
+// The tiles' epilogue pieces (Note [A branch-free tile store] in gemm_f32_avx2.cc).
+enum class Residual { none, before, after };
+template <Residual R>
+using ResidualTag = std::integral_constant<Residual, R>;
+Residual residual_kind(const ConvTileEpilogueF32* ep) {
+  if (ep == nullptr || ep->residual == nullptr) return Residual::none;
+  return ep->residual_before_activation ? Residual::before : Residual::after;
+}
+alignas(64) constexpr float kZeros[64] = {};  // the bias of a tile without one (at most 64 rows or channels)
+using Hardswish = std::true_type;
+using Clamp = std::false_type;
+
+// min(hi, max(lo, r)): max/min return their second operand on NaN, so NaN passes through as in
+// vmath's relu; lo = -inf and hi = +inf leave r as it is.
+inline __m512 clamp(__m512 r, __m512 lo, __m512 hi) { return _mm512_min_ps(hi, _mm512_max_ps(lo, r)); }
+inline __m256 clamp(__m256 r, __m256 lo, __m256 hi) { return _mm256_min_ps(hi, _mm256_max_ps(lo, r)); }
+
+// r * clamp(r + 3, 0, 6) / 6 in f32, operation for operation as the hardswish op computes it; NaN
+// passes through.
+inline __m512 hardswish(__m512 r) {
+  const __m512 six = _mm512_set1_ps(6.0f);
+  const __m512 t = _mm512_min_ps(six, _mm512_max_ps(_mm512_setzero_ps(), _mm512_add_ps(r, _mm512_set1_ps(3.0f))));
+  return _mm512_div_ps(_mm512_mul_ps(r, t), six);
+}
+inline __m256 hardswish(__m256 r) {
+  const __m256 six = _mm256_set1_ps(6.0f);
+  const __m256 t = _mm256_min_ps(six, _mm256_max_ps(_mm256_setzero_ps(), _mm256_add_ps(r, _mm256_set1_ps(3.0f))));
+  return _mm256_div_ps(_mm256_mul_ps(r, t), six);
+}
 
 // Note [12 x 32 AVX-512 tile]
 // 24 of the 32 zmm registers hold the C tile (12 rows x 2 vectors), two hold the B row, one the
@@ -130,33 +162,52 @@ void f32_conv_taps_ukernel__avx512(int taps, const int64_t* tap_off, int64_t k, 
     }
   }
   // Note [Epilogue in the store]: bias, residual and a clamp cost a few instructions on registers
-  // that are stored anyway; as a pass of their own they reload and store the tile again.
+  // that are stored anyway; as a pass of their own they reload and store the tile again. The
+  // options are decided once per tile, not per vector (Note [A branch-free tile store] in
+  // gemm_f32_avx2.cc).
   const bool fin = ep != nullptr;
-  const bool relu = fin && ep->act != ConvTileEpilogueF32::Act::none;
-  const bool relu6 = fin && ep->act == ConvTileEpilogueF32::Act::relu6;
+  const __m512 lo = _mm512_set1_ps(fin && ep->act != ConvTileEpilogueF32::Act::none ? 0.0f : -__builtin_inff());
+  const __m512 hi = _mm512_set1_ps(fin && ep->act == ConvTileEpilogueF32::Act::relu6 ? 6.0f : __builtin_inff());
+  const float* bias = fin && ep->bias != nullptr ? ep->bias : kZeros;
   const float* res = fin ? ep->residual : nullptr;
-  const bool res_before = res != nullptr && ep->residual_before_activation;
-  const __m512 zero = _mm512_setzero_ps(), six = _mm512_set1_ps(6.0f);
+  const int64_t ldr = fin ? ep->ldr : 0;
+  auto store = [&](auto acc_tag, auto fin_tag, auto res_tag, auto act_tag) {
+    constexpr bool kAcc = decltype(acc_tag)::value, kFin = decltype(fin_tag)::value;
+    constexpr bool kHardswish = decltype(act_tag)::value;
+    constexpr Residual kRes = decltype(res_tag)::value;
 #pragma GCC unroll 12
-  for (int i = 0; i < M; ++i) {
-    float* cr = c + i * ldc;
-    const __m512 bias = fin && ep->bias != nullptr ? _mm512_set1_ps(ep->bias[i]) : zero;
+    for (int i = 0; i < M; ++i) {
+      float* cr = c + i * ldc;
+      const __m512 bv = _mm512_set1_ps(bias[i]);
 #pragma GCC unroll 3
-    for (int v = 0; v < NV; ++v) {
-      __m512 r = acc[i][v];
-      if (accumulate) r = _mm512_add_ps(r, _mm512_maskz_loadu_ps(mask[v], cr + 16 * v));
-      if (fin) {
-        r = _mm512_add_ps(r, bias);
-        if (res_before) r = _mm512_add_ps(r, _mm512_maskz_loadu_ps(mask[v], res + i * ep->ldr + 16 * v));
-        // (max/min return their second operand on NaN, so NaN passes through as in vmath's relu.)
-        if (relu) r = _mm512_max_ps(zero, r);
-        if (relu6) r = _mm512_min_ps(six, r);
-        if (res != nullptr && !res_before)
-          r = _mm512_add_ps(r, _mm512_maskz_loadu_ps(mask[v], res + i * ep->ldr + 16 * v));
+      for (int v = 0; v < NV; ++v) {
+        __m512 r = acc[i][v];
+        if constexpr (kAcc) r = _mm512_add_ps(r, _mm512_maskz_loadu_ps(mask[v], cr + 16 * v));
+        if constexpr (kFin) {
+          r = _mm512_add_ps(r, bv);
+          if constexpr (kRes == Residual::before)
+            r = _mm512_add_ps(r, _mm512_maskz_loadu_ps(mask[v], res + i * ldr + 16 * v));
+          r = kHardswish ? hardswish(r) : clamp(r, lo, hi);
+          if constexpr (kRes == Residual::after)
+            r = _mm512_add_ps(r, _mm512_maskz_loadu_ps(mask[v], res + i * ldr + 16 * v));
+        }
+        _mm512_mask_storeu_ps(cr + 16 * v, mask[v], r);
       }
-      _mm512_mask_storeu_ps(cr + 16 * v, mask[v], r);
     }
-  }
+  };
+  const Residual kind = residual_kind(ep);
+  auto with_acc = [&](auto acc_tag) {
+    using T = std::true_type;
+    if (!fin) return store(acc_tag, std::false_type{}, ResidualTag<Residual::none>{}, Clamp{});
+    // (hardswish comes without a residual: store_activation in conv_direct.cc)
+    if (ep->act == ConvTileEpilogueF32::Act::hardswish)
+      return store(acc_tag, T{}, ResidualTag<Residual::none>{}, Hardswish{});
+    if (kind == Residual::none) return store(acc_tag, T{}, ResidualTag<Residual::none>{}, Clamp{});
+    if (kind == Residual::before) return store(acc_tag, T{}, ResidualTag<Residual::before>{}, Clamp{});
+    store(acc_tag, T{}, ResidualTag<Residual::after>{}, Clamp{});
+  };
+  if (accumulate) with_acc(std::true_type{});
+  else with_acc(std::false_type{});
 }
 
 #define KILN_TAPS_CASE(MR, NV, M) \
@@ -238,48 +289,58 @@ void f32_conv_pixels_ukernel__avx512(int taps, const int64_t* tap_off, int64_t k
   // first m pixels.
   const ConvTileEpilogueF32& ep = out->ep;
   const __mmask8 pm = static_cast<__mmask8>((1u << out->m) - 1);
-  const bool relu = ep.act != ConvTileEpilogueF32::Act::none, relu6 = ep.act == ConvTileEpilogueF32::Act::relu6;
-  const bool res_before = ep.residual != nullptr && ep.residual_before_activation;
-  const bool res_after = ep.residual != nullptr && !ep.residual_before_activation;
-  auto finish_row = [&](int j, __m256 r) {  // channel j of the tile
-    if (j >= out->n) return;
-    if (ep.bias != nullptr) r = _mm256_add_ps(r, _mm256_set1_ps(ep.bias[j]));
-    if (res_before) r = _mm256_add_ps(r, _mm256_maskz_loadu_ps(pm, ep.residual + j * ep.ldr));
-    // (max/min return their second operand on NaN, so NaN passes through as in vmath's relu.)
-    if (relu) r = _mm256_max_ps(_mm256_setzero_ps(), r);
-    if (relu6) r = _mm256_min_ps(_mm256_set1_ps(6.0f), r);
-    if (res_after) r = _mm256_add_ps(r, _mm256_maskz_loadu_ps(pm, ep.residual + j * ep.ldr));
-    _mm256_mask_storeu_ps(out->y + j * out->ldy, pm, r);
-  };
+  // Note [A branch-free tile store] (gemm_f32_avx2.cc)
+  const __m256 lo = _mm256_set1_ps(ep.act != ConvTileEpilogueF32::Act::none ? 0.0f : -__builtin_inff());
+  const __m256 hi = _mm256_set1_ps(ep.act == ConvTileEpilogueF32::Act::relu6 ? 6.0f : __builtin_inff());
+  const float* bias = ep.bias != nullptr ? ep.bias : kZeros;
+  auto store = [&](auto res_tag, auto act_tag) {
+    constexpr Residual kRes = decltype(res_tag)::value;
+    constexpr bool kHardswish = decltype(act_tag)::value;
+    auto finish_row = [&](int j, __m256 r) {  // channel j of the tile
+      if (j >= out->n) return;
+      r = _mm256_add_ps(r, _mm256_set1_ps(bias[j]));
+      if constexpr (kRes == Residual::before) r = _mm256_add_ps(r, _mm256_maskz_loadu_ps(pm, ep.residual + j * ep.ldr));
+      r = kHardswish ? hardswish(r) : clamp(r, lo, hi);
+      if constexpr (kRes == Residual::after) r = _mm256_add_ps(r, _mm256_maskz_loadu_ps(pm, ep.residual + j * ep.ldr));
+      _mm256_mask_storeu_ps(out->y + j * out->ldy, pm, r);
+    };
 #pragma GCC unroll 4
-  for (int v = 0; v < NV; ++v) {
-    __m512 r[8];
+    for (int v = 0; v < NV; ++v) {
+      __m512 r[8];
 #pragma GCC unroll 8
-    for (int i = 0; i < 8; ++i) r[i] = i < MR ? acc[i][v] : _mm512_setzero_ps();
-    __m512 t[8], u[8];
+      for (int i = 0; i < 8; ++i) r[i] = i < MR ? acc[i][v] : _mm512_setzero_ps();
+      __m512 t[8], u[8];
 #pragma GCC unroll 4
-    for (int h = 0; h < 8; h += 2) {  // within each 128-bit lane: rows paired
-      t[h] = _mm512_unpacklo_ps(r[h], r[h + 1]);
-      t[h + 1] = _mm512_unpackhi_ps(r[h], r[h + 1]);
-    }
+      for (int h = 0; h < 8; h += 2) {  // within each 128-bit lane: rows paired
+        t[h] = _mm512_unpacklo_ps(r[h], r[h + 1]);
+        t[h + 1] = _mm512_unpackhi_ps(r[h], r[h + 1]);
+      }
 #pragma GCC unroll 2
-    for (int h = 0; h < 8; h += 4) {  // lane k of u[h + j]: rows h..h+3 of column 4k + j
-      u[h] = _mm512_shuffle_ps(t[h], t[h + 2], 0x44);
-      u[h + 1] = _mm512_shuffle_ps(t[h], t[h + 2], 0xEE);
-      u[h + 2] = _mm512_shuffle_ps(t[h + 1], t[h + 3], 0x44);
-      u[h + 3] = _mm512_shuffle_ps(t[h + 1], t[h + 3], 0xEE);
-    }
+      for (int h = 0; h < 8; h += 4) {  // lane k of u[h + j]: rows h..h+3 of column 4k + j
+        u[h] = _mm512_shuffle_ps(t[h], t[h + 2], 0x44);
+        u[h + 1] = _mm512_shuffle_ps(t[h], t[h + 2], 0xEE);
+        u[h + 2] = _mm512_shuffle_ps(t[h + 1], t[h + 3], 0x44);
+        u[h + 3] = _mm512_shuffle_ps(t[h + 1], t[h + 3], 0xEE);
+      }
 #pragma GCC unroll 4
-    for (int j = 0; j < 4; ++j) {  // columns j, 4 + j, 8 + j, 12 + j: rows 0-3 in u[j], 4-7 in u[4 + j]
-      const __m512 w02 = _mm512_shuffle_f32x4(u[j], u[4 + j], _MM_SHUFFLE(2, 0, 2, 0));
-      const __m512 w13 = _mm512_shuffle_f32x4(u[j], u[4 + j], _MM_SHUFFLE(3, 1, 3, 1));
-      const __m512 x02 = _mm512_shuffle_f32x4(w02, w02, _MM_SHUFFLE(3, 1, 2, 0));  // columns j | 8 + j
-      const __m512 x13 = _mm512_shuffle_f32x4(w13, w13, _MM_SHUFFLE(3, 1, 2, 0));  // columns 4 + j | 12 + j
-      finish_row(16 * v + j, _mm512_castps512_ps256(x02));
-      finish_row(16 * v + 8 + j, _mm512_extractf32x8_ps(x02, 1));
-      finish_row(16 * v + 4 + j, _mm512_castps512_ps256(x13));
-      finish_row(16 * v + 12 + j, _mm512_extractf32x8_ps(x13, 1));
+      for (int j = 0; j < 4; ++j) {  // columns j, 4 + j, 8 + j, 12 + j: rows 0-3 in u[j], 4-7 in u[4 + j]
+        const __m512 w02 = _mm512_shuffle_f32x4(u[j], u[4 + j], _MM_SHUFFLE(2, 0, 2, 0));
+        const __m512 w13 = _mm512_shuffle_f32x4(u[j], u[4 + j], _MM_SHUFFLE(3, 1, 3, 1));
+        const __m512 x02 = _mm512_shuffle_f32x4(w02, w02, _MM_SHUFFLE(3, 1, 2, 0));  // columns j | 8 + j
+        const __m512 x13 = _mm512_shuffle_f32x4(w13, w13, _MM_SHUFFLE(3, 1, 2, 0));  // columns 4 + j | 12 + j
+        finish_row(16 * v + j, _mm512_castps512_ps256(x02));
+        finish_row(16 * v + 8 + j, _mm512_extractf32x8_ps(x02, 1));
+        finish_row(16 * v + 4 + j, _mm512_castps512_ps256(x13));
+        finish_row(16 * v + 12 + j, _mm512_extractf32x8_ps(x13, 1));
+      }
     }
+  };
+  // (hardswish comes without a residual: store_activation in conv_direct.cc)
+  if (ep.act == ConvTileEpilogueF32::Act::hardswish) return store(ResidualTag<Residual::none>{}, Hardswish{});
+  switch (residual_kind(&ep)) {
+    case Residual::none: return store(ResidualTag<Residual::none>{}, Clamp{});
+    case Residual::before: return store(ResidualTag<Residual::before>{}, Clamp{});
+    case Residual::after: return store(ResidualTag<Residual::after>{}, Clamp{});
   }
 }
 
@@ -313,7 +374,8 @@ const GemmKernelF32& gemm_kernel_f32_avx512() {
                                {{12, 32, f32_conv_taps_12x32__avx512}, {8, 48, f32_conv_taps_8x48__avx512}},
                                {{7, 48, f32_conv_pixels_7x48__avx512},
                                 {6, 64, f32_conv_pixels_6x64__avx512},
-                                {8, 32, f32_conv_pixels_8x32__avx512}}};
+                                {8, 32, f32_conv_pixels_8x32__avx512}},
+                               /*store_hardswish=*/true};
   return k;
 }
 
