@@ -55,4 +55,16 @@ static inline void transpose8(__m256 r[8]) {
   }
 }
 
+// min(hi, max(lo, r)): max/min return their second operand on NaN, so NaN passes through as in
+// vmath's relu; lo = -inf and hi = +inf leave r as it is.
+static inline __m256 clamp(__m256 r, __m256 lo, __m256 hi) { return _mm256_min_ps(hi, _mm256_max_ps(lo, r)); }
+
+// r * clamp(r + 3, 0, 6) / 6 in f32, operation for operation as the hardswish op (and vmath's
+// epilogue) computes it; NaN passes through. Also the AVX-512 kernels' 8-wide rows.
+static inline __m256 hardswish(__m256 r) {
+  const __m256 six = _mm256_set1_ps(6.0f);
+  const __m256 t = _mm256_min_ps(six, _mm256_max_ps(_mm256_setzero_ps(), _mm256_add_ps(r, _mm256_set1_ps(3.0f))));
+  return _mm256_div_ps(_mm256_mul_ps(r, t), six);
+}
+
 }  // namespace kiln::kernels::cpu::avx2

@@ -34,28 +34,8 @@ constexpr int kMr = 6, kNr = 16;
 // hardswish (without a residual) is one more such variant, so the 1x1 expansions of a
 // MobileNetV3 need no pass over each tile afterwards (two threads, in-process alternation: 24 -> 96
 // at 28 x 28 1.46x, 96 -> 576 at 7 x 7 1.24x faster; the 3 -> 16 stride-2 stem 1-4%).
-enum class Residual { none, before, after };
-template <Residual R>
-using ResidualTag = std::integral_constant<Residual, R>;
-Residual residual_kind(const ConvTileEpilogueF32* ep) {
-  if (ep == nullptr || ep->residual == nullptr) return Residual::none;
-  return ep->residual_before_activation ? Residual::before : Residual::after;
-}
-alignas(32) constexpr float kZeros[32] = {};  // the bias of a tile without one (at most 32 rows or channels)
-
-// min(hi, max(lo, r)): max/min return their second operand on NaN, so NaN passes through as in
-// vmath's relu; lo = -inf and hi = +inf leave r as it is.
-inline __m256 clamp(__m256 r, __m256 lo, __m256 hi) { return _mm256_min_ps(hi, _mm256_max_ps(lo, r)); }
-
-// r * clamp(r + 3, 0, 6) / 6 in f32, operation for operation as the hardswish op (and vmath's
-// epilogue) computes it; NaN passes through.
-inline __m256 hardswish(__m256 r) {
-  const __m256 six = _mm256_set1_ps(6.0f);
-  const __m256 t = _mm256_min_ps(six, _mm256_max_ps(_mm256_setzero_ps(), _mm256_add_ps(r, _mm256_set1_ps(3.0f))));
-  return _mm256_div_ps(_mm256_mul_ps(r, t), six);
-}
-using Hardswish = std::true_type;
-using Clamp = std::false_type;
+using avx2::clamp;
+using avx2::hardswish;
 
 template <int M>
 void f32_gemm_ukernel_6x16__avx2(int64_t k, const float* a, const float* b, int64_t ldb, float* c, int64_t ldc,
@@ -166,13 +146,13 @@ void f32_conv_taps_ukernel__avx2(int taps, const int64_t* tap_off, int64_t k, co
   const bool fin = ep != nullptr;
   const __m256 lo = _mm256_set1_ps(fin && ep->act != ConvTileEpilogueF32::Act::none ? 0.0f : -__builtin_inff());
   const __m256 hi = _mm256_set1_ps(fin && ep->act == ConvTileEpilogueF32::Act::relu6 ? 6.0f : __builtin_inff());
-  const float* bias = fin && ep->bias != nullptr ? ep->bias : kZeros;
+  const float* bias = fin && ep->bias != nullptr ? ep->bias : kTileZeroBias;
   const float* res = fin ? ep->residual : nullptr;
   const int64_t ldr = fin ? ep->ldr : 0;
   auto store = [&](auto acc_tag, auto fin_tag, auto res_tag, auto act_tag) {
     constexpr bool kAcc = decltype(acc_tag)::value, kFin = decltype(fin_tag)::value;
     constexpr bool kHardswish = decltype(act_tag)::value;
-    constexpr Residual kRes = decltype(res_tag)::value;
+    constexpr TileResidual kRes = decltype(res_tag)::value;
 #pragma GCC unroll 6
     for (int i = 0; i < M; ++i) {
       float* cr = c + i * ldc;
@@ -183,25 +163,25 @@ void f32_conv_taps_ukernel__avx2(int taps, const int64_t* tap_off, int64_t k, co
         if constexpr (kAcc) r = _mm256_add_ps(r, load(cr + 8 * v, v));
         if constexpr (kFin) {
           r = _mm256_add_ps(r, bv);
-          if constexpr (kRes == Residual::before) r = _mm256_add_ps(r, load(res + i * ldr + 8 * v, v));
+          if constexpr (kRes == TileResidual::before) r = _mm256_add_ps(r, load(res + i * ldr + 8 * v, v));
           r = kHardswish ? hardswish(r) : clamp(r, lo, hi);
-          if constexpr (kRes == Residual::after) r = _mm256_add_ps(r, load(res + i * ldr + 8 * v, v));
+          if constexpr (kRes == TileResidual::after) r = _mm256_add_ps(r, load(res + i * ldr + 8 * v, v));
         }
         if (Full) _mm256_storeu_ps(cr + 8 * v, r);
         else store_first(cr + 8 * v, r, n - 8 * v);  // Note [No masked stores on Zen] (avx2_util.h)
       }
     }
   };
-  const Residual kind = residual_kind(ep);
+  const TileResidual kind = tile_residual(ep);
   auto with_acc = [&](auto acc_tag) {
     using T = std::true_type;
-    if (!fin) return store(acc_tag, std::false_type{}, ResidualTag<Residual::none>{}, Clamp{});
+    if (!fin) return store(acc_tag, std::false_type{}, TileResidualTag<TileResidual::none>{}, TileClamp{});
     // (hardswish comes without a residual: store_activation in conv_direct.cc)
     if (ep->act == ConvTileEpilogueF32::Act::hardswish)
-      return store(acc_tag, T{}, ResidualTag<Residual::none>{}, Hardswish{});
-    if (kind == Residual::none) return store(acc_tag, T{}, ResidualTag<Residual::none>{}, Clamp{});
-    if (kind == Residual::before) return store(acc_tag, T{}, ResidualTag<Residual::before>{}, Clamp{});
-    store(acc_tag, T{}, ResidualTag<Residual::after>{}, Clamp{});
+      return store(acc_tag, T{}, TileResidualTag<TileResidual::none>{}, TileHardswish{});
+    if (kind == TileResidual::none) return store(acc_tag, T{}, TileResidualTag<TileResidual::none>{}, TileClamp{});
+    if (kind == TileResidual::before) return store(acc_tag, T{}, TileResidualTag<TileResidual::before>{}, TileClamp{});
+    store(acc_tag, T{}, TileResidualTag<TileResidual::after>{}, TileClamp{});
   };
   if (accumulate) with_acc(std::true_type{});
   else with_acc(std::false_type{});
@@ -309,16 +289,17 @@ void f32_conv_pixels_ukernel__avx2(int taps, const int64_t* tap_off, int64_t k, 
   // Note [A branch-free tile store]
   const __m256 lo = _mm256_set1_ps(ep.act != ConvTileEpilogueF32::Act::none ? 0.0f : -__builtin_inff());
   const __m256 hi = _mm256_set1_ps(ep.act == ConvTileEpilogueF32::Act::relu6 ? 6.0f : __builtin_inff());
-  const float* bias = ep.bias != nullptr ? ep.bias : kZeros;
+  const float* bias = ep.bias != nullptr ? ep.bias : kTileZeroBias;
   auto store = [&](auto res_tag, auto act_tag) {
-    constexpr Residual kRes = decltype(res_tag)::value;
+    constexpr TileResidual kRes = decltype(res_tag)::value;
     constexpr bool kHardswish = decltype(act_tag)::value;
     auto finish_row = [&](int j, __m256 r) {  // channel j of the tile
       if (j >= out->n) return;
       r = _mm256_add_ps(r, _mm256_broadcast_ss(bias + j));
-      if constexpr (kRes == Residual::before) r = _mm256_add_ps(r, _mm256_maskload_ps(ep.residual + j * ep.ldr, pm));
+      if constexpr (kRes == TileResidual::before)
+        r = _mm256_add_ps(r, _mm256_maskload_ps(ep.residual + j * ep.ldr, pm));
       r = kHardswish ? hardswish(r) : clamp(r, lo, hi);
-      if constexpr (kRes == Residual::after) r = _mm256_add_ps(r, _mm256_maskload_ps(ep.residual + j * ep.ldr, pm));
+      if constexpr (kRes == TileResidual::after) r = _mm256_add_ps(r, _mm256_maskload_ps(ep.residual + j * ep.ldr, pm));
       store_first(out->y + j * out->ldy, r, out->m);
     };
 #pragma GCC unroll 4
@@ -332,11 +313,12 @@ void f32_conv_pixels_ukernel__avx2(int taps, const int64_t* tap_off, int64_t k, 
     }
   };
   // (hardswish comes without a residual: store_activation in conv_direct.cc)
-  if (ep.act == ConvTileEpilogueF32::Act::hardswish) return store(ResidualTag<Residual::none>{}, Hardswish{});
-  switch (residual_kind(&ep)) {
-    case Residual::none: return store(ResidualTag<Residual::none>{}, Clamp{});
-    case Residual::before: return store(ResidualTag<Residual::before>{}, Clamp{});
-    case Residual::after: return store(ResidualTag<Residual::after>{}, Clamp{});
+  if (ep.act == ConvTileEpilogueF32::Act::hardswish)
+    return store(TileResidualTag<TileResidual::none>{}, TileHardswish{});
+  switch (tile_residual(&ep)) {
+    case TileResidual::none: return store(TileResidualTag<TileResidual::none>{}, TileClamp{});
+    case TileResidual::before: return store(TileResidualTag<TileResidual::before>{}, TileClamp{});
+    case TileResidual::after: return store(TileResidualTag<TileResidual::after>{}, TileClamp{});
   }
 }
 

@@ -8,8 +8,6 @@
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
 #include <immintrin.h>
 
-#include <type_traits>
-
 #include "kernels/cpu/gemm_ukernel.h"
 
 // Note [ISA code in one binary]
@@ -21,6 +19,9 @@
 #pragma GCC push_options
 #pragma GCC target("avx512f,avx512vl,avx512bw,avx512dq,avx2,fma")
 
+#include "kernels/cpu/avx2_util.h"
+#include "kernels/cpu/avx512_util.h"
+
 namespace kiln::kernels::cpu {
 
 namespace {
@@ -28,34 +29,10 @@ namespace {
 constexpr int kMr = 12, kNr = 32;
 
 // The tiles' epilogue pieces (Note [A branch-free tile store] in gemm_f32_avx2.cc).
-enum class Residual { none, before, after };
-template <Residual R>
-using ResidualTag = std::integral_constant<Residual, R>;
-Residual residual_kind(const ConvTileEpilogueF32* ep) {
-  if (ep == nullptr || ep->residual == nullptr) return Residual::none;
-  return ep->residual_before_activation ? Residual::before : Residual::after;
-}
-alignas(64) constexpr float kZeros[64] = {};  // the bias of a tile without one (at most 64 rows or channels)
-using Hardswish = std::true_type;
-using Clamp = std::false_type;
-
-// min(hi, max(lo, r)): max/min return their second operand on NaN, so NaN passes through as in
-// vmath's relu; lo = -inf and hi = +inf leave r as it is.
-inline __m512 clamp(__m512 r, __m512 lo, __m512 hi) { return _mm512_min_ps(hi, _mm512_max_ps(lo, r)); }
-inline __m256 clamp(__m256 r, __m256 lo, __m256 hi) { return _mm256_min_ps(hi, _mm256_max_ps(lo, r)); }
-
-// r * clamp(r + 3, 0, 6) / 6 in f32, operation for operation as the hardswish op computes it; NaN
-// passes through.
-inline __m512 hardswish(__m512 r) {
-  const __m512 six = _mm512_set1_ps(6.0f);
-  const __m512 t = _mm512_min_ps(six, _mm512_max_ps(_mm512_setzero_ps(), _mm512_add_ps(r, _mm512_set1_ps(3.0f))));
-  return _mm512_div_ps(_mm512_mul_ps(r, t), six);
-}
-inline __m256 hardswish(__m256 r) {
-  const __m256 six = _mm256_set1_ps(6.0f);
-  const __m256 t = _mm256_min_ps(six, _mm256_max_ps(_mm256_setzero_ps(), _mm256_add_ps(r, _mm256_set1_ps(3.0f))));
-  return _mm256_div_ps(_mm256_mul_ps(r, t), six);
-}
+using avx2::clamp;  // the pixel tiles' 8-wide rows
+using avx2::hardswish;
+using avx512::clamp;
+using avx512::hardswish;
 
 // Note [12 x 32 AVX-512 tile]
 // 24 of the 32 zmm registers hold the C tile (12 rows x 2 vectors), two hold the B row, one the
@@ -168,13 +145,13 @@ void f32_conv_taps_ukernel__avx512(int taps, const int64_t* tap_off, int64_t k, 
   const bool fin = ep != nullptr;
   const __m512 lo = _mm512_set1_ps(fin && ep->act != ConvTileEpilogueF32::Act::none ? 0.0f : -__builtin_inff());
   const __m512 hi = _mm512_set1_ps(fin && ep->act == ConvTileEpilogueF32::Act::relu6 ? 6.0f : __builtin_inff());
-  const float* bias = fin && ep->bias != nullptr ? ep->bias : kZeros;
+  const float* bias = fin && ep->bias != nullptr ? ep->bias : kTileZeroBias;
   const float* res = fin ? ep->residual : nullptr;
   const int64_t ldr = fin ? ep->ldr : 0;
   auto store = [&](auto acc_tag, auto fin_tag, auto res_tag, auto act_tag) {
     constexpr bool kAcc = decltype(acc_tag)::value, kFin = decltype(fin_tag)::value;
     constexpr bool kHardswish = decltype(act_tag)::value;
-    constexpr Residual kRes = decltype(res_tag)::value;
+    constexpr TileResidual kRes = decltype(res_tag)::value;
 #pragma GCC unroll 12
     for (int i = 0; i < M; ++i) {
       float* cr = c + i * ldc;
@@ -185,26 +162,26 @@ void f32_conv_taps_ukernel__avx512(int taps, const int64_t* tap_off, int64_t k, 
         if constexpr (kAcc) r = _mm512_add_ps(r, _mm512_maskz_loadu_ps(mask[v], cr + 16 * v));
         if constexpr (kFin) {
           r = _mm512_add_ps(r, bv);
-          if constexpr (kRes == Residual::before)
+          if constexpr (kRes == TileResidual::before)
             r = _mm512_add_ps(r, _mm512_maskz_loadu_ps(mask[v], res + i * ldr + 16 * v));
           r = kHardswish ? hardswish(r) : clamp(r, lo, hi);
-          if constexpr (kRes == Residual::after)
+          if constexpr (kRes == TileResidual::after)
             r = _mm512_add_ps(r, _mm512_maskz_loadu_ps(mask[v], res + i * ldr + 16 * v));
         }
         _mm512_mask_storeu_ps(cr + 16 * v, mask[v], r);
       }
     }
   };
-  const Residual kind = residual_kind(ep);
+  const TileResidual kind = tile_residual(ep);
   auto with_acc = [&](auto acc_tag) {
     using T = std::true_type;
-    if (!fin) return store(acc_tag, std::false_type{}, ResidualTag<Residual::none>{}, Clamp{});
+    if (!fin) return store(acc_tag, std::false_type{}, TileResidualTag<TileResidual::none>{}, TileClamp{});
     // (hardswish comes without a residual: store_activation in conv_direct.cc)
     if (ep->act == ConvTileEpilogueF32::Act::hardswish)
-      return store(acc_tag, T{}, ResidualTag<Residual::none>{}, Hardswish{});
-    if (kind == Residual::none) return store(acc_tag, T{}, ResidualTag<Residual::none>{}, Clamp{});
-    if (kind == Residual::before) return store(acc_tag, T{}, ResidualTag<Residual::before>{}, Clamp{});
-    store(acc_tag, T{}, ResidualTag<Residual::after>{}, Clamp{});
+      return store(acc_tag, T{}, TileResidualTag<TileResidual::none>{}, TileHardswish{});
+    if (kind == TileResidual::none) return store(acc_tag, T{}, TileResidualTag<TileResidual::none>{}, TileClamp{});
+    if (kind == TileResidual::before) return store(acc_tag, T{}, TileResidualTag<TileResidual::before>{}, TileClamp{});
+    store(acc_tag, T{}, TileResidualTag<TileResidual::after>{}, TileClamp{});
   };
   if (accumulate) with_acc(std::true_type{});
   else with_acc(std::false_type{});
@@ -292,16 +269,18 @@ void f32_conv_pixels_ukernel__avx512(int taps, const int64_t* tap_off, int64_t k
   // Note [A branch-free tile store] (gemm_f32_avx2.cc)
   const __m256 lo = _mm256_set1_ps(ep.act != ConvTileEpilogueF32::Act::none ? 0.0f : -__builtin_inff());
   const __m256 hi = _mm256_set1_ps(ep.act == ConvTileEpilogueF32::Act::relu6 ? 6.0f : __builtin_inff());
-  const float* bias = ep.bias != nullptr ? ep.bias : kZeros;
+  const float* bias = ep.bias != nullptr ? ep.bias : kTileZeroBias;
   auto store = [&](auto res_tag, auto act_tag) {
-    constexpr Residual kRes = decltype(res_tag)::value;
+    constexpr TileResidual kRes = decltype(res_tag)::value;
     constexpr bool kHardswish = decltype(act_tag)::value;
     auto finish_row = [&](int j, __m256 r) {  // channel j of the tile
       if (j >= out->n) return;
       r = _mm256_add_ps(r, _mm256_set1_ps(bias[j]));
-      if constexpr (kRes == Residual::before) r = _mm256_add_ps(r, _mm256_maskz_loadu_ps(pm, ep.residual + j * ep.ldr));
+      if constexpr (kRes == TileResidual::before)
+        r = _mm256_add_ps(r, _mm256_maskz_loadu_ps(pm, ep.residual + j * ep.ldr));
       r = kHardswish ? hardswish(r) : clamp(r, lo, hi);
-      if constexpr (kRes == Residual::after) r = _mm256_add_ps(r, _mm256_maskz_loadu_ps(pm, ep.residual + j * ep.ldr));
+      if constexpr (kRes == TileResidual::after)
+        r = _mm256_add_ps(r, _mm256_maskz_loadu_ps(pm, ep.residual + j * ep.ldr));
       _mm256_mask_storeu_ps(out->y + j * out->ldy, pm, r);
     };
 #pragma GCC unroll 4
@@ -336,11 +315,12 @@ void f32_conv_pixels_ukernel__avx512(int taps, const int64_t* tap_off, int64_t k
     }
   };
   // (hardswish comes without a residual: store_activation in conv_direct.cc)
-  if (ep.act == ConvTileEpilogueF32::Act::hardswish) return store(ResidualTag<Residual::none>{}, Hardswish{});
-  switch (residual_kind(&ep)) {
-    case Residual::none: return store(ResidualTag<Residual::none>{}, Clamp{});
-    case Residual::before: return store(ResidualTag<Residual::before>{}, Clamp{});
-    case Residual::after: return store(ResidualTag<Residual::after>{}, Clamp{});
+  if (ep.act == ConvTileEpilogueF32::Act::hardswish)
+    return store(TileResidualTag<TileResidual::none>{}, TileHardswish{});
+  switch (tile_residual(&ep)) {
+    case TileResidual::none: return store(TileResidualTag<TileResidual::none>{}, TileClamp{});
+    case TileResidual::before: return store(TileResidualTag<TileResidual::before>{}, TileClamp{});
+    case TileResidual::after: return store(TileResidualTag<TileResidual::after>{}, TileClamp{});
   }
 }
 

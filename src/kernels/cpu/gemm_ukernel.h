@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cstdint>
+#include <type_traits>
 
 #include "kernels/cpu/isa.h"
 
@@ -31,6 +32,20 @@ struct ConvTileEpilogueF32 {
   bool residual_before_activation = false;
   Act act = Act::none;
 };
+// What the tiles' stores decide once per tile (Note [A branch-free tile store] in
+// gemm_f32_avx2.cc): where the residual goes, and hardswish or a clamp, as compile-time tags.
+enum class TileResidual { none, before, after };
+template <TileResidual R>
+using TileResidualTag = std::integral_constant<TileResidual, R>;
+inline TileResidual tile_residual(const ConvTileEpilogueF32* ep) {
+  if (ep == nullptr || ep->residual == nullptr) return TileResidual::none;
+  return ep->residual_before_activation ? TileResidual::before : TileResidual::after;
+}
+using TileHardswish = std::true_type;
+using TileClamp = std::false_type;
+// The bias of a tile without one (at most 64 rows or channels).
+alignas(64) inline constexpr float kTileZeroBias[64] = {};
+
 using GemmTapsUkernelF32 = void (*)(int taps, const int64_t* tap_off, int64_t k, const float* a, const float* b,
                                     int64_t ldb, float* c, int64_t ldc, int m, int n, bool accumulate,
                                     const ConvTileEpilogueF32* ep);

@@ -253,14 +253,8 @@ void depthwise_block16(const WindowGeom& g, const DepthwiseBlockF32& a) {
   // The outputs, 8 pixels of 8 channels at a time: R * R multiply-adds each, then back to planes.
   const int64_t rstep = wp * 16;  // floats from one tap row to the next
   const __m256 vlo = _mm256_set1_ps(a.lo), vhi = _mm256_set1_ps(a.hi);
-  const __m256 three = _mm256_set1_ps(3.0f), six = _mm256_set1_ps(6.0f);
-  // The clamp, or hardswish as the op computes it (x * clamp(x + 3, 0, 6) / 6 in f32); max/min
-  // return their second operand on NaN, so NaN passes either.
-  auto finish = [&](__m256 v) {
-    if (!a.hardswish) return _mm256_min_ps(vhi, _mm256_max_ps(vlo, v));
-    const __m256 t = _mm256_min_ps(six, _mm256_max_ps(_mm256_setzero_ps(), _mm256_add_ps(v, three)));
-    return _mm256_div_ps(_mm256_mul_ps(v, t), six);
-  };
+  // The clamp, or hardswish as the op computes it; NaN passes either.
+  auto finish = [&](__m256 v) { return a.hardswish ? avx2::hardswish(v) : avx2::clamp(v, vlo, vhi); };
   int64_t oh = 0, ow = 0;
   for (int64_t q = 0; q < g.ho * g.wo; q += 8) {
     const int64_t n = std::min<int64_t>(8, g.ho * g.wo - q);

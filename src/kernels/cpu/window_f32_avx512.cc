@@ -16,6 +16,8 @@
 #pragma GCC push_options
 #pragma GCC target("avx512f,avx512vl,avx512bw,avx512dq,avx2,fma")
 
+#include "kernels/cpu/avx512_util.h"
+
 namespace kiln::kernels::cpu {
 
 namespace {
@@ -280,14 +282,8 @@ void depthwise_block16(const WindowGeom& g, const DepthwiseBlockF32& a) {
   // across the transposes they would be spilled.
   const int64_t rstep = wp * 16;  // floats from one tap row to the next
   const __m512 vlo = _mm512_set1_ps(a.lo), vhi = _mm512_set1_ps(a.hi);
-  const __m512 three = _mm512_set1_ps(3.0f), six = _mm512_set1_ps(6.0f);
-  // The clamp, or hardswish as the op computes it (x * clamp(x + 3, 0, 6) / 6 in f32); max/min
-  // return their second operand on NaN, so NaN passes either.
-  auto finish = [&](__m512 v) {
-    if (!a.hardswish) return _mm512_min_ps(vhi, _mm512_max_ps(vlo, v));
-    const __m512 t = _mm512_min_ps(six, _mm512_max_ps(zero, _mm512_add_ps(v, three)));
-    return _mm512_div_ps(_mm512_mul_ps(v, t), six);
-  };
+  // The clamp, or hardswish as the op computes it; NaN passes either.
+  auto finish = [&](__m512 v) { return a.hardswish ? avx512::hardswish(v) : avx512::clamp(v, vlo, vhi); };
   int64_t oh = 0, ow = 0;
   for (int64_t q = 0; q < g.ho * g.wo; q += 16) {
     const int64_t n = std::min<int64_t>(16, g.ho * g.wo - q);
