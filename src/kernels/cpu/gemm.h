@@ -17,6 +17,9 @@ namespace kiln::kernels::cpu {
 // when called inside a parallel region.
 void gemm_f32(int64_t m, int64_t n, int64_t k, float alpha, const float* a, int64_t a_rs, int64_t a_cs,
               const float* b, int64_t b_rs, int64_t b_cs, float beta, float* c, int64_t ldc);
+// Products of at most this many rows are skinny: B is streamed in place, not packed (Note [Packed
+// GEMM] in gemm_packed.cc).
+constexpr int64_t kGemmSkinnyRows = 16;
 void gemm_f64(int64_t m, int64_t n, int64_t k, double alpha, const double* a, int64_t a_rs, int64_t a_cs,
               const double* b, int64_t b_rs, int64_t b_cs, double beta, double* c, int64_t ldc);
 // Integer GEMM with wrap-around (two's complement) arithmetic, as NumPy's integer matmul.

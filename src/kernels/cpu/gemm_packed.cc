@@ -26,7 +26,7 @@ namespace kiln::kernels::cpu {
 // A is zero-padded to mr rows, packed B to nr columns, and the micro-kernel stores only the valid
 // m x n.
 //
-// Skinny products (m <= kDirectRows) do not pack B: packing a 4096 x 4096 B to multiply it by a
+// Skinny products (m <= kGemmSkinnyRows) do not pack B: packing a 4096 x 4096 B to multiply it by a
 // handful of rows would cost as much as the product. The micro-kernel then reads full nr-wide
 // column panels of B in place (ldb = B's row stride); only the ragged right edge is packed. That
 // makes M = 1 a streaming pass over B (GEMV) at memory bandwidth.
@@ -42,7 +42,6 @@ namespace kiln::kernels::cpu {
 
 namespace {
 
-constexpr int64_t kDirectRows = 16;
 constexpr int64_t kSerialFlops = int64_t{1} << 21;  // m*n*k below this: one thread...
 // ...unless B alone outgrows L2: a skinny product (a classifier's GEMV at batch 1, 1280 x 1000
 // floats) is a pass over B at memory speed, and two threads stream it faster than one
@@ -342,7 +341,7 @@ void gemm_f32(int64_t m, int64_t n, int64_t k, float alpha, const float* a, int6
   pr.b.b = b;
   pr.b.b_rs = b_rs;
   pr.b.b_cs = n == 1 ? 1 : b_cs;  // one column: its stride is never walked
-  pr.b.direct = pr.b.b_cs == 1 && m <= kDirectRows;
+  pr.b.direct = pr.b.b_cs == 1 && m <= kGemmSkinnyRows;
   gemm_run(pr);
 }
 
@@ -414,7 +413,7 @@ void gemm_f32_packed_a(int64_t m, int64_t n, int64_t k, float alpha, const float
   pr.b.b = b;
   pr.b.b_rs = b_rs;
   pr.b.b_cs = n == 1 ? 1 : b_cs;
-  pr.b.direct = pr.b.b_cs == 1 && m <= kDirectRows;
+  pr.b.direct = pr.b.b_cs == 1 && m <= kGemmSkinnyRows;
   gemm_run(pr);
 }
 

@@ -333,10 +333,9 @@ std::optional<std::pair<CBLAS_TRANSPOSE, int64_t>> blas_layout(int64_t rows, int
 // sgemm_small_kernel_tt) against 0.059-0.083 ms for the prepacked tactic in the same engine, and
 // flushing the caches before each timed run did not make the tuner see it (bench/RESULTS.md,
 // 2026-12-04). kiln's GEMM streams such a B in place or prepacked (Note [Packed GEMM] in
-// gemm_packed.cc), so the "openblas" tactic hands products of fewer rows than this (at most 16,
-// the rows kiln's GEMM treats as skinny) to the op's own kernel, which the tuner then times as
-// what it is.
-constexpr int64_t kBlasMinRows = 17;
+// gemm_packed.cc), so the "openblas" tactic hands skinny products (at most kGemmSkinnyRows rows)
+// to the op's own kernel, which the tuner then times as what it is.
+bool skinny(int64_t m) { return m <= kernels::cpu::kGemmSkinnyRows; }
 
 void blas_threads() {
   static std::atomic<int> current{0};
@@ -350,7 +349,7 @@ void gemm_openblas_kernel(const KernelCall& k) {
   const double beta = k.attrs.get_float("beta");
   GemmArgs g = gemm_args(k);
   auto la = blas_layout(g.m, g.k, g.a_rs, g.a_cs), lb = blas_layout(g.k, g.n, g.b_rs, g.b_cs);
-  if (!out.is_contiguous() || out.numel() == 0 || g.k == 0 || g.m < kBlasMinRows || !la || !lb ||
+  if (!out.is_contiguous() || out.numel() == 0 || g.k == 0 || skinny(g.m) || !la || !lb ||
       aliases(out, k.in(0)) || aliases(out, k.in(1))) {
     run_default(k);
     return;
@@ -368,7 +367,7 @@ void matmul_openblas_kernel(const KernelCall& k) {
   const Tensor& b = k.in(1);
   std::optional<std::pair<CBLAS_TRANSPOSE, int64_t>> lb;
   if (matmul_folds(k)) lb = blas_layout(b.shape()[0], b.shape()[1], b.strides()[0], b.strides()[1]);
-  if (!lb || k.in(0).numel() / b.shape()[0] < kBlasMinRows) {
+  if (!lb || skinny(k.in(0).numel() / b.shape()[0])) {
     run_default(k);
     return;
   }
