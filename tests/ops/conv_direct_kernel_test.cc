@@ -1,7 +1,8 @@
 // The direct NCHW convolution (kernels/cpu/conv.h: conv2d_direct_f32, Note [Direct convolution])
 // against the float64 reference: unit and larger strides (the polyphase copy), asymmetric padding,
 // dilation, groups, 1x1 with and without the copy, a ResNet stem, output widths with and without a
-// halo, channel counts deep enough to slice K and rows past one mc block, images in parallel and
+// halo (AVX-512's column tiles store across one 16 columns or wider: Note [Storing across the
+// halo]), channel counts deep enough to slice K and rows past one mc block, images in parallel and
 // one image split between threads by columns or by channels, the column tiles (AVX-512's 12 x 32
 // and 8 x 48, AVX2's 6 x 16 and 4 x 24: Note [Direct convolution tiles]) and output pixels as
 // rows (Note [Pixels as rows]) on every case, planes narrower than the halo (Note [A narrower
@@ -139,8 +140,10 @@ TEST_F(ConvDirectTest, MatchesReferenceOnEveryCase) {
 }
 
 // relu and relu6 (with or without a residual stored straight into y) and hardswish (without a
-// residual, where the ISA's tiles have it: AVX2) run in the micro-kernel's store, silu and a
-// residual over a halo in the separate epilogue: all against float64.
+// residual) run in the micro-kernel's store; where the output has a halo, AVX-512's column tiles
+// store across it into y, reading the residual the same way (Note [Storing across the halo]: the
+// stem and the 33 x 33 case, rows of 20 and 34 columns), AVX2's go through the product plane; silu,
+// and hardswish with a residual, run in the separate epilogue: all against float64.
 TEST_F(ConvDirectTest, EpilogueActivationAndResidual) {
   uint64_t seed = 100;
   set_num_threads(2);
@@ -153,7 +156,7 @@ TEST_F(ConvDirectTest, EpilogueActivationAndResidual) {
       {GemmActivation::hardswish,
        [](const Tensor& t) { return t * minimum((t + 3.0).relu(), full_like(t, 6.0)) / 6.0; }}};
   for (kernels::cpu::DirectConvTiling tiling : kTilings)
-  for (const Case& c : {kCases[2], kCases[6], kCases[7], kCases[13], kCases[14], kCases[16]}) {
+  for (const Case& c : {kCases[2], kCases[6], kCases[7], kCases[10], kCases[13], kCases[14], kCases[16]}) {
     ForcedTiling forced(tiling);
     for (const auto& [act, ref_act] : acts) {
       for (int residual : {0, 1, 2}) {  // none, after the activation, before it

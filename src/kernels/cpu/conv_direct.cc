@@ -64,6 +64,7 @@ struct Geometry {
   int64_t pix_row = 0, pix_col = 1;   // pixel tiles: output (oh, ow) reads X' at oh * pix_row + ow * pix_col
   bool plain = false;                 // X' is x zero-padded, without the polyphase split (pixel tiles)
   bool store_hardswish = false;       // the tiles' stores apply hardswish (GemmKernelF32::store_hardswish)
+  bool halo = false;                  // the column tiles store across the halo into y (Note [Storing across the halo])
   int64_t rows_per_out = 1;           // X' rows from one output row to the next
   std::vector<std::pair<int64_t, int64_t>> phases;  // (row phase, column phase) per plane of X'
   std::vector<int64_t> tap_off;                     // per tap (r * S + s): offset within a channel of X'
@@ -319,6 +320,23 @@ GemmEpilogue group_epilogue(const Conv2dParams& p, const float* bias, const Conv
   return ep;
 }
 
+// Note [Storing across the halo]
+// Product column q is output (q / Wq, q % Wq), and columns Wo .. Wq - 1 of each row are the halo.
+// A column tile used to be stored whole into a product plane, whose valid runs were then copied to
+// y (with the epilogue, when the store could not apply it): for a stem that is a second pass over
+// its largest output (MobileNetV3's 3 -> 16 stride-2 stem at batch 8: as much time in that copy
+// and X' as in the tile). Where the kernel set can, the tile instead stores into y itself: each
+// 16-column vector covers at most two output rows (Wq >= 16), so it goes out as two masked stores,
+// its lanes on row oh at y column oh * Wo + ow and its lanes from the next row's column 0 on, and
+// the residual and the partial sums of earlier K slices are read back the same way. That needs the
+// whole epilogue in the store (relu, relu6, hardswish without a residual); otherwise, and on
+// narrower planes, the product plane stays.
+void plan_halo(Geometry& g, const Conv2dParams& p, const Conv2dEpilogue& e) {
+  ConvTileEpilogueF32::Act act;
+  g.halo = !g.pixels && g.wq != p.wo && g.tile.halo_ukernel != nullptr && g.wq >= g.tile.min_halo_wq &&
+           store_activation(g, e.activation, e.residual != nullptr, act);
+}
+
 constexpr int kMaxTile = 12 * 32;  // the largest micro-kernel tile (AVX-512's)
 constexpr size_t kChunkBytes = size_t{24} << 20;  // X' and product planes of the images run together
 
@@ -328,7 +346,7 @@ struct GroupRun {
   const Geometry* g;
   const float* xq;      // X' of this group's first channel
   const float* packed;  // this group's packed filters
-  float* yq;            // the product plane (ldq = nq): y itself when Wq == Wo
+  float* yq;            // the product plane (ldq = nq): y itself when Wq == Wo or the tiles store across the halo
   float* y;             // this image and group's output, [kg, Ho * Wo]
   GemmEpilogue ep;      // indexed by the group's rows and y's columns
   bool in_store = false;  // the micro-kernel applies ep (Note [Epilogue in the store])
@@ -345,6 +363,7 @@ struct GroupRun {
   // the residual gathered into the plane's layout first), then its valid runs go to y.
   void finish(int64_t ir, int64_t jr, int mv, int nv) const {
     const int64_t howo = p->ho * p->wo;
+    if (g->halo) return;  // stored into y, finished in the store (plan_halo)
     if (yq == y) {
       if (!ep.empty() && !in_store) gemm_epilogue_f32(ep, y + ir * howo + jr, howo, ir, jr, mv, nv);
       return;
@@ -398,8 +417,12 @@ struct GroupRun {
   // was judged by GCC free of side effects and its calls were dropped.
 
   // K slice c0, filter rows [ic, iend) (one L2 block), product columns [j0, j1).
+  // y's column for product column j (the next output row's first for a halo column).
+  int64_t y_column(int64_t j) const { return j / g->wq * p->wo + std::min(j % g->wq, p->wo); }
+
   void block(int64_t c0, int64_t ic, int64_t iend, int64_t j0, int64_t j1) const {
     const int mr = g->tile.mr, nr = g->tile.nr;
+    const int64_t howo = p->ho * p->wo;
     const int64_t kcur = std::min(g->kcs, g->cg - c0);
     const bool last = c0 + kcur == g->cg;
     const float* a = packed + c0 * g->taps * g->mpad;
@@ -413,24 +436,32 @@ struct GroupRun {
             __builtin_prefetch(
                 reinterpret_cast<const void*>(next + static_cast<uintptr_t>(c * g->cstride + l) * sizeof(float)));
       }
+      // Where the tiles' rows store: the product plane, or (halo) y's rows, indexed by y's columns.
+      const int64_t ldq = g->halo ? howo : g->nq;
       for (int64_t ir = ic; ir < iend; ir += mr) {
         const int mv = static_cast<int>(std::min<int64_t>(mr, iend - ir));
         if (jr + nr < j1) {  // Note [Prefetching the tile's output]
-          const int64_t j = jr + nr, n = std::min<int64_t>(nr, j1 - j);
-          prefetch_rows(reinterpret_cast<uintptr_t>(yq + ir * g->nq + j), g->nq, mv, n);
+          const int64_t j = jr + nr, n = std::min<int64_t>(nr, j1 - j), col = g->halo ? y_column(j) : j;
+          prefetch_rows(reinterpret_cast<uintptr_t>(yq + ir * ldq + col), ldq, mv, n);
           if (last && in_store && ep.residual != nullptr)
-            prefetch_rows(reinterpret_cast<uintptr_t>(ep.residual + ir * ep.ldr + j), ep.ldr, mv, n);
+            prefetch_rows(reinterpret_cast<uintptr_t>(ep.residual + ir * ep.ldr + col), ep.ldr, mv, n);
         }
         ConvTileEpilogueF32 te;
         if (last && in_store) {
           te.bias = ep.bias != nullptr ? ep.bias + ir : nullptr;
-          te.residual = ep.residual != nullptr ? ep.residual + ir * ep.ldr + jr : nullptr;
+          te.residual = ep.residual != nullptr ? ep.residual + ir * ep.ldr + (g->halo ? 0 : jr) : nullptr;
           te.ldr = ep.ldr;
           te.residual_before_activation = ep.residual_before_activation;
           te.act = act;
         }
-        g->tile.ukernel(static_cast<int>(g->taps), g->tap_off.data(), kcur, a + ir * g->taps * kcur, b + jr,
-                        g->cstride, yq + ir * g->nq + jr, g->nq, mv, nv, c0 != 0, last && in_store ? &te : nullptr);
+        const float* at = a + ir * g->taps * kcur;
+        const ConvTileEpilogueF32* fin = last && in_store ? &te : nullptr;
+        if (g->halo)
+          g->tile.halo_ukernel(static_cast<int>(g->taps), g->tap_off.data(), kcur, at, b + jr, g->cstride,
+                               y + ir * howo, howo, mv, nv, c0 != 0, fin, ConvTileHaloF32{jr, g->wq, p->wo});
+        else
+          g->tile.ukernel(static_cast<int>(g->taps), g->tap_off.data(), kcur, at, b + jr, g->cstride,
+                          yq + ir * g->nq + jr, g->nq, mv, nv, c0 != 0, fin);
         if (last) finish(ir, jr, mv, nv);
       }
     }
@@ -759,7 +790,8 @@ void conv2d_direct_f32(const Conv2dParams& p, const float* x, const float* w, co
                        float* y, const Conv2dEpilogue& epilogue) {
   const GemmKernelF32& kk = gemm_kernel_f32(active_isa());
   KILN_ASSERT(conv2d_direct_supported(p), "conv2d_direct_f32: unsupported convolution for the active ISA");
-  const Geometry g = geometry(p, kk);
+  Geometry g = geometry(p, kk);
+  plan_halo(g, p, epilogue);
   if (packed_w == nullptr) {
     float* buf = thread_scratch<float, ScratchSlot::packed_weight>(conv2d_direct_packed_weight_f32_floats(p));
     pack_weights(p, g, w, buf);
@@ -767,7 +799,7 @@ void conv2d_direct_f32(const Conv2dParams& p, const float* x, const float* w, co
   }
   const int64_t howo = p.ho * p.wo;
   const size_t xq_floats = g.identity ? 0 : static_cast<size_t>(p.c * g.cstride);
-  const size_t yq_floats = g.wq == p.wo ? 0 : static_cast<size_t>(p.k * g.nq);
+  const size_t yq_floats = g.wq == p.wo || g.halo ? 0 : static_cast<size_t>(p.k * g.nq);
   const size_t per_group = static_cast<size_t>(g.mpad * g.cg * g.taps);
 
   // A worker's share of one image: filter rows [i0, i1) x product columns [j0, j1), which read the
@@ -805,7 +837,7 @@ void conv2d_direct_f32(const Conv2dParams& p, const float* x, const float* w, co
         const float* xi = xq != nullptr ? xq + m * xq_floats : x + img * p.c * p.h * p.w;
         GroupRun run{&p, &g, xi + grp * g.cg * g.cstride, packed_w + static_cast<size_t>(grp) * per_group,
                      nullptr, y + (img * p.k + grp * g.kg) * howo, {}};
-        run.yq = yq == nullptr ? run.y : yq + m * yq_floats + grp * g.kg * g.nq;
+        run.yq = yq == nullptr ? run.y : yq + m * yq_floats + grp * g.kg * g.nq;  // (halo: y)
         run.ep = group_epilogue(p, bias, epilogue, img, grp);
         run.plan_epilogue();
         runs.push_back(run);

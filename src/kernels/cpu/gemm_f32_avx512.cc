@@ -101,24 +101,42 @@ void f32_gemm_ukernel__avx512(int64_t k, const float* a, const float* b, int64_t
 // of 16 columns, NV * M <= 24 accumulators; the B rows of each tap start at their own offset. B is
 // read with masked loads, so the tile may end at the last valid column of the activations (the
 // rows of one tap are a channel, ldb floats, apart).
-template <int MR, int NV, int M>
+// With kHalo, c and the residual are output planes (Note [Storing across the halo] in
+// conv_direct.cc): vector v of a row goes to at most two runs, lanes mask0[v] at offset off0[v]
+// and lanes mask1[v] at off1[v] (the next output row); without, one run, lanes mask[v] at 16 * v.
+template <int MR, int NV, int M, bool kHalo>
 void f32_conv_taps_ukernel__avx512(int taps, const int64_t* tap_off, int64_t k, const float* a, const float* b,
                                    int64_t ldb, float* c, int64_t ldc, int n, bool accumulate,
-                                   const ConvTileEpilogueF32* ep) {
+                                   const ConvTileEpilogueF32* ep, const ConvTileHaloF32* halo) {
   static_assert(M * NV <= 24 && M <= MR);
   __m512 acc[M][NV];
-  __mmask16 mask[NV];
+  __mmask16 mask[NV], mask0[NV], mask1[NV];
+  int64_t off0[NV], off1[NV];
 #pragma GCC unroll 3
   for (int v = 0; v < NV; ++v) {
     const int left = n - 16 * v;
     mask[v] = left >= 16 ? __mmask16(0xffff) : left > 0 ? __mmask16((1u << left) - 1) : __mmask16(0);
+    if constexpr (kHalo) {
+      // Product columns q .. q + 15: output row oh from column ow, the next row from lane wq - ow.
+      const int64_t q = halo->q0 + 16 * v, oh = q / halo->wq, ow = q - oh * halo->wq;
+      const int64_t first = ow >= halo->wo ? 0 : halo->wo - ow < 16 ? halo->wo - ow : 16;  // lanes on row oh
+      const int64_t next = halo->wq - ow;  // lane of row oh + 1's column 0 (>= 1)
+      const unsigned below_next = next >= 16 ? 0xffffu : (1u << next) - 1;
+      const unsigned past_row = next + halo->wo >= 16 ? 0xffffu : (1u << (next + halo->wo)) - 1;
+      mask0[v] = static_cast<__mmask16>(((1u << first) - 1) & mask[v]);
+      mask1[v] = static_cast<__mmask16>(past_row & ~below_next & mask[v]);
+      off0[v] = oh * halo->wo + ow;
+      off1[v] = mask1[v] != 0 ? (oh + 1) * halo->wo - next : off0[v];
+    } else {
+      mask0[v] = mask[v], mask1[v] = 0, off0[v] = off1[v] = 16 * v;
+    }
   }
 #pragma GCC unroll 12
   for (int i = 0; i < M; ++i) {
 #pragma GCC unroll 3
     for (int v = 0; v < NV; ++v) acc[i][v] = _mm512_setzero_ps();
-    _mm_prefetch(reinterpret_cast<const char*>(c + i * ldc), _MM_HINT_T0);
-    _mm_prefetch(reinterpret_cast<const char*>(c + i * ldc + 16 * NV - 1), _MM_HINT_T0);
+    _mm_prefetch(reinterpret_cast<const char*>(c + i * ldc + off0[0]), _MM_HINT_T0);
+    _mm_prefetch(reinterpret_cast<const char*>(c + i * ldc + off0[NV - 1] + 15), _MM_HINT_T0);
   }
   for (int t = 0; t < taps; ++t) {
     const float* bt = b + tap_off[t];
@@ -152,6 +170,12 @@ void f32_conv_taps_ukernel__avx512(int taps, const int64_t* tap_off, int64_t k, 
     constexpr bool kAcc = decltype(acc_tag)::value, kFin = decltype(fin_tag)::value;
     constexpr bool kHardswish = decltype(act_tag)::value;
     constexpr TileResidual kRes = decltype(res_tag)::value;
+    // Vector v of the row at p (the tile's c or residual row): one masked load, or two merged.
+    auto load = [&](const float* p, int v) {
+      const __m512 r = _mm512_maskz_loadu_ps(mask0[v], p + off0[v]);
+      if constexpr (kHalo) return _mm512_mask_loadu_ps(r, mask1[v], p + off1[v]);
+      return r;
+    };
 #pragma GCC unroll 12
     for (int i = 0; i < M; ++i) {
       float* cr = c + i * ldc;
@@ -159,16 +183,15 @@ void f32_conv_taps_ukernel__avx512(int taps, const int64_t* tap_off, int64_t k, 
 #pragma GCC unroll 3
       for (int v = 0; v < NV; ++v) {
         __m512 r = acc[i][v];
-        if constexpr (kAcc) r = _mm512_add_ps(r, _mm512_maskz_loadu_ps(mask[v], cr + 16 * v));
+        if constexpr (kAcc) r = _mm512_add_ps(r, load(cr, v));
         if constexpr (kFin) {
           r = _mm512_add_ps(r, bv);
-          if constexpr (kRes == TileResidual::before)
-            r = _mm512_add_ps(r, _mm512_maskz_loadu_ps(mask[v], res + i * ldr + 16 * v));
+          if constexpr (kRes == TileResidual::before) r = _mm512_add_ps(r, load(res + i * ldr, v));
           r = kHardswish ? hardswish(r) : clamp(r, lo, hi);
-          if constexpr (kRes == TileResidual::after)
-            r = _mm512_add_ps(r, _mm512_maskz_loadu_ps(mask[v], res + i * ldr + 16 * v));
+          if constexpr (kRes == TileResidual::after) r = _mm512_add_ps(r, load(res + i * ldr, v));
         }
-        _mm512_mask_storeu_ps(cr + 16 * v, mask[v], r);
+        _mm512_mask_storeu_ps(cr + off0[v], mask0[v], r);
+        if constexpr (kHalo) _mm512_mask_storeu_ps(cr + off1[v], mask1[v], r);
       }
     }
   };
@@ -187,31 +210,46 @@ void f32_conv_taps_ukernel__avx512(int taps, const int64_t* tap_off, int64_t k, 
   else with_acc(std::false_type{});
 }
 
-#define KILN_TAPS_CASE(MR, NV, M) \
-  case M: return f32_conv_taps_ukernel__avx512<MR, NV, M>(taps, tap_off, k, a, b, ldb, c, ldc, n, accumulate, ep);
+// Rows m of an MR x 16 NV tile, storing into a product plane or (kHalo) across the halo.
+template <int MR, int NV, bool kHalo>
+void f32_conv_taps_rows__avx512(int taps, const int64_t* tap_off, int64_t k, const float* a, const float* b,
+                                int64_t ldb, float* c, int64_t ldc, int m, int n, bool accumulate,
+                                const ConvTileEpilogueF32* ep, const ConvTileHaloF32* halo) {
+#define KILN_TAPS_CASE(M)                                                                                           \
+  case M:                                                                                                           \
+    if constexpr (M <= MR)                                                                                          \
+      return f32_conv_taps_ukernel__avx512<MR, NV, M, kHalo>(taps, tap_off, k, a, b, ldb, c, ldc, n, accumulate, ep, \
+                                                             halo);                                                 \
+    break;
+  switch (m) {
+    KILN_TAPS_CASE(1) KILN_TAPS_CASE(2) KILN_TAPS_CASE(3) KILN_TAPS_CASE(4) KILN_TAPS_CASE(5) KILN_TAPS_CASE(6)
+    KILN_TAPS_CASE(7) KILN_TAPS_CASE(8) KILN_TAPS_CASE(9) KILN_TAPS_CASE(10) KILN_TAPS_CASE(11)
+    default: break;
+  }
+#undef KILN_TAPS_CASE
+  f32_conv_taps_ukernel__avx512<MR, NV, MR, kHalo>(taps, tap_off, k, a, b, ldb, c, ldc, n, accumulate, ep, halo);
+}
 
 void f32_conv_taps_12x32__avx512(int taps, const int64_t* tap_off, int64_t k, const float* a, const float* b,
                                  int64_t ldb, float* c, int64_t ldc, int m, int n, bool accumulate,
                                  const ConvTileEpilogueF32* ep) {
-  switch (m) {
-    KILN_TAPS_CASE(12, 2, 1) KILN_TAPS_CASE(12, 2, 2) KILN_TAPS_CASE(12, 2, 3) KILN_TAPS_CASE(12, 2, 4)
-    KILN_TAPS_CASE(12, 2, 5) KILN_TAPS_CASE(12, 2, 6) KILN_TAPS_CASE(12, 2, 7) KILN_TAPS_CASE(12, 2, 8)
-    KILN_TAPS_CASE(12, 2, 9) KILN_TAPS_CASE(12, 2, 10) KILN_TAPS_CASE(12, 2, 11)
-    default: return f32_conv_taps_ukernel__avx512<12, 2, 12>(taps, tap_off, k, a, b, ldb, c, ldc, n, accumulate, ep);
-  }
+  f32_conv_taps_rows__avx512<12, 2, false>(taps, tap_off, k, a, b, ldb, c, ldc, m, n, accumulate, ep, nullptr);
 }
-
+void f32_conv_taps_12x32_halo__avx512(int taps, const int64_t* tap_off, int64_t k, const float* a, const float* b,
+                                      int64_t ldb, float* c, int64_t ldc, int m, int n, bool accumulate,
+                                      const ConvTileEpilogueF32* ep, const ConvTileHaloF32& halo) {
+  f32_conv_taps_rows__avx512<12, 2, true>(taps, tap_off, k, a, b, ldb, c, ldc, m, n, accumulate, ep, &halo);
+}
 void f32_conv_taps_8x48__avx512(int taps, const int64_t* tap_off, int64_t k, const float* a, const float* b,
                                 int64_t ldb, float* c, int64_t ldc, int m, int n, bool accumulate,
                                 const ConvTileEpilogueF32* ep) {
-  switch (m) {
-    KILN_TAPS_CASE(8, 3, 1) KILN_TAPS_CASE(8, 3, 2) KILN_TAPS_CASE(8, 3, 3) KILN_TAPS_CASE(8, 3, 4)
-    KILN_TAPS_CASE(8, 3, 5) KILN_TAPS_CASE(8, 3, 6) KILN_TAPS_CASE(8, 3, 7)
-    default: return f32_conv_taps_ukernel__avx512<8, 3, 8>(taps, tap_off, k, a, b, ldb, c, ldc, n, accumulate, ep);
-  }
+  f32_conv_taps_rows__avx512<8, 3, false>(taps, tap_off, k, a, b, ldb, c, ldc, m, n, accumulate, ep, nullptr);
 }
-
-#undef KILN_TAPS_CASE
+void f32_conv_taps_8x48_halo__avx512(int taps, const int64_t* tap_off, int64_t k, const float* a, const float* b,
+                                     int64_t ldb, float* c, int64_t ldc, int m, int n, bool accumulate,
+                                     const ConvTileEpilogueF32* ep, const ConvTileHaloF32& halo) {
+  f32_conv_taps_rows__avx512<8, 3, true>(taps, tap_off, k, a, b, ldb, c, ldc, m, n, accumulate, ep, &halo);
+}
 
 // The direct convolution with output pixels as rows (ConvPixelsUkernelF32): MR pixels by NV
 // vectors of 16 output channels. Each step broadcasts one activation per pixel (each from its own
@@ -351,7 +389,8 @@ void f32_conv_pixels_8x32__avx512(int taps, const int64_t* tap_off, int64_t k, c
 // per 24 FMAs costs nothing measurable). 1024^3: 194 against 201.
 const GemmKernelF32& gemm_kernel_f32_avx512() {
   static const GemmKernelF32 k{Isa::avx512, kMr, kNr, 144, 768, 2048, f32_gemm_ukernel__avx512,
-                               {{12, 32, f32_conv_taps_12x32__avx512}, {8, 48, f32_conv_taps_8x48__avx512}},
+                               {{12, 32, f32_conv_taps_12x32__avx512, f32_conv_taps_12x32_halo__avx512, 16},
+                                {8, 48, f32_conv_taps_8x48__avx512, f32_conv_taps_8x48_halo__avx512, 16}},
                                {{7, 48, f32_conv_pixels_7x48__avx512},
                                 {6, 64, f32_conv_pixels_6x64__avx512},
                                 {8, 32, f32_conv_pixels_8x32__avx512}},

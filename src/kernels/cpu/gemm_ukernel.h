@@ -50,10 +50,26 @@ using GemmTapsUkernelF32 = void (*)(int taps, const int64_t* tap_off, int64_t k,
                                     int64_t ldb, float* c, int64_t ldc, int m, int n, bool accumulate,
                                     const ConvTileEpilogueF32* ep);
 
-// One register tile shape of the direct convolution (mr x nr, ukernel == nullptr: none).
+// The same tile stored straight into the output across the halo (Note [Storing across the halo]
+// in conv_direct.cc): the tile's columns are product columns halo.q0 .. halo.q0 + n - 1, column q
+// being output row q / wq, column q % wq, where columns wo .. wq - 1 of each row are the halo and
+// are not stored. c (ldc apart per tile row) and the residual (ldr apart) point at column 0 of
+// output planes wo floats wide; accumulate reads c the same way. Needs wq >= 16 on AVX-512 (a
+// vector covers at most two output rows).
+struct ConvTileHaloF32 {
+  int64_t q0 = 0, wq = 0, wo = 0;
+};
+using GemmTapsHaloUkernelF32 = void (*)(int taps, const int64_t* tap_off, int64_t k, const float* a, const float* b,
+                                        int64_t ldb, float* c, int64_t ldc, int m, int n, bool accumulate,
+                                        const ConvTileEpilogueF32* ep, const ConvTileHaloF32& halo);
+
+// One register tile shape of the direct convolution (mr x nr, ukernel == nullptr: none;
+// halo_ukernel == nullptr: the tile cannot store across the halo).
 struct GemmTapsKernelF32 {
   int mr = 0, nr = 0;
   GemmTapsUkernelF32 ukernel = nullptr;
+  GemmTapsHaloUkernelF32 halo_ukernel = nullptr;
+  int64_t min_halo_wq = 0;  // the narrowest product rows halo_ukernel takes
 };
 
 // The direct convolution's tile with output pixels as rows (Note [Pixels as rows] in
