@@ -480,7 +480,14 @@ void run_images(const std::vector<GroupRun>& runs, int64_t i0, int64_t i1, int64
       for (const GroupRun& r : runs) r.block(c0, ic, std::min(ic + g.mc, i1), j0, j1);
 }
 
-constexpr int64_t kSerialFlops = int64_t{1} << 21;
+// Below this a convolution runs on the calling thread alone: 2^16 multiply-adds, the depthwise
+// kernels' hand-off grain. It was 2^21 flops, which left three of MobileNetV3-Small's 1x1 layers
+// (16 -> 16 at 56 x 56, 96 -> 40 and 40 -> 120 at 14 x 14: 1.5-1.9 MFLOP) to one core while the
+// other waited; at 2^17 (which also splits its four 576 <-> 144 squeeze-excite layers, 0.17 MFLOP)
+// its batch-1 engine took 1.33-1.42 ms
+// (min of 300 runs, 8 alternations) against 1.37-1.50, MobileNetV2's 4.50-4.56 against 4.55-4.63,
+// and 2^15 was no faster.
+constexpr int64_t kSerialFlops = int64_t{1} << 17;
 
 // How evenly `blocks` split into `parts` (1 = perfectly).
 double balance(int64_t blocks, int64_t parts) {
