@@ -19,6 +19,7 @@
 #include "kiln/compiler.h"
 #include "kiln/core/tensor.h"
 #include "kiln/ir.h"
+#include "kiln/ops/dispatch.h"
 #include "kiln/ops/op_def.h"
 #include "kiln/target.h"
 
@@ -177,9 +178,18 @@ class Executor {
   void reset_profile();
 
  private:
+  // Note [Resolved steps] (src/runtime/executor.cc): a step's call resolved at one batch, and its
+  // outputs' arena views at that batch.
+  struct ResolvedStep {
+    bool ready = false;
+    ResolvedCall call;            // call.kernel == nullptr: the step goes through run_kernel
+    std::vector<Tensor> outputs;  // views of arena_
+  };
+
   std::shared_ptr<const Engine> engine_;
   Storage arena_;
   std::vector<Tensor> env_;
+  std::map<int64_t, std::vector<ResolvedStep>> resolved_;  // by batch (-1: no batch symbol)
   bool profiling_ = false;
   std::vector<LayerTime> profile_;
 };

@@ -1,4 +1,4 @@
-// The executor: one arena per instance, every step through run_kernel into arena views.
+// The executor: one arena per instance, every step's kernel into arena views (Note [Resolved steps]).
 #include <chrono>
 #include <cstring>
 
@@ -92,6 +92,15 @@ std::vector<Tensor> Executor::run(const std::vector<Tensor>& inputs) {
   // Note [Arena slots scale with the batch]; an engine whose inputs carry no batch runs its slots
   // at the largest batch (what validate() checked).
   const int64_t scale = e.arena_scale(batch > 0 ? batch : e.batch.max);
+  // Note [Resolved steps]
+  // At a batch it has not run before, each step's call is resolved (resolve_call: devices, output
+  // metadata checked against the step's arena slot, the tactic's kernel) and its output views are
+  // made; every later run at that batch only runs the kernels into them (Note [Resolved calls] in
+  // src/ops/dispatch.cc). Views and steps whose op casts its inputs still go through run_kernel.
+  // 100 one-vector steps (relu, neg on 16 floats): 0.059 -> 0.023 ms a run; MobileNetV3-Small at
+  // batch 1, one thread, min of 300 runs in 3 alternations: 1.97-2.30 -> 1.85-1.88 ms.
+  std::vector<ResolvedStep>& resolved = resolved_[batch];
+  if (resolved.empty()) resolved.resize(e.steps.size());
   using Clock = std::chrono::steady_clock;
   std::vector<Tensor> ins, outs;
   for (size_t s = 0; s < e.steps.size(); ++s) {
@@ -100,30 +109,36 @@ std::vector<Tensor> Executor::run(const std::vector<Tensor>& inputs) {
     if (profiling_) t0 = Clock::now();
     ins.clear();
     for (int32_t id : st.inputs) ins.push_back(id < 0 ? Tensor() : env_[static_cast<size_t>(id)]);
-    OpCall call{*st.op, ins, st.attrs, KILN_HERE, Tensor(), nullptr};
     try {
       if (st.op->is_view()) {
-        outs = run_kernel(call);
+        outs = run_kernel(OpCall{*st.op, ins, st.attrs, KILN_HERE, Tensor(), nullptr});
       } else {
-        std::vector<TensorMeta> metas = infer_call(*st.op, call.inputs, st.attrs);
-        KILN_CHECK(metas.size() == st.outputs.size(), "produces ", metas.size(), " outputs, the engine has ",
-                   st.outputs.size());
-        outs.clear();
-        for (size_t k = 0; k < metas.size(); ++k) {
-          const EngineValue& v = e.values[static_cast<size_t>(st.outputs[k])];
-          int64_t nbytes = static_cast<int64_t>(dtype_size(metas[k].dtype));
-          for (int64_t d : metas[k].shape) nbytes *= d;
-          KILN_CHECK(metas[k].dtype == v.dtype && nbytes <= v.bytes * scale, "output %", v.name, " is ",
-                     meta_str(metas[k]), " but the engine reserved ", v.bytes * scale, " bytes of ",
-                     dtype_name(v.dtype));
-          outs.push_back(make_tensor(arena_, v.offset * scale / static_cast<int64_t>(dtype_size(v.dtype)), metas[k].shape,
-                                     contiguous_strides(metas[k].shape), v.dtype));
+        ResolvedStep& rs = resolved[s];
+        if (!rs.ready) {
+          ResolvedCall call = resolve_call(*st.op, ins, st.attrs, st.tactic_at(batch));
+          const std::vector<TensorMeta>& metas = call.outputs;
+          std::vector<Tensor> views;
+          KILN_CHECK(metas.size() == st.outputs.size(), "produces ", metas.size(), " outputs, the engine has ",
+                     st.outputs.size());
+          for (size_t k = 0; k < metas.size(); ++k) {
+            const EngineValue& v = e.values[static_cast<size_t>(st.outputs[k])];
+            int64_t nbytes = static_cast<int64_t>(dtype_size(metas[k].dtype));
+            for (int64_t d : metas[k].shape) nbytes *= d;
+            KILN_CHECK(metas[k].dtype == v.dtype && nbytes <= v.bytes * scale, "output %", v.name, " is ",
+                       meta_str(metas[k]), " but the engine reserved ", v.bytes * scale, " bytes of ",
+                       dtype_name(v.dtype));
+            views.push_back(make_tensor(arena_, v.offset * scale / static_cast<int64_t>(dtype_size(v.dtype)),
+                                        metas[k].shape, contiguous_strides(metas[k].shape), v.dtype));
+          }
+          rs = ResolvedStep{true, std::move(call), std::move(views)};
         }
-        std::vector<Tensor> slots = outs;
-        outs = run_kernel(call, std::move(outs), st.tactic_at(batch));
-        for (size_t k = 0; k < outs.size(); ++k)
-          if (outs[k].data_ptr() != slots[k].data_ptr()) slots[k].copy_(outs[k]);  // a kernel that allocated anyway
-        outs = std::move(slots);
+        outs.assign(rs.outputs.begin(), rs.outputs.end());
+        if (rs.call.kernel != nullptr) run_resolved(rs.call, *st.op, ins, st.attrs, outs);
+        else outs = run_kernel(OpCall{*st.op, ins, st.attrs, KILN_HERE, Tensor(), nullptr}, outs, st.tactic_at(batch));
+        for (size_t k = 0; k < outs.size(); ++k) {
+          if (outs[k].data_ptr() != rs.outputs[k].data_ptr()) rs.outputs[k].copy_(outs[k]);  // a kernel that allocated anyway
+          outs[k] = rs.outputs[k];
+        }
       }
     } catch (const Error& err) {
       KILN_FAIL("engine '", e.name, "': step #", s, " '", st.name, "' (", st.op->name(), ") failed: ", err.what());

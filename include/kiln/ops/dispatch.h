@@ -53,4 +53,19 @@ std::vector<Tensor> run_kernel(const OpCall& call, std::vector<Tensor> outputs =
 // Infers output metadata of a call from its inputs' metadata (no data touched).
 std::vector<TensorMeta> infer_call(const OpDef& op, std::span<const Tensor> inputs, const Attrs& bound);
 
+// A call whose inputs keep their devices, dtypes and shapes from run to run (an engine's step at
+// one batch) can be resolved once, as run_kernel would check it: devices, output metadata, the
+// kernel for the tactic. Running it resolved then skips all three (Note [Resolved calls] in
+// src/ops/dispatch.cc). Views and ops that cast their inputs are not resolved (kernel ==
+// nullptr): they go through run_kernel.
+struct ResolvedCall {
+  std::vector<TensorMeta> outputs;
+  const KernelEntry* kernel = nullptr;
+};
+ResolvedCall resolve_call(const OpDef& op, std::span<const Tensor> inputs, const Attrs& bound,
+                          const std::string& tactic = "");
+// Runs r's kernel on inputs like those it was resolved for, into outputs shaped as r.outputs.
+void run_resolved(const ResolvedCall& r, const OpDef& op, std::span<const Tensor> inputs, const Attrs& bound,
+                  std::span<Tensor> outputs);
+
 }  // namespace kiln
