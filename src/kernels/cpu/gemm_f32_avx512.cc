@@ -112,13 +112,15 @@ void f32_conv_taps_ukernel__avx512(int taps, const int64_t* tap_off, int64_t k, 
   __m512 acc[M][NV];
   __mmask16 mask[NV], mask0[NV], mask1[NV];
   int64_t off0[NV], off1[NV];
+  // Vector v's first product column is output row oh, column ow (one division per tile).
+  int64_t oh = 0, ow = 0;
+  if constexpr (kHalo) oh = halo->q0 / halo->wq, ow = halo->q0 - oh * halo->wq;
 #pragma GCC unroll 3
   for (int v = 0; v < NV; ++v) {
     const int left = n - 16 * v;
     mask[v] = left >= 16 ? __mmask16(0xffff) : left > 0 ? __mmask16((1u << left) - 1) : __mmask16(0);
     if constexpr (kHalo) {
-      // Product columns q .. q + 15: output row oh from column ow, the next row from lane wq - ow.
-      const int64_t q = halo->q0 + 16 * v, oh = q / halo->wq, ow = q - oh * halo->wq;
+      // Columns ow .. ow + 15 of row oh: the next row starts at lane wq - ow.
       const int64_t first = ow >= halo->wo ? 0 : halo->wo - ow < 16 ? halo->wo - ow : 16;  // lanes on row oh
       const int64_t next = halo->wq - ow;  // lane of row oh + 1's column 0 (>= 1)
       const unsigned below_next = next >= 16 ? 0xffffu : (1u << next) - 1;
@@ -127,6 +129,8 @@ void f32_conv_taps_ukernel__avx512(int taps, const int64_t* tap_off, int64_t k, 
       mask1[v] = static_cast<__mmask16>(past_row & ~below_next & mask[v]);
       off0[v] = oh * halo->wo + ow;
       off1[v] = mask1[v] != 0 ? (oh + 1) * halo->wo - next : off0[v];
+      ow += 16;  // wq >= 16: the next vector starts at most one row further
+      if (ow >= halo->wq) ow -= halo->wq, ++oh;
     } else {
       mask0[v] = mask[v], mask1[v] = 0, off0[v] = off1[v] = 16 * v;
     }
