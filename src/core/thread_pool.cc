@@ -27,6 +27,7 @@ namespace kiln {
 namespace {
 
 thread_local bool t_in_parallel = false;
+
 // Note [The caller spins before it yields]
 // After its own chunk the caller waits for the workers. It used to sched_yield from the first
 // check, and a yield is a system call that in this VM returned after ~2.5 us: an empty parallel

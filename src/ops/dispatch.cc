@@ -106,8 +106,10 @@ const KernelEntry& call_kernel(const OpDef& op, Device device, std::span<const T
                                const std::vector<TensorMeta>& metas, const std::string& tactic) {
   int key = op.dtype_key_index();
   DType key_dtype;
-  if (key >= 0 && static_cast<size_t>(key) < kin.size() && kin[static_cast<size_t>(key)].defined()) key_dtype = kin[static_cast<size_t>(key)].dtype();
-  else key_dtype = metas.empty() ? DType::f32 : metas[0].dtype;
+  if (key >= 0 && static_cast<size_t>(key) < kin.size() && kin[static_cast<size_t>(key)].defined())
+    key_dtype = kin[static_cast<size_t>(key)].dtype();
+  else
+    key_dtype = metas.empty() ? DType::f32 : metas[0].dtype;
   const KernelEntry* k = op.find_kernel(device.type, key_dtype, tactic);
   if (!k) {
     DTypeSet supported;
@@ -200,7 +202,8 @@ std::vector<Tensor> run_kernel(const OpCall& call, std::vector<Tensor> outputs, 
 // the inputs and attributes, about 10% of MobileNetV3-Small's time at batch 1 on one thread went to
 // malloc, string compares and shape inference rather than to kernels (perf). resolve_call does
 // that work once; run_resolved then only calls the kernel.
-ResolvedCall resolve_call(const OpDef& op, std::span<const Tensor> inputs, const Attrs& bound, const std::string& tactic) {
+ResolvedCall resolve_call(const OpDef& op, std::span<const Tensor> inputs, const Attrs& bound,
+                          const std::string& tactic) {
   const Device device = call_device(op, inputs);
   ResolvedCall r;
   r.outputs = infer_call(op, inputs, bound);
@@ -211,7 +214,8 @@ ResolvedCall resolve_call(const OpDef& op, std::span<const Tensor> inputs, const
 
 void run_resolved(const ResolvedCall& r, const OpDef& op, std::span<const Tensor> inputs, const Attrs& bound,
                   std::span<Tensor> outputs) {
-  KILN_ASSERT(r.kernel != nullptr && outputs.size() == r.outputs.size(), op.name(), ": run_resolved on a call that was not resolved");
+  KILN_ASSERT(r.kernel != nullptr && outputs.size() == r.outputs.size(), op.name(),
+              ": run_resolved on a call that was not resolved, or with other outputs");
   r.kernel->fn(KernelCall{op, inputs, bound, outputs});
 }
 

@@ -136,7 +136,8 @@ std::vector<Tensor> Executor::run(const std::vector<Tensor>& inputs) {
         if (rs.call.kernel != nullptr) run_resolved(rs.call, *st.op, ins, st.attrs, outs);
         else outs = run_kernel(OpCall{*st.op, ins, st.attrs, KILN_HERE, Tensor(), nullptr}, outs, st.tactic_at(batch));
         for (size_t k = 0; k < outs.size(); ++k) {
-          if (outs[k].data_ptr() != rs.outputs[k].data_ptr()) rs.outputs[k].copy_(outs[k]);  // a kernel that allocated anyway
+          // A kernel that allocated anyway: its result into the arena view.
+          if (outs[k].data_ptr() != rs.outputs[k].data_ptr()) rs.outputs[k].copy_(outs[k]);
           outs[k] = rs.outputs[k];
         }
       }

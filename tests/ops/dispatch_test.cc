@@ -1,6 +1,6 @@
 // The dispatcher: interceptor order, pass-through and short-circuit; what an interceptor sees in
 // an OpCall; attribute binding and schema parsing errors by content; kernel and tactic selection;
-// errors for bad calls.
+// resolved calls (an engine's steps); errors for bad calls.
 #include <string>
 #include <vector>
 
@@ -225,6 +225,35 @@ TEST(Dispatch, KernelsAreChosenByDeviceDTypeAndTactic) {
   EXPECT_EQ(d.find_kernel(DeviceType::cpu, DType::f32)->tactic, "default");
   EXPECT_EQ(d.find_kernel(DeviceType::cpu, DType::f32, "negated")->tactic, "negated");
   EXPECT_EQ(d.find_kernel(DeviceType::cuda, DType::f32), nullptr);
+}
+
+// Note [Resolved calls]: a call resolved once runs its tactic's kernel into given outputs as
+// often as asked; resolving checks what run_kernel checks and raises the same errors; views and
+// ops that cast their inputs are left to run_kernel.
+TEST(Dispatch, ResolvedCallsRunTheKernelTheyResolved) {
+  OpDef d = scale_op();
+  Tensor x = testing::random_tensor({7}, DType::f32, 12);
+  const Attrs attrs = d.bind_attrs({{"alpha", 3.0}});
+  std::vector<Tensor> ins{x};
+  ResolvedCall r = resolve_call(d, ins, attrs, "negated");
+  ASSERT_NE(r.kernel, nullptr);
+  EXPECT_EQ(r.kernel->tactic, "negated");
+  ASSERT_EQ(r.outputs.size(), 1u);
+  EXPECT_EQ(r.outputs[0].shape, (Shape{7}));
+  std::vector<Tensor> outs{empty({7})};
+  for (int run = 0; run < 2; ++run) {
+    ins[0] = testing::random_tensor({7}, DType::f32, 13 + static_cast<uint64_t>(run));  // new data, same signature
+    run_resolved(r, d, ins, attrs, outs);
+    EXPECT_TRUE(all_close(outs[0], ins[0] * -3.0, {0, 0})) << "run " << run;
+  }
+  EXPECT_KILN_ERROR(resolve_call(d, ins, attrs, "blocked"), "scale", "no kernel for dtype f32 on cpu",
+                    "tactic 'blocked'");
+  EXPECT_KILN_ERROR(resolve_call(op("add"), std::vector<Tensor>{x, ones({2})}, op("add").bind_attrs({})), "add", "[7]",
+                    "[2]");
+  EXPECT_EQ(resolve_call(op("permute"), ins, op("permute").bind_attrs({{"dims", std::vector<int64_t>{0}}})).kernel,
+            nullptr);  // a view
+  EXPECT_EQ(resolve_call(op("exp"), std::vector<Tensor>{ones({3}, DType::i32)}, op("exp").bind_attrs({})).kernel,
+            nullptr);  // casts its input to floating point
 }
 
 TEST(Dispatch, BadCallsAreErrorsNamingTheOpArgumentAndShape) {

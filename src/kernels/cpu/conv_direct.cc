@@ -416,10 +416,10 @@ struct GroupRun {
   // through prefetch_rows (prefetch.h), always inlined: as a member function of its own, the loop
   // was judged by GCC free of side effects and its calls were dropped.
 
-  // K slice c0, filter rows [ic, iend) (one L2 block), product columns [j0, j1).
   // y's column for product column j (the next output row's first for a halo column).
   int64_t y_column(int64_t j) const { return j / g->wq * p->wo + std::min(j % g->wq, p->wo); }
 
+  // K slice c0, filter rows [ic, iend) (one L2 block), product columns [j0, j1).
   void block(int64_t c0, int64_t ic, int64_t iend, int64_t j0, int64_t j1) const {
     const int mr = g->tile.mr, nr = g->tile.nr;
     const int64_t howo = p->ho * p->wo;
@@ -484,9 +484,8 @@ void run_images(const std::vector<GroupRun>& runs, int64_t i0, int64_t i1, int64
 // kernels' hand-off grain. It was 2^21 flops, which left three of MobileNetV3-Small's 1x1 layers
 // (16 -> 16 at 56 x 56, 96 -> 40 and 40 -> 120 at 14 x 14: 1.5-1.9 MFLOP) to one core while the
 // other waited; at 2^17 (which also splits its four 576 <-> 144 squeeze-excite layers, 0.17 MFLOP)
-// its batch-1 engine took 1.33-1.42 ms
-// (min of 300 runs, 8 alternations) against 1.37-1.50, MobileNetV2's 4.50-4.56 against 4.55-4.63,
-// and 2^15 was no faster.
+// its batch-1 engine took 1.33-1.42 ms (min of 300 runs, 8 alternations) against 1.37-1.50,
+// MobileNetV2's 4.50-4.56 against 4.55-4.63, and 2^15 was no faster.
 constexpr int64_t kSerialFlops = int64_t{1} << 17;
 
 // How evenly `blocks` split into `parts` (1 = perfectly).
@@ -844,7 +843,7 @@ void conv2d_direct_f32(const Conv2dParams& p, const float* x, const float* w, co
         const float* xi = xq != nullptr ? xq + m * xq_floats : x + img * p.c * p.h * p.w;
         GroupRun run{&p, &g, xi + grp * g.cg * g.cstride, packed_w + static_cast<size_t>(grp) * per_group,
                      nullptr, y + (img * p.k + grp * g.kg) * howo, {}};
-        run.yq = yq == nullptr ? run.y : yq + m * yq_floats + grp * g.kg * g.nq;  // (halo: y)
+        run.yq = yq == nullptr ? run.y : yq + m * yq_floats + grp * g.kg * g.nq;
         run.ep = group_epilogue(p, bias, epilogue, img, grp);
         run.plan_epilogue();
         runs.push_back(run);
