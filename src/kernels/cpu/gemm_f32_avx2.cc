@@ -13,6 +13,7 @@
 #pragma GCC target("avx2,fma")
 
 #include "kernels/cpu/avx2_util.h"
+#include "kernels/cpu/tile_store.h"
 
 namespace kiln::kernels::cpu {
 
@@ -172,16 +173,9 @@ void f32_conv_taps_ukernel__avx2(int taps, const int64_t* tap_off, int64_t k, co
       }
     }
   };
-  const TileResidual kind = tile_residual(ep);
   auto with_acc = [&](auto acc_tag) {
-    using T = std::true_type;
     if (!fin) return store(acc_tag, std::false_type{}, TileResidualTag<TileResidual::none>{}, TileClamp{});
-    // (hardswish comes without a residual: store_activation in conv_direct.cc)
-    if (ep->act == ConvTileEpilogueF32::Act::hardswish)
-      return store(acc_tag, T{}, TileResidualTag<TileResidual::none>{}, TileHardswish{});
-    if (kind == TileResidual::none) return store(acc_tag, T{}, TileResidualTag<TileResidual::none>{}, TileClamp{});
-    if (kind == TileResidual::before) return store(acc_tag, T{}, TileResidualTag<TileResidual::before>{}, TileClamp{});
-    store(acc_tag, T{}, TileResidualTag<TileResidual::after>{}, TileClamp{});
+    with_tile_store(*ep, [&](auto res_tag, auto act_tag) { store(acc_tag, std::true_type{}, res_tag, act_tag); });
   };
   if (accumulate) with_acc(std::true_type{});
   else with_acc(std::false_type{});
@@ -312,14 +306,7 @@ void f32_conv_pixels_ukernel__avx2(int taps, const int64_t* tap_off, int64_t k, 
       for (int j = 0; j < 8; ++j) finish_row(8 * v + j, r[j]);
     }
   };
-  // (hardswish comes without a residual: store_activation in conv_direct.cc)
-  if (ep.act == ConvTileEpilogueF32::Act::hardswish)
-    return store(TileResidualTag<TileResidual::none>{}, TileHardswish{});
-  switch (tile_residual(&ep)) {
-    case TileResidual::none: return store(TileResidualTag<TileResidual::none>{}, TileClamp{});
-    case TileResidual::before: return store(TileResidualTag<TileResidual::before>{}, TileClamp{});
-    case TileResidual::after: return store(TileResidualTag<TileResidual::after>{}, TileClamp{});
-  }
+  with_tile_store(ep, store);
 }
 
 void f32_conv_pixels_6x16__avx2(int taps, const int64_t* tap_off, int64_t k, const float* x, const int64_t* pix,

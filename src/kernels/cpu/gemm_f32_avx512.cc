@@ -21,6 +21,7 @@
 
 #include "kernels/cpu/avx2_util.h"
 #include "kernels/cpu/avx512_util.h"
+#include "kernels/cpu/tile_store.h"
 
 namespace kiln::kernels::cpu {
 
@@ -199,16 +200,9 @@ void f32_conv_taps_ukernel__avx512(int taps, const int64_t* tap_off, int64_t k, 
       }
     }
   };
-  const TileResidual kind = tile_residual(ep);
   auto with_acc = [&](auto acc_tag) {
-    using T = std::true_type;
     if (!fin) return store(acc_tag, std::false_type{}, TileResidualTag<TileResidual::none>{}, TileClamp{});
-    // (hardswish comes without a residual: store_activation in conv_direct.cc)
-    if (ep->act == ConvTileEpilogueF32::Act::hardswish)
-      return store(acc_tag, T{}, TileResidualTag<TileResidual::none>{}, TileHardswish{});
-    if (kind == TileResidual::none) return store(acc_tag, T{}, TileResidualTag<TileResidual::none>{}, TileClamp{});
-    if (kind == TileResidual::before) return store(acc_tag, T{}, TileResidualTag<TileResidual::before>{}, TileClamp{});
-    store(acc_tag, T{}, TileResidualTag<TileResidual::after>{}, TileClamp{});
+    with_tile_store(*ep, [&](auto res_tag, auto act_tag) { store(acc_tag, std::true_type{}, res_tag, act_tag); });
   };
   if (accumulate) with_acc(std::true_type{});
   else with_acc(std::false_type{});
@@ -356,14 +350,7 @@ void f32_conv_pixels_ukernel__avx512(int taps, const int64_t* tap_off, int64_t k
       }
     }
   };
-  // (hardswish comes without a residual: store_activation in conv_direct.cc)
-  if (ep.act == ConvTileEpilogueF32::Act::hardswish)
-    return store(TileResidualTag<TileResidual::none>{}, TileHardswish{});
-  switch (tile_residual(&ep)) {
-    case TileResidual::none: return store(TileResidualTag<TileResidual::none>{}, TileClamp{});
-    case TileResidual::before: return store(TileResidualTag<TileResidual::before>{}, TileClamp{});
-    case TileResidual::after: return store(TileResidualTag<TileResidual::after>{}, TileClamp{});
-  }
+  with_tile_store(ep, store);
 }
 
 void f32_conv_pixels_7x48__avx512(int taps, const int64_t* tap_off, int64_t k, const float* x, const int64_t* pix,
