@@ -67,6 +67,24 @@ TEST(Cuda, AddMatchesTheCpuKernel) {
   EXPECT_TRUE(all_close(add(row.to(kGpu), vec.to(kGpu)).cpu(), add(row, vec), {0, 0}));
 }
 
+// The kernel moves float4s when every operand it reads per element is 16-byte aligned; views that
+// start 1-3 floats into their storage are contiguous but not aligned, and take the scalar loop.
+TEST(Cuda, AddMatchesTheCpuKernelOnUnalignedViews) {
+  if (!cuda_available()) GTEST_SKIP() << "no CUDA device";
+  Tensor a = testing::random_tensor({1003}, DType::f32, 11), b = testing::random_tensor({1003}, DType::f32, 12);
+  Tensor s = testing::random_tensor({1}, DType::f32, 13);
+  Tensor ga = a.to(kGpu), gb = b.to(kGpu), gs = s.to(kGpu);
+  for (int64_t off : {0, 1, 2, 3}) {
+    for (int64_t len : {1, 3, 4, 5, 999}) {
+      Tensor va = ga.slice(0, off, off + len), vb = gb.slice(0, 3 - off, 3 - off + len);
+      Tensor ca = a.slice(0, off, off + len), cb = b.slice(0, 3 - off, 3 - off + len);
+      EXPECT_TRUE(all_close(add(va, vb).cpu(), add(ca, cb), {0, 0})) << off << " " << len;
+      EXPECT_TRUE(all_close(add(va, gs).cpu(), add(ca, s), {0, 0})) << off << " " << len;
+      EXPECT_TRUE(all_close(add(gs, vb).cpu(), add(s, cb), {0, 0})) << off << " " << len;
+    }
+  }
+}
+
 TEST(Cuda, UnsupportedGpuCallsAreErrorsNamingTheOp) {
   if (!cuda_available()) GTEST_SKIP() << "no CUDA device";
   Tensor a = testing::random_tensor({4, 3}, DType::f32, 7);
