@@ -142,6 +142,41 @@ TEST_P(GemmIsaTest, SkinnyShapes) {
   check_gemm(300, 1, 64, 0, 0, 1.0f, 0.0f, {}, 24);    // one column
 }
 
+// One to four rows of A are read in place where the ISA has a rows kernel (Note [Few rows read in
+// place] in gemm_packed.cc): depths that leave each k-unroll's remainder, several K slices, padded
+// and transposed A (the latter packs as before), B read in place, packed per call and pre-packed,
+// with alpha, beta and an epilogue, on two threads.
+TEST_P(GemmIsaTest, FewRowsReadInPlace) {
+  const int saved = get_num_threads();
+  set_num_threads(2);
+  uint32_t seed = 300;
+  for (int64_t m : {1, 2, 3, 4, 5})
+    for (int64_t k : {1, 3, 5, 1601})
+      for (int64_t n : {1, 33, 1001})
+        for (int la : {0, 1, 2}) {
+          Mat a = make_mat(m, k, la, seed++), b = make_mat(k, n, 0, seed++);
+          std::vector<float> c = random_vec(static_cast<size_t>(m * n), seed++), bias = random_vec(n, seed++);
+          GemmEpilogue ep;
+          ep.bias_kind = GemmBias::per_col;
+          ep.bias = bias.data();
+          ep.activation = GemmActivation::relu;
+          std::vector<double> want = reference(a, b, 0.5f, 1.0f, c, ep);
+          std::vector<float> c_packed = c, c_strided = c;
+          gemm_f32(m, n, k, 0.5f, a.buf.data(), a.rs, a.cs, b.buf.data(), b.rs, b.cs, 1.0f, c.data(), n, ep);
+          EXPECT_TRUE(close(c, want, k)) << "B in place: m=" << m << " n=" << n << " k=" << k << " layout " << la;
+          Mat bt = make_mat(k, n, 1, 0);  // the same B transposed in memory: packed per call
+          for (int64_t p = 0; p < k; ++p)
+            for (int64_t j = 0; j < n; ++j) bt.buf[static_cast<size_t>(p * bt.rs + j * bt.cs)] = b.at(p, j);
+          gemm_f32(m, n, k, 0.5f, a.buf.data(), a.rs, a.cs, bt.buf.data(), bt.rs, bt.cs, 1.0f, c_strided.data(), n,
+                   ep);
+          EXPECT_TRUE(close(c_strided, want, k)) << "B packed: m=" << m << " n=" << n << " k=" << k;
+          PackedGemmB packed = pack_gemm_b_f32(k, n, b.buf.data(), b.rs, b.cs);
+          gemm_f32_prepacked(m, 0.5f, a.buf.data(), a.rs, a.cs, packed, 1.0f, c_packed.data(), n, ep);
+          EXPECT_TRUE(close(c_packed, want, k)) << "B pre-packed: m=" << m << " n=" << n << " k=" << k;
+        }
+  set_num_threads(saved);
+}
+
 TEST_P(GemmIsaTest, BetaZeroIgnoresNaNInC) {
   Mat a = make_mat(7, 5, 0, 1), b = make_mat(5, 33, 0, 2);
   std::vector<float> c(7 * 33, std::nanf(""));

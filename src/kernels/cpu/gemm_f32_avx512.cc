@@ -98,6 +98,72 @@ void f32_gemm_ukernel__avx512(int64_t k, const float* a, const float* b, int64_t
   }
 }
 
+// GemmRowsUkernelF32 for M <= 4 rows of A read in place (Note [Few rows read in place] in
+// gemm_packed.cc). With one row the 12 x 32 tile's loop is two FMA chains, each waiting on its
+// own previous FMA; here U consecutive k-steps go to their own accumulators (2 * M * U >= 8
+// chains), summed once at the end.
+template <int M>
+void f32_gemm_rows_x32__avx512(int64_t k, const float* a, int64_t lda, const float* b, int64_t ldb, float* c,
+                               int64_t ldc, int n, float alpha, float beta) {
+  constexpr int U = M == 1 ? 4 : M == 2 ? 2 : 1;
+  __m512 acc0[U][M], acc1[U][M];
+#pragma GCC unroll 4
+  for (int u = 0; u < U; ++u)
+#pragma GCC unroll 4
+    for (int i = 0; i < M; ++i) acc0[u][i] = acc1[u][i] = _mm512_setzero_ps();
+  int64_t p = 0;
+  for (; p + U <= k; p += U) {
+#pragma GCC unroll 4
+    for (int u = 0; u < U; ++u) {
+      const __m512 b0 = _mm512_loadu_ps(b + (p + u) * ldb), b1 = _mm512_loadu_ps(b + (p + u) * ldb + 16);
+#pragma GCC unroll 4
+      for (int i = 0; i < M; ++i) {
+        const __m512 ai = _mm512_set1_ps(a[i * lda + p + u]);
+        acc0[u][i] = _mm512_fmadd_ps(ai, b0, acc0[u][i]);
+        acc1[u][i] = _mm512_fmadd_ps(ai, b1, acc1[u][i]);
+      }
+    }
+  }
+  for (; p < k; ++p) {
+    const __m512 b0 = _mm512_loadu_ps(b + p * ldb), b1 = _mm512_loadu_ps(b + p * ldb + 16);
+#pragma GCC unroll 4
+    for (int i = 0; i < M; ++i) {
+      const __m512 ai = _mm512_set1_ps(a[i * lda + p]);
+      acc0[0][i] = _mm512_fmadd_ps(ai, b0, acc0[0][i]);
+      acc1[0][i] = _mm512_fmadd_ps(ai, b1, acc1[0][i]);
+    }
+  }
+  const __mmask16 m0 = n >= 16 ? __mmask16(0xffff) : __mmask16((1u << n) - 1);
+  const __mmask16 m1 = n >= 32 ? __mmask16(0xffff) : n > 16 ? __mmask16((1u << (n - 16)) - 1) : __mmask16(0);
+  const __m512 va = _mm512_set1_ps(alpha), vb = _mm512_set1_ps(beta);
+#pragma GCC unroll 4
+  for (int i = 0; i < M; ++i) {
+#pragma GCC unroll 4
+    for (int u = 1; u < U; ++u) {
+      acc0[0][i] = _mm512_add_ps(acc0[0][i], acc0[u][i]);
+      acc1[0][i] = _mm512_add_ps(acc1[0][i], acc1[u][i]);
+    }
+    float* cr = c + i * ldc;
+    __m512 r0 = _mm512_mul_ps(va, acc0[0][i]), r1 = _mm512_mul_ps(va, acc1[0][i]);
+    if (beta != 0.0f) {
+      r0 = _mm512_fmadd_ps(vb, _mm512_maskz_loadu_ps(m0, cr), r0);
+      r1 = _mm512_fmadd_ps(vb, _mm512_maskz_loadu_ps(m1, cr + 16), r1);
+    }
+    _mm512_mask_storeu_ps(cr, m0, r0);
+    _mm512_mask_storeu_ps(cr + 16, m1, r1);
+  }
+}
+
+void f32_gemm_rows__avx512(int64_t k, const float* a, int64_t lda, const float* b, int64_t ldb, float* c, int64_t ldc,
+                           int m, int n, float alpha, float beta) {
+  switch (m) {
+    case 1: return f32_gemm_rows_x32__avx512<1>(k, a, lda, b, ldb, c, ldc, n, alpha, beta);
+    case 2: return f32_gemm_rows_x32__avx512<2>(k, a, lda, b, ldb, c, ldc, n, alpha, beta);
+    case 3: return f32_gemm_rows_x32__avx512<3>(k, a, lda, b, ldb, c, ldc, n, alpha, beta);
+    default: return f32_gemm_rows_x32__avx512<4>(k, a, lda, b, ldb, c, ldc, n, alpha, beta);
+  }
+}
+
 // The direct convolution's tiles (GemmTapsUkernelF32): M rows of an MR-row A panel by NV vectors
 // of 16 columns, NV * M <= 24 accumulators; the B rows of each tap start at their own offset. B is
 // read with masked loads, so the tile may end at the last valid column of the activations (the
@@ -385,7 +451,7 @@ const GemmKernelF32& gemm_kernel_f32_avx512() {
                                {{7, 48, f32_conv_pixels_7x48__avx512},
                                 {6, 64, f32_conv_pixels_6x64__avx512},
                                 {8, 32, f32_conv_pixels_8x32__avx512}},
-                               /*store_hardswish=*/true};
+                               /*store_hardswish=*/true, f32_gemm_rows__avx512, /*rows_max=*/4};
   return k;
 }
 

@@ -16,6 +16,11 @@ namespace kiln::kernels::cpu {
 using GemmUkernelF32 = void (*)(int64_t k, const float* a, const float* b, int64_t ldb, float* c, int64_t ldc,
                                 int m, int n, float alpha, float beta);
 
+// The same product for a few rows of A read where they lie (row i at a + i * lda, unit stride), with
+// no packed micro-panel: Note [Few rows read in place] in gemm_packed.cc. 1 <= m <= rows_max.
+using GemmRowsUkernelF32 = void (*)(int64_t k, const float* a, int64_t lda, const float* b, int64_t ldb, float* c,
+                                    int64_t ldc, int m, int n, float alpha, float beta);
+
 // The direct convolution's tile (Note [Direct convolution] in conv_direct.cc): C[0:m, 0:n] =
 // A~ @ B~ (+ C when accumulate), where A~ is taps * k steps of mr floats (tap-major, rows >= m
 // zero) and B~ row (t, p) is b + tap_off[t] + p * ldb: each filter tap reads the activations at
@@ -104,6 +109,8 @@ struct GemmKernelF32 {
   GemmTapsKernelF32 taps[2];
   ConvPixelsKernelF32 pixels[3];  // the pixel-row tiles (Note [Pixels as rows]); none: columns only
   bool store_hardswish = false;   // the tiles' stores apply Act::hardswish (without a residual)
+  GemmRowsUkernelF32 rows_ukernel = nullptr;  // products of at most rows_max rows; none: pack A
+  int rows_max = 0;
 };
 
 const GemmKernelF32& gemm_kernel_f32_scalar();
