@@ -3,11 +3,13 @@
 // other. The calling thread is worker 0 and takes the first chunk itself, then spins briefly until
 // the workers are done (Note [The caller spins before it yields]). Workers spin briefly
 // on a generation counter after finishing (a burst of small ops then costs no futex wake-up),
-// then sleep on a condition variable, so an idle kiln takes no CPU. Parallel regions do not nest:
-// a parallel_for inside one runs inline. One job runs at a time; a second caller thread runs its
-// loop inline rather than waiting.
+// then sleep on a condition variable, so an idle kiln takes no CPU. A worker found on the caller's
+// CPU is pinned to a free one (Note [Workers kept off the caller's CPU]). Parallel regions do not
+// nest: a parallel_for inside one runs inline. One job runs at a time; a second caller thread runs
+// its loop inline rather than waiting.
 #include "kiln/core/thread_pool.h"
 
+#include <pthread.h>
 #include <sched.h>
 
 #include <algorithm>
@@ -16,6 +18,7 @@
 #include <cstdlib>
 #include <exception>
 #include <mutex>
+#include <string>
 #include <thread>
 #include <vector>
 
@@ -86,6 +89,7 @@ class ThreadPool {
       fn_ = nullptr;
       error = error_;
     }
+    keep_workers_apart(n);
     if (error) std::rethrow_exception(error);
   }
 
@@ -113,9 +117,62 @@ class ThreadPool {
     t_in_parallel = false;
   }
 
+  // Note [Workers kept off the caller's CPU]
+  // The worker sometimes shared the caller's CPU for a whole process while the other CPU sat idle:
+  // woken on the waker's CPU, it ran its chunk while the caller waited, spun, slept, and the caller
+  // ran its own; two threads were rarely runnable at once, so the load balancer never split them.
+  // perf's sched_switch showed the pair alternating on CPU 0, and a one-layer engine (a 2048 ->
+  // 1000 GEMV) ran at 0.17-0.20 ms instead of 0.05-0.06 (0.10 on one thread) in about one process
+  // in five. Pinning the workers up front did not help (the caller then settled on the worker's
+  // CPU), nor did workers yielding for 2 ms before they sleep. So each worker notes the CPU it ran
+  // its chunk on, and after a region the caller, finding a worker on its own CPU or on another
+  // worker's, pins that worker to a CPU nobody is using. The caller, the user's thread, is never
+  // pinned. Only when the process may use at least as many CPUs as there are threads; never with
+  // KILN_PIN_THREADS=0.
+  void keep_workers_apart(int n) {
+    if (cpus_.empty()) return;
+    const int me = sched_getcpu();
+    if (me < 0) return;
+    for (int i = 1; i < n; ++i) {
+      auto cpu_of = [&](int j) { return worker_cpu_[static_cast<size_t>(j)].load(std::memory_order_relaxed); };
+      const int cpu = cpu_of(i);
+      if (cpu < 0) continue;
+      bool shared = cpu == me;
+      for (int j = 1; j < i && !shared; ++j) shared = cpu_of(j) == cpu;
+      if (!shared) continue;
+      for (int c : cpus_) {
+        bool used = c == me;
+        for (int j = 1; j < n && !used; ++j) used = j != i && cpu_of(j) == c;
+        if (used) continue;
+        cpu_set_t one;
+        CPU_ZERO(&one);
+        CPU_SET(c, &one);
+        if (pthread_setaffinity_np(workers_[static_cast<size_t>(i - 1)].native_handle(), sizeof(one), &one) == 0)
+          worker_cpu_[static_cast<size_t>(i)].store(c, std::memory_order_relaxed);
+        break;
+      }
+    }
+  }
+
+  // The CPUs the workers may be pinned to (Note [Workers kept off the caller's CPU]); none: never pin.
+  static std::vector<int> pinnable_cpus(int threads) {
+    if (const char* env = std::getenv("KILN_PIN_THREADS"); env != nullptr && std::string(env) == "0") return {};
+    cpu_set_t set;
+    CPU_ZERO(&set);
+    if (threads <= 1 || sched_getaffinity(0, sizeof(set), &set) != 0) return {};
+    std::vector<int> cpus;
+    for (int c = 0; c < CPU_SETSIZE; ++c)
+      if (CPU_ISSET(c, &set)) cpus.push_back(c);
+    if (static_cast<int>(cpus.size()) < threads) return {};
+    return cpus;
+  }
+
   void start(int n) {
     size_ = std::max(1, n);
     quit_ = false;
+    cpus_ = pinnable_cpus(size_);
+    worker_cpu_ = std::vector<std::atomic<int>>(static_cast<size_t>(size_));
+    for (auto& c : worker_cpu_) c.store(-1, std::memory_order_relaxed);
     // Each worker starts from the generation current now, not when its thread first runs: a
     // stop() that bumps the generation before then must still wake it.
     uint64_t gen = generation_.load(std::memory_order_acquire);
@@ -148,6 +205,7 @@ class ThreadPool {
         n = n_;
       }
       if (fn && index < n) {
+        worker_cpu_[static_cast<size_t>(index)].store(sched_getcpu(), std::memory_order_relaxed);
         call(index, n, *fn);
         pending_.fetch_sub(1, std::memory_order_acq_rel);
       }
@@ -156,6 +214,8 @@ class ThreadPool {
 
   int size_ = 1;
   std::vector<std::thread> workers_;
+  std::vector<int> cpus_;                     // Note [Workers kept off the caller's CPU]
+  std::vector<std::atomic<int>> worker_cpu_;  // the CPU worker i last ran a chunk on (-1: none yet)
   std::mutex job_mu_;  // one job at a time
   std::mutex mu_;
   std::condition_variable cv_;

@@ -1,7 +1,11 @@
 // Tensor metadata, views sharing storage, factories, version counters, type promotion.
+#include <sched.h>
+
 #include <atomic>
 #include <chrono>
+#include <cstdlib>
 #include <mutex>
+#include <string>
 #include <thread>
 
 #include "support/testing.h"
@@ -254,6 +258,47 @@ TEST(ThreadPool, ParallelForHandsAStalledThreadsChunksToTheOther) {
   });
   EXPECT_EQ(done.load(), n);
   EXPECT_LT(by_caller.load(), n / 4);
+  set_num_threads(available_cores());
+}
+
+// Note [Workers kept off the caller's CPU]: the worker pins itself to one CPU and the caller moves
+// there too; the pool then pins the worker to another CPU (without it, the worker stays).
+TEST(ThreadPool, AWorkerOnTheCallersCpuIsMovedOff) {
+  if (available_cores() < 2) GTEST_SKIP() << "one CPU";
+  const char* env = std::getenv("KILN_PIN_THREADS");
+  if (env != nullptr && std::string(env) == "0") GTEST_SKIP() << "KILN_PIN_THREADS=0";
+  set_num_threads(2);
+  cpu_set_t saved;
+  ASSERT_EQ(sched_getaffinity(0, sizeof(saved), &saved), 0);
+  int first = 0;
+  while (!CPU_ISSET(first, &saved)) ++first;
+  cpu_set_t one;
+  CPU_ZERO(&one);
+  CPU_SET(first, &one);
+  std::atomic<int> worker_cpu{-1};
+  parallel_run(2, [&](int i, int) {
+    if (i == 1) {
+      ASSERT_EQ(sched_setaffinity(0, sizeof(one), &one), 0);
+    }
+  });
+  ASSERT_EQ(sched_setaffinity(0, sizeof(one), &one), 0);
+  auto region = [&] {
+    parallel_run(2, [&](int i, int) {
+      if (i == 1) {
+        worker_cpu = sched_getcpu();
+      }
+    });
+  };
+  // The worker runs on `first` (its own pin) until the pool, after a region in which it found the
+  // two together, moves it; that may have happened already after the pinning region, on whichever
+  // CPU the caller was then. Either way the worker is off `first` from the second region on.
+  region();
+  region();
+  EXPECT_NE(worker_cpu.load(), first);
+  region();
+  EXPECT_NE(worker_cpu.load(), first);
+  EXPECT_EQ(sched_getcpu(), first);  // the caller stays where it was put
+  ASSERT_EQ(sched_setaffinity(0, sizeof(saved), &saved), 0);
   set_num_threads(available_cores());
 }
 

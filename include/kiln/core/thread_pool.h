@@ -7,7 +7,10 @@
 
 namespace kiln {
 
-// Sets the number of threads kiln's CPU kernels use (the caller counts as one). n >= 1.
+// Sets the number of threads kiln's CPU kernels use (the caller counts as one). n >= 1. The
+// default is available_cores(), or KILN_NUM_THREADS. A worker thread that keeps landing on the
+// caller's CPU is pinned to a free one; KILN_PIN_THREADS=0 turns that off (the caller's own
+// affinity is never changed).
 void set_num_threads(int n);
 int get_num_threads();
 // The cores this process may run on (sched_getaffinity), the default thread count.
