@@ -87,6 +87,74 @@ void f32_gemm_ukernel_6x16__avx2(int64_t k, const float* a, const float* b, int6
       for (int j = 0; j < n; ++j) c[i * ldc + j] = tile[i * kNr + j];
 }
 
+// GemmRowsUkernelF32 for M <= 4 rows of A read in place (Note [Few rows read in place] in
+// gemm_packed.cc), as the AVX-512 one: U consecutive k-steps in their own accumulators.
+template <int M>
+void f32_gemm_rows_x16__avx2(int64_t k, const float* a, int64_t lda, const float* b, int64_t ldb, float* c,
+                             int64_t ldc, int n, float alpha, float beta) {
+  constexpr int U = M == 1 ? 4 : M == 2 ? 2 : 1;
+  __m256 acc0[U][M], acc1[U][M];
+#pragma GCC unroll 4
+  for (int u = 0; u < U; ++u)
+#pragma GCC unroll 4
+    for (int i = 0; i < M; ++i) acc0[u][i] = acc1[u][i] = _mm256_setzero_ps();
+  int64_t p = 0;
+  for (; p + U <= k; p += U) {
+#pragma GCC unroll 4
+    for (int u = 0; u < U; ++u) {
+      const __m256 b0 = _mm256_loadu_ps(b + (p + u) * ldb), b1 = _mm256_loadu_ps(b + (p + u) * ldb + 8);
+#pragma GCC unroll 4
+      for (int i = 0; i < M; ++i) {
+        const __m256 ai = _mm256_broadcast_ss(a + i * lda + p + u);
+        acc0[u][i] = _mm256_fmadd_ps(ai, b0, acc0[u][i]);
+        acc1[u][i] = _mm256_fmadd_ps(ai, b1, acc1[u][i]);
+      }
+    }
+  }
+  for (; p < k; ++p) {
+    const __m256 b0 = _mm256_loadu_ps(b + p * ldb), b1 = _mm256_loadu_ps(b + p * ldb + 8);
+#pragma GCC unroll 4
+    for (int i = 0; i < M; ++i) {
+      const __m256 ai = _mm256_broadcast_ss(a + i * lda + p);
+      acc0[0][i] = _mm256_fmadd_ps(ai, b0, acc0[0][i]);
+      acc1[0][i] = _mm256_fmadd_ps(ai, b1, acc1[0][i]);
+    }
+  }
+  alignas(32) float tile[kNr] = {};
+  const __m256 va = _mm256_set1_ps(alpha), vb = _mm256_set1_ps(beta);
+#pragma GCC unroll 4
+  for (int i = 0; i < M; ++i) {
+#pragma GCC unroll 4
+    for (int u = 1; u < U; ++u) {
+      acc0[0][i] = _mm256_add_ps(acc0[0][i], acc0[u][i]);
+      acc1[0][i] = _mm256_add_ps(acc1[0][i], acc1[u][i]);
+    }
+    float* cr = c + i * ldc;
+    float* dst = n < kNr ? tile : cr;  // a partial row goes through the stack, as in the 6 x 16 tile
+    if (n < kNr && beta != 0.0f)
+      for (int j = 0; j < n; ++j) tile[j] = cr[j];
+    __m256 r0 = _mm256_mul_ps(va, acc0[0][i]), r1 = _mm256_mul_ps(va, acc1[0][i]);
+    if (beta != 0.0f) {
+      r0 = _mm256_fmadd_ps(vb, _mm256_loadu_ps(dst), r0);
+      r1 = _mm256_fmadd_ps(vb, _mm256_loadu_ps(dst + 8), r1);
+    }
+    _mm256_storeu_ps(dst, r0);
+    _mm256_storeu_ps(dst + 8, r1);
+    if (n < kNr)
+      for (int j = 0; j < n; ++j) cr[j] = tile[j];
+  }
+}
+
+void f32_gemm_rows__avx2(int64_t k, const float* a, int64_t lda, const float* b, int64_t ldb, float* c, int64_t ldc,
+                         int m, int n, float alpha, float beta) {
+  switch (m) {
+    case 1: return f32_gemm_rows_x16__avx2<1>(k, a, lda, b, ldb, c, ldc, n, alpha, beta);
+    case 2: return f32_gemm_rows_x16__avx2<2>(k, a, lda, b, ldb, c, ldc, n, alpha, beta);
+    case 3: return f32_gemm_rows_x16__avx2<3>(k, a, lda, b, ldb, c, ldc, n, alpha, beta);
+    default: return f32_gemm_rows_x16__avx2<4>(k, a, lda, b, ldb, c, ldc, n, alpha, beta);
+  }
+}
+
 void f32_gemm_ukernel__avx2(int64_t k, const float* a, const float* b, int64_t ldb, float* c, int64_t ldc, int m,
                             int n, float alpha, float beta) {
   switch (m) {
@@ -333,7 +401,7 @@ const GemmKernelF32& gemm_kernel_f32_avx2() {
                                {{6, 16, f32_conv_pixels_6x16__avx2},
                                 {4, 24, f32_conv_pixels_4x24__avx2},
                                 {3, 32, f32_conv_pixels_3x32__avx2}},
-                               /*store_hardswish=*/true};
+                               /*store_hardswish=*/true, f32_gemm_rows__avx2, /*rows_max=*/4};
   return k;
 }
 
