@@ -215,8 +215,10 @@ struct Problem {
 // rows kernel (GemmKernelF32::rows_ukernel) and A's rows are unit-stride, A is read where it lies.
 // A 2048 -> 1000 classifier at batch 1 (ResNet-50's), minima over 500 runs, 3 alternations: one
 // thread 0.143-0.161 -> 0.096-0.099 ms, two 0.092-0.135 -> 0.053-0.059 (ONNX Runtime 0.062-0.075).
-bool reads_a_in_place(const Problem& pr, int64_t rows) {
-  return pr.a_packed == nullptr && pr.a_cs == 1 && pr.kk->rows_ukernel != nullptr && rows <= pr.kk->rows_max;
+// Decided for the whole product, not per row block, so that every row is summed the same way
+// whatever the number of threads.
+bool reads_a_in_place(const Problem& pr) {
+  return pr.a_packed == nullptr && pr.a_cs == 1 && pr.kk->rows_ukernel != nullptr && pr.m <= pr.kk->rows_max;
 }
 
 // Rows [i0, i1) x columns [j0, j1) of C, all of K, on the calling thread. j0 is a multiple of nr.
@@ -224,7 +226,7 @@ void gemm_block(const Problem& pr, int64_t i0, int64_t i1, int64_t j0, int64_t j
   const GemmKernelF32& kk = *pr.kk;
   const int mr = kk.mr, nr = kk.nr;
   const bool epilogue = !pr.ep->empty();
-  const bool a_in_place = reads_a_in_place(pr, i1 - i0);
+  const bool a_in_place = reads_a_in_place(pr);
   for (int64_t jc = j0; jc < j1; jc += kk.nc) {
     const int64_t ncur = std::min(kk.nc, j1 - jc);
     const int64_t kslice = k_slice(kk.kc, pr.k);
@@ -319,7 +321,7 @@ void gemm_run(const Problem& pr) {
   // shared core does not hold the other up at the end. A, shared by every chunk, is packed once
   // first (its row panels split between the threads) instead of by every chunk.
   Problem q = pr;
-  if (q.a_packed == nullptr && !reads_a_in_place(pr, m)) {
+  if (q.a_packed == nullptr && !reads_a_in_place(pr)) {
     const int64_t mpad = round_up(m, kk.mr), kslice = k_slice(kk.kc, pr.k), panels = mpad / kk.mr;
     float* abuf = t_shared_a.get(static_cast<size_t>(mpad * pr.k));
     parallel_run(threads, [&](int t, int nt) {
