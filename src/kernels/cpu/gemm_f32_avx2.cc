@@ -13,6 +13,7 @@
 #pragma GCC target("avx2,fma")
 
 #include "kernels/cpu/avx2_util.h"
+#include "kernels/cpu/gemm_rows.h"
 #include "kernels/cpu/tile_store.h"
 
 namespace kiln::kernels::cpu {
@@ -87,73 +88,34 @@ void f32_gemm_ukernel_6x16__avx2(int64_t k, const float* a, const float* b, int6
       for (int j = 0; j < n; ++j) c[i * ldc + j] = tile[i * kNr + j];
 }
 
-// GemmRowsUkernelF32 for M <= 4 rows of A read in place (Note [Few rows read in place] in
-// gemm_packed.cc), as the AVX-512 one: U consecutive k-steps in their own accumulators.
-template <int M>
-void f32_gemm_rows_x16__avx2(int64_t k, const float* a, int64_t lda, const float* b, int64_t ldb, float* c,
-                             int64_t ldc, int n, float alpha, float beta) {
-  constexpr int U = M == 1 ? 4 : M == 2 ? 2 : 1;
-  __m256 acc0[U][M], acc1[U][M];
-#pragma GCC unroll 4
-  for (int u = 0; u < U; ++u)
-#pragma GCC unroll 4
-    for (int i = 0; i < M; ++i) acc0[u][i] = acc1[u][i] = _mm256_setzero_ps();
-  int64_t p = 0;
-  for (; p + U <= k; p += U) {
-#pragma GCC unroll 4
-    for (int u = 0; u < U; ++u) {
-      const __m256 b0 = _mm256_loadu_ps(b + (p + u) * ldb), b1 = _mm256_loadu_ps(b + (p + u) * ldb + 8);
-#pragma GCC unroll 4
-      for (int i = 0; i < M; ++i) {
-        const __m256 ai = _mm256_broadcast_ss(a + i * lda + p + u);
-        acc0[u][i] = _mm256_fmadd_ps(ai, b0, acc0[u][i]);
-        acc1[u][i] = _mm256_fmadd_ps(ai, b1, acc1[u][i]);
-      }
-    }
-  }
-  for (; p < k; ++p) {
-    const __m256 b0 = _mm256_loadu_ps(b + p * ldb), b1 = _mm256_loadu_ps(b + p * ldb + 8);
-#pragma GCC unroll 4
-    for (int i = 0; i < M; ++i) {
-      const __m256 ai = _mm256_broadcast_ss(a + i * lda + p);
-      acc0[0][i] = _mm256_fmadd_ps(ai, b0, acc0[0][i]);
-      acc1[0][i] = _mm256_fmadd_ps(ai, b1, acc1[0][i]);
-    }
-  }
-  alignas(32) float tile[kNr] = {};
-  const __m256 va = _mm256_set1_ps(alpha), vb = _mm256_set1_ps(beta);
-#pragma GCC unroll 4
-  for (int i = 0; i < M; ++i) {
-#pragma GCC unroll 4
-    for (int u = 1; u < U; ++u) {
-      acc0[0][i] = _mm256_add_ps(acc0[0][i], acc0[u][i]);
-      acc1[0][i] = _mm256_add_ps(acc1[0][i], acc1[u][i]);
-    }
-    float* cr = c + i * ldc;
-    float* dst = n < kNr ? tile : cr;  // a partial row goes through the stack, as in the 6 x 16 tile
+// The rows kernel's vectors (kernels/cpu/gemm_rows.h): a partial row goes through a stack copy, as
+// in the 6 x 16 tile.
+struct Ymm {
+  using Reg = __m256;
+  static constexpr int kWidth = 8;
+  static Reg zero() { return _mm256_setzero_ps(); }
+  static Reg load(const float* p) { return _mm256_loadu_ps(p); }
+  static Reg broadcast(const float* p) { return _mm256_broadcast_ss(p); }
+  static Reg fma(Reg a, Reg b, Reg c) { return _mm256_fmadd_ps(a, b, c); }
+  static Reg add(Reg a, Reg b) { return _mm256_add_ps(a, b); }
+  static void store_row(float* c, int n, Reg r0, Reg r1, float alpha, float beta) {
+    alignas(32) float row[kNr] = {};
+    float* dst = n < kNr ? row : c;
     if (n < kNr && beta != 0.0f)
-      for (int j = 0; j < n; ++j) tile[j] = cr[j];
-    __m256 r0 = _mm256_mul_ps(va, acc0[0][i]), r1 = _mm256_mul_ps(va, acc1[0][i]);
+      for (int j = 0; j < n; ++j) row[j] = c[j];
+    const __m256 va = _mm256_set1_ps(alpha);
+    r0 = _mm256_mul_ps(va, r0), r1 = _mm256_mul_ps(va, r1);
     if (beta != 0.0f) {
+      const __m256 vb = _mm256_set1_ps(beta);
       r0 = _mm256_fmadd_ps(vb, _mm256_loadu_ps(dst), r0);
       r1 = _mm256_fmadd_ps(vb, _mm256_loadu_ps(dst + 8), r1);
     }
     _mm256_storeu_ps(dst, r0);
     _mm256_storeu_ps(dst + 8, r1);
     if (n < kNr)
-      for (int j = 0; j < n; ++j) cr[j] = tile[j];
+      for (int j = 0; j < n; ++j) c[j] = row[j];
   }
-}
-
-void f32_gemm_rows__avx2(int64_t k, const float* a, int64_t lda, const float* b, int64_t ldb, float* c, int64_t ldc,
-                         int m, int n, float alpha, float beta) {
-  switch (m) {
-    case 1: return f32_gemm_rows_x16__avx2<1>(k, a, lda, b, ldb, c, ldc, n, alpha, beta);
-    case 2: return f32_gemm_rows_x16__avx2<2>(k, a, lda, b, ldb, c, ldc, n, alpha, beta);
-    case 3: return f32_gemm_rows_x16__avx2<3>(k, a, lda, b, ldb, c, ldc, n, alpha, beta);
-    default: return f32_gemm_rows_x16__avx2<4>(k, a, lda, b, ldb, c, ldc, n, alpha, beta);
-  }
-}
+};
 
 void f32_gemm_ukernel__avx2(int64_t k, const float* a, const float* b, int64_t ldb, float* c, int64_t ldc, int m,
                             int n, float alpha, float beta) {
@@ -401,7 +363,7 @@ const GemmKernelF32& gemm_kernel_f32_avx2() {
                                {{6, 16, f32_conv_pixels_6x16__avx2},
                                 {4, 24, f32_conv_pixels_4x24__avx2},
                                 {3, 32, f32_conv_pixels_3x32__avx2}},
-                               /*store_hardswish=*/true, f32_gemm_rows__avx2, /*rows_max=*/4};
+                               /*store_hardswish=*/true, gemm_rows<Ymm>, /*rows_max=*/4};
   return k;
 }
 

@@ -21,6 +21,7 @@
 
 #include "kernels/cpu/avx2_util.h"
 #include "kernels/cpu/avx512_util.h"
+#include "kernels/cpu/gemm_rows.h"
 #include "kernels/cpu/tile_store.h"
 
 namespace kiln::kernels::cpu {
@@ -98,71 +99,30 @@ void f32_gemm_ukernel__avx512(int64_t k, const float* a, const float* b, int64_t
   }
 }
 
-// GemmRowsUkernelF32 for M <= 4 rows of A read in place (Note [Few rows read in place] in
-// gemm_packed.cc). With one row the 12 x 32 tile's loop is two FMA chains, each waiting on its
-// own previous FMA; here U consecutive k-steps go to their own accumulators (2 * M * U >= 8
-// chains), summed once at the end.
-template <int M>
-void f32_gemm_rows_x32__avx512(int64_t k, const float* a, int64_t lda, const float* b, int64_t ldb, float* c,
-                               int64_t ldc, int n, float alpha, float beta) {
-  constexpr int U = M == 1 ? 4 : M == 2 ? 2 : 1;
-  __m512 acc0[U][M], acc1[U][M];
-#pragma GCC unroll 4
-  for (int u = 0; u < U; ++u)
-#pragma GCC unroll 4
-    for (int i = 0; i < M; ++i) acc0[u][i] = acc1[u][i] = _mm512_setzero_ps();
-  int64_t p = 0;
-  for (; p + U <= k; p += U) {
-#pragma GCC unroll 4
-    for (int u = 0; u < U; ++u) {
-      const __m512 b0 = _mm512_loadu_ps(b + (p + u) * ldb), b1 = _mm512_loadu_ps(b + (p + u) * ldb + 16);
-#pragma GCC unroll 4
-      for (int i = 0; i < M; ++i) {
-        const __m512 ai = _mm512_set1_ps(a[i * lda + p + u]);
-        acc0[u][i] = _mm512_fmadd_ps(ai, b0, acc0[u][i]);
-        acc1[u][i] = _mm512_fmadd_ps(ai, b1, acc1[u][i]);
-      }
-    }
-  }
-  for (; p < k; ++p) {
-    const __m512 b0 = _mm512_loadu_ps(b + p * ldb), b1 = _mm512_loadu_ps(b + p * ldb + 16);
-#pragma GCC unroll 4
-    for (int i = 0; i < M; ++i) {
-      const __m512 ai = _mm512_set1_ps(a[i * lda + p]);
-      acc0[0][i] = _mm512_fmadd_ps(ai, b0, acc0[0][i]);
-      acc1[0][i] = _mm512_fmadd_ps(ai, b1, acc1[0][i]);
-    }
-  }
-  const __mmask16 m0 = n >= 16 ? __mmask16(0xffff) : __mmask16((1u << n) - 1);
-  const __mmask16 m1 = n >= 32 ? __mmask16(0xffff) : n > 16 ? __mmask16((1u << (n - 16)) - 1) : __mmask16(0);
-  const __m512 va = _mm512_set1_ps(alpha), vb = _mm512_set1_ps(beta);
-#pragma GCC unroll 4
-  for (int i = 0; i < M; ++i) {
-#pragma GCC unroll 4
-    for (int u = 1; u < U; ++u) {
-      acc0[0][i] = _mm512_add_ps(acc0[0][i], acc0[u][i]);
-      acc1[0][i] = _mm512_add_ps(acc1[0][i], acc1[u][i]);
-    }
-    float* cr = c + i * ldc;
-    __m512 r0 = _mm512_mul_ps(va, acc0[0][i]), r1 = _mm512_mul_ps(va, acc1[0][i]);
+// The rows kernel's vectors (kernels/cpu/gemm_rows.h): a partial row is read and written with
+// masked loads and stores.
+struct Zmm {
+  using Reg = __m512;
+  static constexpr int kWidth = 16;
+  static Reg zero() { return _mm512_setzero_ps(); }
+  static Reg load(const float* p) { return _mm512_loadu_ps(p); }
+  static Reg broadcast(const float* p) { return _mm512_set1_ps(*p); }
+  static Reg fma(Reg a, Reg b, Reg c) { return _mm512_fmadd_ps(a, b, c); }
+  static Reg add(Reg a, Reg b) { return _mm512_add_ps(a, b); }
+  static void store_row(float* c, int n, Reg r0, Reg r1, float alpha, float beta) {
+    const __mmask16 m0 = n >= 16 ? __mmask16(0xffff) : __mmask16((1u << n) - 1);
+    const __mmask16 m1 = n >= 32 ? __mmask16(0xffff) : n > 16 ? __mmask16((1u << (n - 16)) - 1) : __mmask16(0);
+    const __m512 va = _mm512_set1_ps(alpha);
+    r0 = _mm512_mul_ps(va, r0), r1 = _mm512_mul_ps(va, r1);
     if (beta != 0.0f) {
-      r0 = _mm512_fmadd_ps(vb, _mm512_maskz_loadu_ps(m0, cr), r0);
-      r1 = _mm512_fmadd_ps(vb, _mm512_maskz_loadu_ps(m1, cr + 16), r1);
+      const __m512 vb = _mm512_set1_ps(beta);
+      r0 = _mm512_fmadd_ps(vb, _mm512_maskz_loadu_ps(m0, c), r0);
+      r1 = _mm512_fmadd_ps(vb, _mm512_maskz_loadu_ps(m1, c + 16), r1);
     }
-    _mm512_mask_storeu_ps(cr, m0, r0);
-    _mm512_mask_storeu_ps(cr + 16, m1, r1);
+    _mm512_mask_storeu_ps(c, m0, r0);
+    _mm512_mask_storeu_ps(c + 16, m1, r1);
   }
-}
-
-void f32_gemm_rows__avx512(int64_t k, const float* a, int64_t lda, const float* b, int64_t ldb, float* c, int64_t ldc,
-                           int m, int n, float alpha, float beta) {
-  switch (m) {
-    case 1: return f32_gemm_rows_x32__avx512<1>(k, a, lda, b, ldb, c, ldc, n, alpha, beta);
-    case 2: return f32_gemm_rows_x32__avx512<2>(k, a, lda, b, ldb, c, ldc, n, alpha, beta);
-    case 3: return f32_gemm_rows_x32__avx512<3>(k, a, lda, b, ldb, c, ldc, n, alpha, beta);
-    default: return f32_gemm_rows_x32__avx512<4>(k, a, lda, b, ldb, c, ldc, n, alpha, beta);
-  }
-}
+};
 
 // The direct convolution's tiles (GemmTapsUkernelF32): M rows of an MR-row A panel by NV vectors
 // of 16 columns, NV * M <= 24 accumulators; the B rows of each tap start at their own offset. B is
@@ -451,7 +411,7 @@ const GemmKernelF32& gemm_kernel_f32_avx512() {
                                {{7, 48, f32_conv_pixels_7x48__avx512},
                                 {6, 64, f32_conv_pixels_6x64__avx512},
                                 {8, 32, f32_conv_pixels_8x32__avx512}},
-                               /*store_hardswish=*/true, f32_gemm_rows__avx512, /*rows_max=*/4};
+                               /*store_hardswish=*/true, gemm_rows<Zmm>, /*rows_max=*/4};
   return k;
 }
 
