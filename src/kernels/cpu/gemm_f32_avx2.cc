@@ -39,6 +39,37 @@ constexpr int kMr = 6, kNr = 16;
 using avx2::clamp;
 using avx2::hardswish;
 
+// The vectors of the rows kernel (kernels/cpu/gemm_rows.h), whose row store the 6 x 16 tile uses
+// too: a partial row goes through a stack copy, so every vector access stays in bounds.
+struct Ymm {
+  using Reg = __m256;
+  static constexpr int kWidth = 8;
+  static Reg zero() { return _mm256_setzero_ps(); }
+  static Reg load(const float* p) { return _mm256_loadu_ps(p); }
+  static Reg broadcast(const float* p) { return _mm256_broadcast_ss(p); }
+  static Reg fma(Reg a, Reg b, Reg c) { return _mm256_fmadd_ps(a, b, c); }
+  static Reg add(Reg a, Reg b) { return _mm256_add_ps(a, b); }
+  static void store_row(float* c, int n, Reg r0, Reg r1, float alpha, float beta) {
+    if (n >= kNr) return store_full(c, r0, r1, alpha, beta);
+    alignas(32) float row[kNr] = {};
+    if (beta != 0.0f)
+      for (int j = 0; j < n; ++j) row[j] = c[j];
+    store_full(row, r0, r1, alpha, beta);
+    for (int j = 0; j < n; ++j) c[j] = row[j];
+  }
+  static void store_full(float* c, Reg r0, Reg r1, float alpha, float beta) {
+    const __m256 va = _mm256_set1_ps(alpha);
+    r0 = _mm256_mul_ps(va, r0), r1 = _mm256_mul_ps(va, r1);
+    if (beta != 0.0f) {
+      const __m256 vb = _mm256_set1_ps(beta);
+      r0 = _mm256_fmadd_ps(vb, _mm256_loadu_ps(c), r0);
+      r1 = _mm256_fmadd_ps(vb, _mm256_loadu_ps(c + 8), r1);
+    }
+    _mm256_storeu_ps(c, r0);
+    _mm256_storeu_ps(c + 8, r1);
+  }
+};
+
 template <int M>
 void f32_gemm_ukernel_6x16__avx2(int64_t k, const float* a, const float* b, int64_t ldb, float* c, int64_t ldc,
                                  int n, float alpha, float beta) {
@@ -60,62 +91,9 @@ void f32_gemm_ukernel_6x16__avx2(int64_t k, const float* a, const float* b, int6
     a += kMr;
     b += ldb;
   }
-  // A partial tile is stored through a full-width stack tile so every vector access stays in bounds.
-  alignas(32) float tile[kMr * kNr];
-  float* dst = c;
-  int64_t ld = ldc;
-  if (n < kNr) {
-    dst = tile;
-    ld = kNr;
-    if (beta != 0.0f)
-      for (int i = 0; i < M; ++i)
-        for (int j = 0; j < n; ++j) tile[i * kNr + j] = c[i * ldc + j];
-  }
-  const __m256 va = _mm256_set1_ps(alpha), vb = _mm256_set1_ps(beta);
 #pragma GCC unroll 6
-  for (int i = 0; i < M; ++i) {
-    float* cr = dst + i * ld;
-    __m256 r0 = _mm256_mul_ps(va, acc0[i]), r1 = _mm256_mul_ps(va, acc1[i]);
-    if (beta != 0.0f) {
-      r0 = _mm256_fmadd_ps(vb, _mm256_loadu_ps(cr), r0);
-      r1 = _mm256_fmadd_ps(vb, _mm256_loadu_ps(cr + 8), r1);
-    }
-    _mm256_storeu_ps(cr, r0);
-    _mm256_storeu_ps(cr + 8, r1);
-  }
-  if (n < kNr)
-    for (int i = 0; i < M; ++i)
-      for (int j = 0; j < n; ++j) c[i * ldc + j] = tile[i * kNr + j];
+  for (int i = 0; i < M; ++i) Ymm::store_row(c + i * ldc, n, acc0[i], acc1[i], alpha, beta);
 }
-
-// The rows kernel's vectors (kernels/cpu/gemm_rows.h): a partial row goes through a stack copy, as
-// in the 6 x 16 tile.
-struct Ymm {
-  using Reg = __m256;
-  static constexpr int kWidth = 8;
-  static Reg zero() { return _mm256_setzero_ps(); }
-  static Reg load(const float* p) { return _mm256_loadu_ps(p); }
-  static Reg broadcast(const float* p) { return _mm256_broadcast_ss(p); }
-  static Reg fma(Reg a, Reg b, Reg c) { return _mm256_fmadd_ps(a, b, c); }
-  static Reg add(Reg a, Reg b) { return _mm256_add_ps(a, b); }
-  static void store_row(float* c, int n, Reg r0, Reg r1, float alpha, float beta) {
-    alignas(32) float row[kNr] = {};
-    float* dst = n < kNr ? row : c;
-    if (n < kNr && beta != 0.0f)
-      for (int j = 0; j < n; ++j) row[j] = c[j];
-    const __m256 va = _mm256_set1_ps(alpha);
-    r0 = _mm256_mul_ps(va, r0), r1 = _mm256_mul_ps(va, r1);
-    if (beta != 0.0f) {
-      const __m256 vb = _mm256_set1_ps(beta);
-      r0 = _mm256_fmadd_ps(vb, _mm256_loadu_ps(dst), r0);
-      r1 = _mm256_fmadd_ps(vb, _mm256_loadu_ps(dst + 8), r1);
-    }
-    _mm256_storeu_ps(dst, r0);
-    _mm256_storeu_ps(dst + 8, r1);
-    if (n < kNr)
-      for (int j = 0; j < n; ++j) c[j] = row[j];
-  }
-};
 
 void f32_gemm_ukernel__avx2(int64_t k, const float* a, const float* b, int64_t ldb, float* c, int64_t ldc, int m,
                             int n, float alpha, float beta) {

@@ -36,6 +36,31 @@ using avx2::hardswish;
 using avx512::clamp;
 using avx512::hardswish;
 
+// The vectors of the rows kernel (kernels/cpu/gemm_rows.h), whose row store the 12 x 32 tile uses
+// too: a partial row is read and written with masked loads and stores.
+struct Zmm {
+  using Reg = __m512;
+  static constexpr int kWidth = 16;
+  static Reg zero() { return _mm512_setzero_ps(); }
+  static Reg load(const float* p) { return _mm512_loadu_ps(p); }
+  static Reg broadcast(const float* p) { return _mm512_set1_ps(*p); }
+  static Reg fma(Reg a, Reg b, Reg c) { return _mm512_fmadd_ps(a, b, c); }
+  static Reg add(Reg a, Reg b) { return _mm512_add_ps(a, b); }
+  static void store_row(float* c, int n, Reg r0, Reg r1, float alpha, float beta) {
+    const __mmask16 m0 = n >= 16 ? __mmask16(0xffff) : __mmask16((1u << n) - 1);
+    const __mmask16 m1 = n >= 32 ? __mmask16(0xffff) : n > 16 ? __mmask16((1u << (n - 16)) - 1) : __mmask16(0);
+    const __m512 va = _mm512_set1_ps(alpha);
+    r0 = _mm512_mul_ps(va, r0), r1 = _mm512_mul_ps(va, r1);
+    if (beta != 0.0f) {
+      const __m512 vb = _mm512_set1_ps(beta);
+      r0 = _mm512_fmadd_ps(vb, _mm512_maskz_loadu_ps(m0, c), r0);
+      r1 = _mm512_fmadd_ps(vb, _mm512_maskz_loadu_ps(m1, c + 16), r1);
+    }
+    _mm512_mask_storeu_ps(c, m0, r0);
+    _mm512_mask_storeu_ps(c + 16, m1, r1);
+  }
+};
+
 // Note [12 x 32 AVX-512 tile]
 // 24 of the 32 zmm registers hold the C tile (12 rows x 2 vectors), two hold the B row, one the
 // broadcast A element: 24 FMAs per 2 B loads and 12 broadcasts, enough independent chains to cover
@@ -65,20 +90,8 @@ void f32_gemm_ukernel_12x32__avx512(int64_t k, const float* a, const float* b, i
     a += kMr;
     b += ldb;
   }
-  const __mmask16 m0 = n >= 16 ? __mmask16(0xffff) : __mmask16((1u << n) - 1);
-  const __mmask16 m1 = n >= 32 ? __mmask16(0xffff) : n > 16 ? __mmask16((1u << (n - 16)) - 1) : __mmask16(0);
-  const __m512 va = _mm512_set1_ps(alpha), vb = _mm512_set1_ps(beta);
 #pragma GCC unroll 12
-  for (int i = 0; i < M; ++i) {
-    float* cr = c + i * ldc;
-    __m512 r0 = _mm512_mul_ps(va, acc0[i]), r1 = _mm512_mul_ps(va, acc1[i]);
-    if (beta != 0.0f) {
-      r0 = _mm512_fmadd_ps(vb, _mm512_maskz_loadu_ps(m0, cr), r0);
-      r1 = _mm512_fmadd_ps(vb, _mm512_maskz_loadu_ps(m1, cr + 16), r1);
-    }
-    _mm512_mask_storeu_ps(cr, m0, r0);
-    _mm512_mask_storeu_ps(cr + 16, m1, r1);
-  }
+  for (int i = 0; i < M; ++i) Zmm::store_row(c + i * ldc, n, acc0[i], acc1[i], alpha, beta);
 }
 
 void f32_gemm_ukernel__avx512(int64_t k, const float* a, const float* b, int64_t ldb, float* c, int64_t ldc, int m,
@@ -98,31 +111,6 @@ void f32_gemm_ukernel__avx512(int64_t k, const float* a, const float* b, int64_t
     default: return f32_gemm_ukernel_12x32__avx512<12>(k, a, b, ldb, c, ldc, n, alpha, beta);
   }
 }
-
-// The rows kernel's vectors (kernels/cpu/gemm_rows.h): a partial row is read and written with
-// masked loads and stores.
-struct Zmm {
-  using Reg = __m512;
-  static constexpr int kWidth = 16;
-  static Reg zero() { return _mm512_setzero_ps(); }
-  static Reg load(const float* p) { return _mm512_loadu_ps(p); }
-  static Reg broadcast(const float* p) { return _mm512_set1_ps(*p); }
-  static Reg fma(Reg a, Reg b, Reg c) { return _mm512_fmadd_ps(a, b, c); }
-  static Reg add(Reg a, Reg b) { return _mm512_add_ps(a, b); }
-  static void store_row(float* c, int n, Reg r0, Reg r1, float alpha, float beta) {
-    const __mmask16 m0 = n >= 16 ? __mmask16(0xffff) : __mmask16((1u << n) - 1);
-    const __mmask16 m1 = n >= 32 ? __mmask16(0xffff) : n > 16 ? __mmask16((1u << (n - 16)) - 1) : __mmask16(0);
-    const __m512 va = _mm512_set1_ps(alpha);
-    r0 = _mm512_mul_ps(va, r0), r1 = _mm512_mul_ps(va, r1);
-    if (beta != 0.0f) {
-      const __m512 vb = _mm512_set1_ps(beta);
-      r0 = _mm512_fmadd_ps(vb, _mm512_maskz_loadu_ps(m0, c), r0);
-      r1 = _mm512_fmadd_ps(vb, _mm512_maskz_loadu_ps(m1, c + 16), r1);
-    }
-    _mm512_mask_storeu_ps(c, m0, r0);
-    _mm512_mask_storeu_ps(c + 16, m1, r1);
-  }
-};
 
 // The direct convolution's tiles (GemmTapsUkernelF32): M rows of an MR-row A panel by NV vectors
 // of 16 columns, NV * M <= 24 accumulators; the B rows of each tap start at their own offset. B is
