@@ -133,8 +133,8 @@ class ThreadPool {
     if (cpus_.empty()) return;
     const int me = sched_getcpu();
     if (me < 0) return;
+    auto cpu_of = [&](int j) { return worker_cpu_[static_cast<size_t>(j)].load(std::memory_order_relaxed); };
     for (int i = 1; i < n; ++i) {
-      auto cpu_of = [&](int j) { return worker_cpu_[static_cast<size_t>(j)].load(std::memory_order_relaxed); };
       const int cpu = cpu_of(i);
       if (cpu < 0) continue;
       bool shared = cpu == me;

@@ -90,6 +90,15 @@ std::vector<double> reference(const Mat& a, const Mat& b, float alpha, float bet
   return ::testing::AssertionSuccess();
 }
 
+// A per-column bias then `act`: the epilogue the tests with a pre-packed or in-place operand use.
+GemmEpilogue col_bias(const std::vector<float>& bias, GemmActivation act) {
+  GemmEpilogue ep;
+  ep.bias_kind = GemmBias::per_col;
+  ep.bias = bias.data();
+  ep.activation = act;
+  return ep;
+}
+
 class GemmIsaTest : public ::testing::TestWithParam<Isa> {
  protected:
   void SetUp() override {
@@ -156,10 +165,7 @@ TEST_P(GemmIsaTest, FewRowsReadInPlace) {
         for (int la : {0, 1, 2}) {
           Mat a = make_mat(m, k, la, seed++), b = make_mat(k, n, 0, seed++);
           std::vector<float> c = random_vec(static_cast<size_t>(m * n), seed++), bias = random_vec(n, seed++);
-          GemmEpilogue ep;
-          ep.bias_kind = GemmBias::per_col;
-          ep.bias = bias.data();
-          ep.activation = GemmActivation::relu;
+          const GemmEpilogue ep = col_bias(bias, GemmActivation::relu);
           std::vector<double> want = reference(a, b, 0.5f, 1.0f, c, ep);
           std::vector<float> c_packed = c, c_strided = c;
           gemm_f32(m, n, k, 0.5f, a.buf.data(), a.rs, a.cs, b.buf.data(), b.rs, b.cs, 1.0f, c.data(), n, ep);
@@ -223,10 +229,7 @@ TEST_P(GemmIsaTest, PrepackedMatchesAndIsReused) {
         Mat a = make_mat(m, k, 0, 32 + static_cast<uint32_t>(m));
         std::vector<float> c = random_vec(static_cast<size_t>(m * n), 33);
         std::vector<float> bias = random_vec(n, 34);
-        GemmEpilogue ep;
-        ep.bias_kind = GemmBias::per_col;
-        ep.bias = bias.data();
-        ep.activation = GemmActivation::relu;
+        const GemmEpilogue ep = col_bias(bias, GemmActivation::relu);
         std::vector<double> want = reference(a, b, 1.0f, 0.5f, c, ep);
         gemm_f32_prepacked(m, 1.0f, a.buf.data(), a.rs, a.cs, packed, 0.5f, c.data(), n, ep);
         EXPECT_TRUE(close(c, want, k)) << "m=" << m << " k=" << k << " layout " << lb;
@@ -248,10 +251,7 @@ TEST_P(GemmIsaTest, OperandsPackedInCallerMemory) {
       for (int lb : {0, 1}) {
         Mat b = make_mat(k, n, lb, seed++);
         std::vector<float> c = random_vec(static_cast<size_t>(m * n), seed++), bias = random_vec(n, seed++);
-        GemmEpilogue ep;
-        ep.bias_kind = GemmBias::per_col;
-        ep.bias = bias.data();
-        ep.activation = GemmActivation::gelu;
+        const GemmEpilogue ep = col_bias(bias, GemmActivation::gelu);
         std::vector<double> want = reference(a, b, 0.5f, 1.0f, c, ep);
         std::vector<float> c2 = c;
         gemm_f32_packed_a(m, n, k, 0.5f, pa.data(), b.buf.data(), b.rs, b.cs, 1.0f, c.data(), n, ep);
