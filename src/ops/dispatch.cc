@@ -194,6 +194,29 @@ std::vector<Tensor> run_kernel(const OpCall& call, std::vector<Tensor> outputs, 
   return outputs;
 }
 
+namespace {
+
+// Whether run_kernel's input casts leave these inputs as they are (common: one dtype among them;
+// to floating: none integral), so a resolved call may skip them.
+bool casts_nothing(const OpDef& op, std::span<const Tensor> inputs) {
+  if (op.input_cast() == InputCast::none) return true;
+  const size_t first = static_cast<size_t>(op.cast_first_input());
+  std::optional<DType> common;
+  for (size_t i = first; i < inputs.size(); ++i) {
+    if (!inputs[i].defined()) continue;
+    const DType d = inputs[i].dtype();
+    if (op.input_cast() != InputCast::common) {
+      if (d != to_floating(d)) return false;
+    } else if (common && d != *common) {
+      return false;
+    }
+    common = d;
+  }
+  return true;
+}
+
+}  // namespace
+
 // Note [Resolved calls]
 // An engine runs the same calls on every run: at one batch, every step's inputs have the same
 // devices, dtypes and shapes each time. run_kernel still checked the devices, inferred the outputs
@@ -201,13 +224,16 @@ std::vector<Tensor> run_kernel(const OpCall& call, std::vector<Tensor> outputs, 
 // call, and the executor inferred once more to size its arena views: with the OpCall's copies of
 // the inputs and attributes, about 10% of MobileNetV3-Small's time at batch 1 on one thread went to
 // malloc, string compares and shape inference rather than to kernels (perf). resolve_call does
-// that work once; run_resolved then only calls the kernel.
+// that work once; run_resolved then only calls the kernel. An op that casts its inputs is resolved
+// when the casts would change nothing (the dtypes it sees at resolve time are the ones it sees on
+// every run): a convolution and a residual add are, and they went through run_kernel on every run
+// before (MobileNetV2 at batch 1: ~60 such steps).
 ResolvedCall resolve_call(const OpDef& op, std::span<const Tensor> inputs, const Attrs& bound,
                           const std::string& tactic) {
   const Device device = call_device(op, inputs);
   ResolvedCall r;
   r.outputs = infer_call(op, inputs, bound);
-  if (op.is_view() || op.input_cast() != InputCast::none) return r;
+  if (op.is_view() || !casts_nothing(op, inputs)) return r;
   r.kernel = &call_kernel(op, device, inputs, r.outputs, tactic);
   return r;
 }

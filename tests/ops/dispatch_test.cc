@@ -254,6 +254,17 @@ TEST(Dispatch, ResolvedCallsRunTheKernelTheyResolved) {
             nullptr);  // a view
   EXPECT_EQ(resolve_call(op("exp"), std::vector<Tensor>{ones({3}, DType::i32)}, op("exp").bind_attrs({})).kernel,
             nullptr);  // casts its input to floating point
+  // A casting op whose casts change nothing resolves, and runs as run_kernel would.
+  Tensor y = testing::random_tensor({7}, DType::f32, 14);
+  std::vector<Tensor> pair{x, y};
+  ResolvedCall add_r = resolve_call(op("add"), pair, op("add").bind_attrs({}));
+  ASSERT_NE(add_r.kernel, nullptr);
+  std::vector<Tensor> sum{empty({7})};
+  run_resolved(add_r, op("add"), pair, op("add").bind_attrs({}), sum);
+  EXPECT_TRUE(all_close(sum[0], x + y, {0, 0}));
+  EXPECT_EQ(resolve_call(op("add"), std::vector<Tensor>{x, y.to(DType::f64)}, op("add").bind_attrs({})).kernel,
+            nullptr);  // casts x to f64
+  EXPECT_NE(resolve_call(op("exp"), std::vector<Tensor>{x}, op("exp").bind_attrs({})).kernel, nullptr);
 }
 
 TEST(Dispatch, BadCallsAreErrorsNamingTheOpArgumentAndShape) {

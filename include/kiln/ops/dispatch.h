@@ -56,8 +56,8 @@ std::vector<TensorMeta> infer_call(const OpDef& op, std::span<const Tensor> inpu
 // A call whose inputs keep their devices, dtypes and shapes from run to run (an engine's step at
 // one batch) can be resolved once, as run_kernel would check it: devices, output metadata, the
 // kernel for the tactic. Running it resolved then skips all three (Note [Resolved calls] in
-// src/ops/dispatch.cc). Views and ops that cast their inputs are not resolved (kernel ==
-// nullptr): they go through run_kernel.
+// src/ops/dispatch.cc). Views, and ops whose input casts would change an input, are not resolved
+// (kernel == nullptr): they go through run_kernel.
 struct ResolvedCall {
   std::vector<TensorMeta> outputs;
   const KernelEntry* kernel = nullptr;
