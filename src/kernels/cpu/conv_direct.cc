@@ -529,6 +529,25 @@ void image_chunks(int64_t n, const Geometry& g, size_t xq_floats, size_t yq_floa
   });
 }
 
+// Where the pixel tiles' output pixels read X': output pixel q = (oh, ow) at oh * row + ow * col,
+// the last tile repeating the last pixel. Worked out per tile (one division) rather than kept per
+// pixel: the table took a division per output pixel on the calling thread before every call
+// (MobileNetV2's stem, 12544 pixels: 5% of its time on one thread).
+constexpr int64_t kMaxPixelTile = 16;
+struct PixelMap {
+  int64_t pixels = 0, wo = 1, row = 0, col = 1;
+  // Offsets of tile t's mr pixels into out[0 .. mr).
+  void tile(int64_t t, int64_t mr, int64_t* out) const {
+    const int64_t q0 = t * mr;
+    int64_t oh = q0 / wo, ow = q0 - oh * wo, off = 0;
+    for (int64_t i = 0; i < mr; ++i) {
+      if (q0 + i < pixels) off = oh * row + ow * col;  // else the tile's last pixel again
+      out[i] = off;
+      if (++ow == wo) ow = 0, ++oh;
+    }
+  }
+};
+
 // Note [Pixel panels]
 // A 1x1 convolution's pixel tiles read x in place, each step broadcasting the tile's pixels from
 // one channel row of x and the next step from the next row, a plane further on: a new cache line
@@ -543,15 +562,16 @@ void image_chunks(int64_t n, const Geometry& g, size_t xq_floats, size_t yq_floa
 // (576 -> 96 at 14 x 14).
 //
 // pack_pixel_panels: pixel tiles [t0, t1) of one image's x (cg channels, cstride apart), each
-// tile's mr pixels at pix[t * mr + i], packed as panel t = [channel][pixel] at out + t * cg * mr.
+// tile's mr pixels where `pix` places them, packed as panel t = [channel][pixel] at out + t * cg * mr.
 template <int MR>
-void pack_pixel_panels_mr(const float* x, int64_t cg, int64_t cstride, const int64_t* pix, int64_t t0, int64_t t1,
+void pack_pixel_panels_mr(const float* x, int64_t cg, int64_t cstride, const PixelMap& pix, int64_t t0, int64_t t1,
                           float* out) {
   // 16 channels at a time, so the lines one tile reads are still in L1 for the tiles after it.
   for (int64_t c0 = 0; c0 < cg; c0 += 16) {
     const int64_t c1 = std::min(cg, c0 + 16);
     for (int64_t t = t0; t < t1; ++t) {
-      const int64_t* pt = pix + t * MR;
+      int64_t pt[MR];
+      pix.tile(t, MR, pt);
       float* dst = out + (t * cg + c0) * MR;
       if (pt[MR - 1] - pt[0] == MR - 1) {  // consecutive pixels (unit stride, not the last tile)
         const float* src = x + c0 * cstride + pt[0];
@@ -564,7 +584,7 @@ void pack_pixel_panels_mr(const float* x, int64_t cg, int64_t cstride, const int
   }
 }
 
-void pack_pixel_panels(int64_t mr, const float* x, int64_t cg, int64_t cstride, const int64_t* pix, int64_t t0,
+void pack_pixel_panels(int64_t mr, const float* x, int64_t cg, int64_t cstride, const PixelMap& pix, int64_t t0,
                        int64_t t1, float* out) {
   switch (mr) {
     case 3: return pack_pixel_panels_mr<3>(x, cg, cstride, pix, t0, t1, out);
@@ -574,9 +594,12 @@ void pack_pixel_panels(int64_t mr, const float* x, int64_t cg, int64_t cstride, 
     case 8: return pack_pixel_panels_mr<8>(x, cg, cstride, pix, t0, t1, out);
     default: break;
   }
-  for (int64_t t = t0; t < t1; ++t)
+  int64_t pt[kMaxPixelTile];
+  for (int64_t t = t0; t < t1; ++t) {
+    pix.tile(t, mr, pt);
     for (int64_t c = 0; c < cg; ++c)
-      for (int64_t i = 0; i < mr; ++i) out[(t * cg + c) * mr + i] = x[c * cstride + pix[t * mr + i]];
+      for (int64_t i = 0; i < mr; ++i) out[(t * cg + c) * mr + i] = x[c * cstride + pt[i]];
+  }
 }
 
 // Note [Pixels as rows]: the driver. `fill(img, xq, r0, r1)` writes rows of image img's X'.
@@ -586,12 +609,8 @@ void pixel_rows(const Conv2dParams& p, const Geometry& g, const float* x, const 
                 const Fill& fill) {
   const int64_t mr = g.ptile.mr, nr = g.ptile.nr, howo = p.ho * p.wo;
   const int64_t ptiles = (howo + mr - 1) / mr, rows = ptiles * mr, panels = g.mpad / nr;
-  // Where each output pixel reads X' (its column of the product); the last tile repeats a pixel.
-  std::vector<int64_t> pix(static_cast<size_t>(rows));
-  for (int64_t i = 0; i < rows; ++i) {
-    const int64_t q = std::min(i, howo - 1);
-    pix[static_cast<size_t>(i)] = q / p.wo * g.pix_row + q % p.wo * g.pix_col;
-  }
+  KILN_ASSERT(mr <= kMaxPixelTile, "conv2d_direct_f32: a pixel tile of ", mr, " rows");
+  const PixelMap pix{howo, p.wo, g.pix_row, g.pix_col};
   // Note [Pixel panels]
   const bool pixel_panels = g.identity && g.taps == 1 && p.groups == 1 && panels > 4;
   std::vector<int64_t> lanes;  // with pixel panels, a tile's pixels are lanes 0 .. mr - 1 of its panel
@@ -603,7 +622,7 @@ void pixel_rows(const Conv2dParams& p, const Geometry& g, const float* x, const 
   // Rows [r0, r1) of X' (of g.hq), or with pixel panels the same share of the pixel tiles.
   auto fill_x = [&](int64_t img, float* xq, int64_t r0, int64_t r1) {
     if (!pixel_panels) return fill(img, xq, r0, r1);
-    pack_pixel_panels(mr, x + img * p.c * p.h * p.w, g.cg, g.cstride, pix.data(), ptiles * r0 / g.hq,
+    pack_pixel_panels(mr, x + img * p.c * p.h * p.w, g.cg, g.cstride, pix, ptiles * r0 / g.hq,
                       ptiles * r1 / g.hq, xq);
   };
   // Yt holds the partial sums between K slices (one image, one group); one slice needs none.
@@ -642,7 +661,9 @@ void pixel_rows(const Conv2dParams& p, const Geometry& g, const float* x, const 
         const bool last = c0 + kcur == g.cg;
         const int64_t img = img0 + m;
         const float* xi = xq != nullptr ? xq + m * xq_floats : x + img * p.c * p.h * p.w;
-        const int64_t* px = pix.data() + t * mr;
+        int64_t offsets[kMaxPixelTile];
+        const int64_t* px = offsets;
+        if (!pixel_panels) pix.tile(t, mr, offsets);
         int64_t ldx = g.cstride;
         if (pixel_panels) {
           xi += (t * g.cg + c0) * mr;
