@@ -53,6 +53,25 @@ TEST_P(ScanIsaTest, OddSizesMatchFloat64) {
   }
 }
 
+// The row sum behind global average pooling, at every tail length of the vector kernels.
+TEST_P(ScanIsaTest, SumMatchesFloat64AtEveryTail) {
+  const ScanKernelsF32 k = GetParam() == Isa::avx512 ? scan_kernels_f32_avx512()
+                           : GetParam() == Isa::avx2 ? scan_kernels_f32_avx2()
+                                                     : scan_kernels_f32_scalar();
+  std::vector<float> x = uniform01(1100, 5);
+  for (float& v : x) v -= 0.4f;
+  for (int64_t n = 0; n <= 70; ++n) {
+    for (int64_t off : {0, 1, 7}) {  // unaligned starts too
+      double want = 0;
+      for (int64_t i = 0; i < n; ++i) want += x[static_cast<size_t>(off + i)];
+      EXPECT_NEAR(k.sum(x.data() + off, n), want, 1e-12 * (1 + static_cast<double>(n))) << "n=" << n << " off=" << off;
+    }
+  }
+  double want = 0;
+  for (int64_t i = 0; i < 1049; ++i) want += x[static_cast<size_t>(i)];
+  EXPECT_NEAR(k.sum(x.data(), 1049), want, 1e-9);
+}
+
 TEST_P(ScanIsaTest, InPlace) {
   std::vector<float> x = uniform01(100003, 9), y = x;
   cumsum_f32(y.data(), y.data(), static_cast<int64_t>(y.size()));
