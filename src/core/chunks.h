@@ -3,8 +3,17 @@
 // starts where a fixed split would have put it and only the last chunks cross over to whichever
 // thread is ahead. On shared cores one thread often runs 10-20% slower than the other for a while,
 // and fixed halves then leave the faster one waiting.
+//
+// Note [Chunks that shrink]
+// Chunks are a fixed fraction of each thread's part (1 / per_thread of it) until what is left
+// gets small; from then on each is a 1 / (2 * threads) share of what is left, never under `min`
+// units. With fixed chunks alone, the thread that finished first waited for half a chunk on
+// average: in ResNet-18 at batch 1 on 2 threads each 3x3 layer's region ended with one thread
+// idle for ~30 us (of ~1 ms), its chunks being 16 tiles of ~4 us. The early chunks stay small
+// because a thread descheduled in the middle of one holds up the other until it is back.
 #pragma once
 
+#include <algorithm>
 #include <atomic>
 #include <cstdint>
 
@@ -12,23 +21,45 @@ namespace kiln {
 
 class TwoEndedChunks {
  public:
-  explicit TwoEndedChunks(int64_t chunks) : left_(static_cast<uint64_t>(chunks)) {}
+  // Units [0, n) for `threads`, in chunks of at least `min` units (unless n is smaller) and at
+  // most 1 / per_thread of a thread's part (or `min`, or what is left when less than `min` would
+  // remain).
+  TwoEndedChunks(int64_t n, int64_t min, int threads, int per_thread)
+      : n_(std::max<int64_t>(0, n)),
+        step_(std::max<int64_t>(1, (n_ + kMaxSlots - 1) / kMaxSlots)),
+        min_slots_(std::max<int64_t>(1, (std::max<int64_t>(1, min) + step_ - 1) / step_)),
+        max_slots_(std::max(min_slots_, ceil_div(ceil_div(n_, step_), int64_t{std::max(1, threads)} *
+                                                                            std::max(1, per_thread)))),
+        parts_(2 * std::max(1, threads)),
+        left_(static_cast<uint64_t>(ceil_div(n_, step_))) {}
 
-  // The next chunk for thread t, or -1 when none is left. Front and back are one word, so the two
-  // ends never hand out the same chunk.
-  int64_t take(int t) {
+  // The next chunk [u0, u1) for thread t; false when none is left. Front and back are one word, so
+  // the two ends never hand out the same units.
+  bool take(int t, int64_t& u0, int64_t& u1) {
     const bool front = t % 2 == 0;
     uint64_t cur = left_.load(std::memory_order_relaxed);
     for (;;) {
-      const uint64_t f = cur >> 32, b = cur & 0xffffffffu;
-      if (f >= b) return -1;
-      const uint64_t next = front ? ((f + 1) << 32 | b) : (f << 32 | (b - 1));
-      if (left_.compare_exchange_weak(cur, next, std::memory_order_relaxed)) return static_cast<int64_t>(front ? f : b - 1);
+      const int64_t f = static_cast<int64_t>(cur >> 32), b = static_cast<int64_t>(cur & 0xffffffffu);
+      if (f >= b) return false;
+      int64_t size = std::clamp(ceil_div(b - f, parts_), min_slots_, max_slots_);
+      if (b - f - size < min_slots_) size = b - f;  // no piece under `min` left between the ends
+      const int64_t s0 = front ? f : b - size;
+      const uint64_t next = front ? (static_cast<uint64_t>(f + size) << 32 | static_cast<uint64_t>(b))
+                                  : (static_cast<uint64_t>(f) << 32 | static_cast<uint64_t>(b - size));
+      if (left_.compare_exchange_weak(cur, next, std::memory_order_relaxed)) {
+        u0 = s0 * step_;
+        u1 = std::min(n_, (s0 + size) * step_);
+        return true;
+      }
     }
   }
 
  private:
-  std::atomic<uint64_t> left_;  // chunks [front, back): front in the high half
+  static constexpr int64_t kMaxSlots = int64_t{1} << 31;  // front and back fit 32 bits each
+  static constexpr int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
+  const int64_t n_, step_;  // a slot is step_ units (1 unless n exceeds kMaxSlots)
+  const int64_t min_slots_, max_slots_, parts_;
+  std::atomic<uint64_t> left_;  // slots [front, back): front in the high half
 };
 
 }  // namespace kiln

@@ -272,15 +272,14 @@ void parallel_for(int64_t begin, int64_t end, int64_t grain,
     fn(begin, end);
     return;
   }
-  // Note [Loops taken, not dealt]: the range goes in chunks of about an eighth of each thread's
-  // part (never under the grain) from a two-ended queue (core/chunks.h), as the convolution's and
-  // GEMM's splits do: each thread starts on the part a fixed split would give it, and a thread
-  // slowed by a neighbour on a shared core hands its last chunks to the other instead of holding
-  // it up.
-  const int64_t chunk = std::max(grain, (total + 8 * threads - 1) / (8 * threads));
-  TwoEndedChunks queue((total + chunk - 1) / chunk);
+  // Note [Loops taken, not dealt]: the range goes in chunks that shrink as it empties (never under
+  // the grain) from a two-ended queue (Note [Chunks that shrink] in core/chunks.h), as the
+  // convolution's and GEMM's splits do: each thread starts on the part a fixed split would give
+  // it, and a thread slowed by a neighbour on a shared core hands its last chunks to the other
+  // instead of holding it up.
+  TwoEndedChunks queue(total, grain, threads, 8);
   pool().run(threads, [&](int i, int) {
-    for (int64_t c; (c = queue.take(i)) >= 0;) fn(begin + c * chunk, std::min(end, begin + (c + 1) * chunk));
+    for (int64_t u0, u1; queue.take(i, u0, u1);) fn(begin + u0, begin + u1);
   });
 }
 

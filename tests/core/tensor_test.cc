@@ -8,6 +8,7 @@
 #include <string>
 #include <thread>
 
+#include "core/chunks.h"
 #include "support/testing.h"
 
 namespace kiln {
@@ -237,6 +238,48 @@ TEST(ThreadPool, ParallelForCoversTheRangeOnce) {
   EXPECT_THROW(parallel_for(0, 1000, 1, [](int64_t, int64_t) { throw Error("boom"); }), Error);
   set_num_threads(available_cores());
   EXPECT_KILN_ERROR(set_num_threads(0), "n >= 1");
+}
+
+// Note [Chunks that shrink]: every unit once, the front and back ends meeting, chunks capped at
+// 1 / per_thread of a thread's part, shrinking at the end down to the minimum, and ranges past
+// 2^32 units handed out whole.
+TEST(ThreadPool, TwoEndedChunksShrinkTowardsTheEnd) {
+  for (int64_t n : {1, 7, 33, 1000, 100003})
+    for (int64_t min : {1, 3, 50}) {
+      TwoEndedChunks q(n, min, 2, 8);
+      std::vector<int> hits(static_cast<size_t>(n), 0);
+      std::vector<int64_t> sizes;
+      int64_t front_end = 0, back_start = n;
+      for (int turn = 0;; ++turn) {
+        int64_t u0 = -1, u1 = -1;
+        if (!q.take(turn % 2, u0, u1)) break;
+        ASSERT_TRUE(0 <= u0 && u0 < u1 && u1 <= n) << u0 << " " << u1;
+        if (turn % 2 == 0) {
+          EXPECT_EQ(u0, front_end);
+          front_end = u1;
+        } else {
+          EXPECT_EQ(u1, back_start);
+          back_start = u0;
+        }
+        EXPECT_GE(u1 - u0, std::min(min, n));
+        EXPECT_LT(u1 - u0, std::max<int64_t>(min, (n + 15) / 16) + min);
+        sizes.push_back(u1 - u0);
+        for (int64_t i = u0; i < u1; ++i) ++hits[static_cast<size_t>(i)];
+      }
+      for (int h : hits) ASSERT_EQ(h, 1) << "n " << n << " min " << min;
+      EXPECT_LT(sizes.back(), 2 * min) << "n " << n << " min " << min;
+      if (n >= 1000 && min == 1) {
+        EXPECT_LT(sizes.back(), sizes.front());
+      }
+    }
+  const int64_t huge = (int64_t{1} << 33) + 5;
+  TwoEndedChunks q(huge, 1, 2, 8);
+  int64_t covered = 0, u0 = 0, u1 = 0, last = 0;
+  for (int turn = 0; q.take(0, u0, u1); ++turn) {
+    ASSERT_EQ(u0, last);
+    covered += u1 - u0, last = u1;
+  }
+  EXPECT_EQ(covered, huge);
 }
 
 // Note [Loops taken, not dealt]: the calling thread stalls in its first chunk until the other has

@@ -737,21 +737,18 @@ void pixel_rows(const Conv2dParams& p, const Geometry& g, const float* x, const 
   float* yt = yt_floats ? thread_scratch<float, ScratchSlot::direct_conv_y>(yt_floats) : nullptr;
   float* xq = xq_floats ? thread_scratch<float, ScratchSlot::direct_conv_x>(xq_floats) : nullptr;
   // Note [Shares taken, not dealt]: the split's units (pixel tiles, panels, or (panel, tile)
-  // pairs in panel-major order) go in chunks of about a sixteenth of each thread's part, from a
-  // queue both ends of which are taken (TwoEndedChunks, chunks.h). With fixed halves one thread
+  // pairs in panel-major order) go in chunks that shrink as the queue empties, from a queue both
+  // ends of which are taken (Note [Chunks that shrink] in core/chunks.h). With fixed halves one thread
   // waited for the other: on 2 shared cores, ResNet-18 at batch 1, the two threads' busy times
   // differed by 3-20% from run to run, either way round. Each thread starts on the part a fixed
   // split would give it (its rows of X', filled by it: a first parallel region fills X' row bands,
   // the second computes), and only the last chunks cross over.
   const int64_t units = by_pairs ? panels * ptiles : by_pixels ? ptiles : panels;
-  const int64_t per_chunk = std::max<int64_t>(1, units / (16 * threads));
-  const int64_t chunks = (units + per_chunk - 1) / per_chunk;
   struct Share {
     int64_t j0, j1, q0, q1;
   };
-  // Chunk c as at most three rectangles of filter panels [j0, j1) x pixel tiles [q0, q1).
-  auto rectangles = [&](int64_t c, Share out[3]) {
-    const int64_t u0 = c * per_chunk, u1 = std::min(units, u0 + per_chunk);
+  // Units [u0, u1) as at most three rectangles of filter panels [j0, j1) x pixel tiles [q0, q1).
+  auto rectangles = [&](int64_t u0, int64_t u1, Share out[3]) {
     if (by_pixels) {
       out[0] = {0, panels, u0, u1};
       return 1;
@@ -773,11 +770,11 @@ void pixel_rows(const Conv2dParams& p, const Geometry& g, const float* x, const 
   for (int64_t img = 0; img < p.n; ++img) {
     if (xq != nullptr)
       parallel_run(threads, [&](int t, int nt) { fill_x(img, xq, g.hq * t / nt, g.hq * (t + 1) / nt); });
-    TwoEndedChunks queue(chunks);
+    TwoEndedChunks queue(units, 1, threads, 16);
     parallel_run(threads, [&](int t, int) {
       Share rects[3];
-      for (int64_t c; (c = queue.take(t)) >= 0;) {
-        const int count = rectangles(c, rects);
+      for (int64_t u0, u1; queue.take(t, u0, u1);) {
+        const int count = rectangles(u0, u1, rects);
         for (int i = 0; i < count; ++i) run(img, 1, xq, yt, rects[i].j0, rects[i].j1, rects[i].q0, rects[i].q1);
       }
     });

@@ -316,10 +316,11 @@ void gemm_run(const Problem& pr) {
     });
     return;
   }
-  // Note [Column chunks taken, not dealt]: the column panels go in chunks of about an eighth of
-  // each thread's part from a two-ended queue (chunks.h), so a thread slowed by a neighbour on a
-  // shared core does not hold the other up at the end. A, shared by every chunk, is packed once
-  // first (its row panels split between the threads) instead of by every chunk.
+  // Note [Column chunks taken, not dealt]: the column panels go in chunks that shrink as the
+  // queue empties, from its two ends (Note [Chunks that shrink] in core/chunks.h), so a thread
+  // slowed by a neighbour on a shared core does not hold the other up at the end. A, shared by
+  // every chunk, is packed once first (its row panels split between the threads) instead of by
+  // every chunk.
   Problem q = pr;
   if (q.a_packed == nullptr && !reads_a_in_place(pr)) {
     const int64_t mpad = round_up(m, kk.mr), kslice = k_slice(kk.kc, pr.k), panels = mpad / kk.mr;
@@ -334,11 +335,9 @@ void gemm_run(const Problem& pr) {
     q.a_packed = abuf;
     q.a_mpad = mpad;
   }
-  const int64_t per_chunk = std::max<int64_t>(1, blocks / (8 * threads)), chunks = (blocks + per_chunk - 1) / per_chunk;
-  TwoEndedChunks queue(chunks);
+  TwoEndedChunks queue(blocks, 1, threads, 8);
   parallel_run(threads, [&](int t, int) {
-    for (int64_t c; (c = queue.take(t)) >= 0;)
-      gemm_block(q, 0, m, c * per_chunk * kk.nr, std::min(n, (c + 1) * per_chunk * kk.nr));
+    for (int64_t b0, b1; queue.take(t, b0, b1);) gemm_block(q, 0, m, b0 * kk.nr, std::min(n, b1 * kk.nr));
   });
 }
 
