@@ -14,6 +14,8 @@
 #include <cmath>
 #include <functional>
 #include <limits>
+#include <string>
+#include <thread>
 #include <utility>
 #include <vector>
 
@@ -296,6 +298,56 @@ TEST_F(ConvDirectTest, OneImageSplitsPanelsAndTilesTogether) {
             << kernels::cpu::isa_name(isa);
     }
   }
+}
+
+// Note [X' filled in the compute region]: one padded image's pixel tiles on 2 and 3 threads (bands
+// that split output rows and tiles unevenly, by pixel rows and by filter panels, plain and
+// strided copies, and pixel panels), and on two user threads at once, where the second runs its
+// region inline, band after band, on its own (it must neither wait forever nor read a band
+// before it is filled).
+TEST_F(ConvDirectTest, PixelTilesFillXInTheirOwnRegion) {
+  const std::vector<Case> cases = {
+      Case{{1, 17, 33, 33}, {32, 17, 3, 3}, {1, 1}, {1, 1, 1, 1}},
+      Case{{1, 16, 40, 41}, {32, 16, 3, 3}, {2, 2}, {1, 1, 1, 1}},
+      Case{{1, 64, 7, 7}, {256, 64, 3, 3}, {1, 1}, {1, 1, 1, 1}},
+      Case{{1, 3, 33, 33}, {7, 3, 7, 7}, {2, 2}, {3, 3, 3, 3}},
+      Case{{1, 300, 5, 5}, {260, 300, 1, 1}},
+  };
+  ForcedTiling forced(kernels::cpu::DirectConvTiling::pixels);
+  uint64_t seed = 2000;
+  auto check = [&](const Case& c, uint64_t s, const std::string& what) {
+    Tensor x = random_tensor(c.x, DType::f32, s), w = random_tensor(c.w, DType::f32, s + 1);
+    Tensor bias = random_tensor({c.w[0]}, DType::f32, s + 2);
+    Tensor want = ref::conv2d(x, w, bias, c.stride, c.padding, c.dilation, c.groups);
+    Tensor mag = ref::conv2d(abs_values(x), abs_values(w), abs_values(bias), c.stride, c.padding, c.dilation, c.groups);
+    return close_by_magnitude(run_direct(c, x, w, bias, {}, false), want, mag, 1e-5)
+               ? ::testing::AssertionSuccess()
+               : ::testing::AssertionFailure() << what << " x " << shape_str(c.x) << " w " << shape_str(c.w);
+  };
+  for (kernels::cpu::Isa isa : direct_isas()) {
+    kernels::cpu::IsaOverride on(isa);
+    for (int threads : {2, 3}) {
+      set_num_threads(threads);
+      for (const Case& c : cases) {
+        EXPECT_TRUE(kernels::cpu::conv2d_direct_pixel_rows(conv_params_of(c)));
+        EXPECT_TRUE(check(c, seed, std::to_string(threads) + " threads"));
+        seed += 3;
+      }
+    }
+  }
+  set_num_threads(2);
+  std::vector<::testing::AssertionResult> results(2, ::testing::AssertionSuccess());
+  auto user = [&](int u) {
+    for (int rep = 0; rep < 10 && results[static_cast<size_t>(u)]; ++rep)
+      for (size_t i = 0; i < cases.size(); ++i)
+        if (auto r = check(cases[i], 3000 + 10 * i + 100 * rep + 1000 * u, "user thread " + std::to_string(u)); !r)
+          results[static_cast<size_t>(u)] = r;
+  };
+  std::thread other(user, 1);
+  user(0);
+  other.join();
+  EXPECT_TRUE(results[0]);
+  EXPECT_TRUE(results[1]);
 }
 
 // Each layer takes the tiling that wastes less of its tiles: the pixel tiles on ResNet's layers

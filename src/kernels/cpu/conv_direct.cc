@@ -4,7 +4,9 @@
 #include <atomic>
 #include <cstdint>
 #include <cstring>
+#include <memory>
 #include <numeric>
+#include <thread>
 #include <utility>
 #include <vector>
 
@@ -767,15 +769,63 @@ void pixel_rows(const Conv2dParams& p, const Geometry& g, const float* x, const 
     }
     return count;
   };
+  // Note [X' filled in the compute region]: X' is cut into one band of rows per thread (with
+  // pixel panels, of pixel tiles), and each thread fills its own band first, then starts on its
+  // chunks, which mostly read its own band. Before a chunk that reads a band it did not fill, a
+  // thread fills that band itself if nobody has claimed it, or waits for the thread filling it
+  // (which is running: a claimed band is being filled, so a region run inline by one thread, band
+  // after band, never waits). This took the place of a parallel region of its own for the fill,
+  // whose barrier cost each padded layer a hand-off and the wait for the slower filler: ResNet-18
+  // at batch 1 on 2 threads, 18 such regions a run (bench/RESULTS.md, 2026-12-04 20:10).
+  std::unique_ptr<std::atomic<int>[]> band_state(xq != nullptr ? new std::atomic<int>[static_cast<size_t>(threads)]
+                                                               : nullptr);
+  const int64_t bands = threads;
+  // The X' rows of band b, or with pixel panels its pixel tiles.
+  auto band_range = [&](int64_t b) {
+    const int64_t r0 = g.hq * b / bands, r1 = g.hq * (b + 1) / bands;
+    return pixel_panels ? std::make_pair(ptiles * r0 / g.hq, ptiles * r1 / g.hq) : std::make_pair(r0, r1);
+  };
+  enum : int { kUnfilled, kFilling, kFilled };
+  auto ensure_band = [&](int64_t img, int64_t b) {
+    std::atomic<int>& st = band_state[static_cast<size_t>(b)];
+    int state = st.load(std::memory_order_acquire);
+    if (state == kFilled) return;
+    if (state == kUnfilled && st.compare_exchange_strong(state, kFilling, std::memory_order_acq_rel)) {
+      struct Done {  // marked filled even if the fill throws, so no thread waits forever
+        std::atomic<int>& st;
+        ~Done() { st.store(kFilled, std::memory_order_release); }
+      } done{st};
+      fill_x(img, xq, g.hq * b / bands, g.hq * (b + 1) / bands);
+      return;
+    }
+    for (int spin = 0; st.load(std::memory_order_acquire) != kFilled; ++spin)
+      if (spin > 1000) std::this_thread::yield();
+  };
+  // Every band that pixel tiles [q0, q1) read.
+  auto ensure_tiles = [&](int64_t img, int64_t q0, int64_t q1) {
+    int64_t lo = q0, hi = q1;  // with pixel panels the bands are tile ranges
+    if (!pixel_panels) {
+      lo = q0 * mr / p.wo * g.rows_per_out;
+      hi = std::min(g.hq, (std::min(howo, q1 * mr) - 1) / p.wo * g.rows_per_out + g.shift_h + 1);
+    }
+    for (int64_t b = 0; b < bands; ++b) {
+      const auto [b0, b1] = band_range(b);
+      if (b0 < hi && lo < b1) ensure_band(img, b);
+    }
+  };
   for (int64_t img = 0; img < p.n; ++img) {
     if (xq != nullptr)
-      parallel_run(threads, [&](int t, int nt) { fill_x(img, xq, g.hq * t / nt, g.hq * (t + 1) / nt); });
+      for (int64_t b = 0; b < bands; ++b) band_state[static_cast<size_t>(b)].store(kUnfilled, std::memory_order_relaxed);
     TwoEndedChunks queue(units, 1, threads, 16);
     parallel_run(threads, [&](int t, int) {
+      if (xq != nullptr && t < bands) ensure_band(img, t);
       Share rects[3];
       for (int64_t u0, u1; queue.take(t, u0, u1);) {
         const int count = rectangles(u0, u1, rects);
-        for (int i = 0; i < count; ++i) run(img, 1, xq, yt, rects[i].j0, rects[i].j1, rects[i].q0, rects[i].q1);
+        for (int i = 0; i < count; ++i) {
+          if (xq != nullptr) ensure_tiles(img, rects[i].q0, rects[i].q1);
+          run(img, 1, xq, yt, rects[i].j0, rects[i].j1, rects[i].q0, rects[i].q1);
+        }
       }
     });
   }
