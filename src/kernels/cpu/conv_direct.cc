@@ -231,24 +231,38 @@ Geometry geometry(const Conv2dParams& p, const GemmKernelF32& kk) {
   return g;
 }
 
+// Columns [j_lo, j_hi) of a phase plane hold input columns j * sw + d in [0, W); the rest of each
+// row is padding. The same for every row and channel, so worked out once per fill (per row and
+// channel, small planes spent as long on it as on the copy).
+struct PhaseSpan {
+  int64_t d, j_lo, j_hi;
+};
+std::vector<PhaseSpan> phase_spans(const Conv2dParams& p, const Geometry& g) {
+  std::vector<PhaseSpan> spans;
+  for (const auto& phase : g.phases) {
+    const int64_t d = phase.second - p.pad_left;
+    int64_t j_lo = 0, j_hi = g.wq;
+    while (j_lo < g.wq && j_lo * p.stride_w + d < 0) ++j_lo;
+    while (j_hi > j_lo && (j_hi - 1) * p.stride_w + d >= p.w) --j_hi;
+    spans.push_back({d, j_lo, j_hi});
+  }
+  return spans;
+}
+
 // Rows [i0, i1) of every phase plane of one channel of X' from that channel of x (xc: H x W).
 // Stride 2 across columns splits each input row into its even and odd columns once (vectorized,
 // window_f32.h's deinterleave2, into `split`: 2 * (W / 2 + 1) floats) and copies runs of those;
 // the planes of one row phase are adjacent (taps are enumerated row by row), so a row is split
-// once for all its column phases. Other strides gather element by element.
-void fill_rows(const Conv2dParams& p, const Geometry& g, const float* xc, float* dst, int64_t i0, int64_t i1,
-               const WindowKernelsF32& wk, float* split) {
+// once for all its column phases. Other strides gather element by element. spans: phase_spans.
+void fill_rows(const Conv2dParams& p, const Geometry& g, const PhaseSpan* spans, const float* xc, float* dst,
+               int64_t i0, int64_t i1, const WindowKernelsF32& wk, float* split) {
   float* even = split;
   float* odd = split + (p.w / 2 + 1);
   int64_t split_row = -1;
   for (int64_t i = i0; i < i1; ++i) {
     for (size_t slot = 0; slot < g.phases.size(); ++slot) {
-      const auto [ph, pw] = g.phases[slot];
-      // Columns j of the plane whose input column j * sw + d lies in [0, W).
-      const int64_t d = pw - p.pad_left;
-      int64_t j_lo = 0, j_hi = g.wq;
-      while (j_lo < g.wq && j_lo * p.stride_w + d < 0) ++j_lo;
-      while (j_hi > j_lo && (j_hi - 1) * p.stride_w + d >= p.w) --j_hi;
+      const int64_t ph = g.phases[slot].first;
+      const auto [d, j_lo, j_hi] = spans[slot];
       float* row = dst + static_cast<int64_t>(slot) * g.plane + i * g.wq;
       const int64_t y = i * p.stride_h + ph - p.pad_top;
       if (y < 0 || y >= p.h || j_lo == j_hi) {
@@ -924,10 +938,11 @@ void conv2d_direct_f32(const Conv2dParams& p, const float* x, const float* w, co
   // A plain X' is the polyphase layout of a unit-stride convolution (one phase).
   Conv2dParams fp = p;
   if (g.plain) fp.stride_h = fp.stride_w = 1;
+  const std::vector<PhaseSpan> spans = phase_spans(fp, g);
   auto fill = [&](int64_t img, float* xq, int64_t r0, int64_t r1) {
     std::vector<float> split(fp.stride_w == 2 ? static_cast<size_t>(2 * (p.w / 2 + 1)) : 0);
     for (int64_t c = 0; c < p.c; ++c)
-      fill_rows(fp, g, x + (img * p.c + c) * p.h * p.w, xq + c * g.cstride, r0, r1, wk, split.data());
+      fill_rows(fp, g, spans.data(), x + (img * p.c + c) * p.h * p.w, xq + c * g.cstride, r0, r1, wk, split.data());
   };
 
   int threads = in_parallel_region() ? 1 : get_num_threads();
