@@ -56,6 +56,12 @@ bool conv2d_direct_supported(const Conv2dParams& p);
 int conv2d_direct_tile_rows(const Conv2dParams& p);
 // Whether the convolution runs with output pixels as the tile's rows (Note [Pixels as rows]).
 bool conv2d_direct_pixel_rows(const Conv2dParams& p);
+// Both at once (one look at the shape): what packed filters are keyed by.
+struct DirectConvLayout {
+  int tile_rows = 0;
+  bool pixel_rows = false;
+};
+DirectConvLayout conv2d_direct_layout(const Conv2dParams& p);
 // For tests and benchmarks: while one lives, every direct convolution uses this tiling (where the
 // ISA has it) whatever its params say; the previous setting comes back when it goes. Not for use
 // while convolutions run on other threads.

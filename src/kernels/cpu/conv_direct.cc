@@ -852,11 +852,14 @@ bool conv2d_direct_supported(const Conv2dParams& p) {
          p.k / p.groups > 0 && p.r > 0 && p.s > 0;
 }
 
-int conv2d_direct_tile_rows(const Conv2dParams& p) {
-  return static_cast<int>(geometry(p, gemm_kernel_f32(active_isa())).panel);
+DirectConvLayout conv2d_direct_layout(const Conv2dParams& p) {
+  const Geometry g = geometry(p, gemm_kernel_f32(active_isa()));
+  return {static_cast<int>(g.panel), g.pixels};
 }
 
-bool conv2d_direct_pixel_rows(const Conv2dParams& p) { return geometry(p, gemm_kernel_f32(active_isa())).pixels; }
+int conv2d_direct_tile_rows(const Conv2dParams& p) { return conv2d_direct_layout(p).tile_rows; }
+
+bool conv2d_direct_pixel_rows(const Conv2dParams& p) { return conv2d_direct_layout(p).pixel_rows; }
 
 DirectConvTilingOverride::DirectConvTilingOverride(DirectConvTiling t)
     : saved_(static_cast<DirectConvTiling>(g_forced_tiling.exchange(static_cast<int>(t)))) {}
