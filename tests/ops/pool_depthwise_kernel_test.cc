@@ -13,9 +13,11 @@
 #include <limits>
 #include <optional>
 #include <utility>
+#include <vector>
 
 #include "kernels/cpu/conv_depthwise.h"
 #include "kernels/cpu/isa.h"
+#include "kernels/cpu/window_f32.h"
 #include "support/testing.h"
 
 namespace kiln {
@@ -399,6 +401,29 @@ TEST_P(WindowIsaTest, DepthwiseClampIsReluOrRelu6AndKeepsNaN) {
 }
 
 // ---- max pool backward ----------------------------------------------------------------------------
+
+// The direct convolution's padded row copy: zeros, the row, zeros, for every split of a row into
+// padding and input around the 8- and 16-float vectors (and no write past a row's width).
+TEST_P(WindowIsaTest, PadRowsCopiesBetweenZeros) {
+  const kernels::cpu::WindowKernelsF32 k = kernels::cpu::window_kernels_f32(GetParam());
+  ASSERT_NE(k.pad_rows, nullptr);
+  std::vector<float> src(3 * 40);
+  for (size_t i = 0; i < src.size(); ++i) src[i] = static_cast<float>(i) + 0.5f;
+  for (int64_t lo : {0, 1, 3, 16, 17})
+    for (int64_t n : {0, 1, 7, 8, 15, 16, 17, 33, 40})
+      for (int64_t right : {0, 1, 2, 9}) {
+        const int64_t width = lo + n + right, rows = 3;
+        std::vector<float> dst(static_cast<size_t>(rows * width + 1), -7.0f);
+        k.pad_rows(src.data(), 40, dst.data(), rows, lo, n, width);
+        for (int64_t r = 0; r < rows; ++r)
+          for (int64_t j = 0; j < width; ++j) {
+            const float want = j >= lo && j < lo + n ? src[static_cast<size_t>(r * 40 + j - lo)] : 0.0f;
+            ASSERT_EQ(dst[static_cast<size_t>(r * width + j)], want) << "lo " << lo << " n " << n << " right " << right
+                                                                      << " row " << r << " col " << j;
+          }
+        ASSERT_EQ(dst.back(), -7.0f) << "wrote past the last row";
+      }
+}
 
 TEST_P(WindowIsaTest, MaxPoolBackwardF32MatchesF64) {
   uint64_t seed = 600;

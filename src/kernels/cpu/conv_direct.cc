@@ -256,6 +256,26 @@ std::vector<PhaseSpan> phase_spans(const Conv2dParams& p, const Geometry& g) {
 // once for all its column phases. Other strides gather element by element. spans: phase_spans.
 void fill_rows(const Conv2dParams& p, const Geometry& g, const PhaseSpan* spans, const float* xc, float* dst,
                int64_t i0, int64_t i1, const WindowKernelsF32& wk, float* split) {
+  if (p.stride_w == 1) {
+    // Each phase plane's input rows in one call (y rises with i: the rows past the top padding are
+    // input rows up to the bottom padding), the padding rows as one run of zeros each side.
+    for (size_t slot = 0; slot < g.phases.size(); ++slot) {
+      const int64_t ph = g.phases[slot].first;
+      const auto [d, j_lo, j_hi] = spans[slot];
+      float* plane = dst + static_cast<int64_t>(slot) * g.plane;
+      auto y_of = [&](int64_t i) { return i * p.stride_h + ph - p.pad_top; };
+      int64_t a = i0;
+      while (a < i1 && y_of(a) < 0) ++a;
+      int64_t b = a;
+      while (b < i1 && y_of(b) < p.h) ++b;
+      if (j_lo == j_hi) a = b = i1;  // no input column lands in this plane
+      std::fill(plane + i0 * g.wq, plane + a * g.wq, 0.0f);
+      if (a < b) wk.pad_rows(xc + y_of(a) * p.w + (j_lo + d), p.stride_h * p.w, plane + a * g.wq, b - a, j_lo,
+                             j_hi - j_lo, g.wq);
+      std::fill(plane + b * g.wq, plane + i1 * g.wq, 0.0f);
+    }
+    return;
+  }
   float* even = split;
   float* odd = split + (p.w / 2 + 1);
   int64_t split_row = -1;
@@ -271,9 +291,7 @@ void fill_rows(const Conv2dParams& p, const Geometry& g, const PhaseSpan* spans,
       }
       const float* xr = xc + y * p.w;
       std::fill(row, row + j_lo, 0.0f);
-      if (p.stride_w == 1) {
-        std::copy(xr + (j_lo + d), xr + (j_hi + d), row + j_lo);
-      } else if (p.stride_w == 2) {
+      if (p.stride_w == 2) {
         if (split_row != y) {
           wk.deinterleave2(xr, even, odd, p.w / 2);
           if (p.w % 2) even[p.w / 2] = xr[p.w - 1];

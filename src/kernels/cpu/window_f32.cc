@@ -56,10 +56,21 @@ void deinterleave2__scalar(const float* in, float* even, float* odd, int64_t n) 
   }
 }
 
+void pad_rows__scalar(const float* src, int64_t src_step, float* dst, int64_t rows, int64_t lo, int64_t n,
+                      int64_t width) {
+  for (int64_t r = 0; r < rows; ++r, src += src_step, dst += width) {
+    std::fill(dst, dst + lo, 0.0f);
+    std::copy(src, src + n, dst + lo);
+    std::fill(dst + lo + n, dst + width, 0.0f);
+  }
+}
+
 }  // namespace
 
 WindowKernelsF32 window_kernels_f32_scalar() {
-  return {max_taps__scalar, avg_taps__scalar, fma_taps__scalar, deinterleave2__scalar, nullptr};
+  WindowKernelsF32 k{max_taps__scalar, avg_taps__scalar, fma_taps__scalar, deinterleave2__scalar, nullptr};
+  k.pad_rows = pad_rows__scalar;
+  return k;
 }
 
 WindowKernelsF32 window_kernels_f32(Isa isa) {

@@ -36,6 +36,11 @@ struct WindowKernelsF32 {
   void (*depthwise5x5_block16)(const WindowGeom& g, const DepthwiseBlockF32& b) = nullptr;
   // Whether those kernels apply DepthwiseBlockF32::hardswish (AVX2's and AVX-512's do).
   bool block_hardswish = false;
+  // `rows` rows of `width` floats at dst (contiguous), row r = `lo` zeros, then src[r * src_step]
+  // .. + n, then zeros to the width (lo + n <= width): a zero-padded copy of input rows, as the
+  // direct convolution's X' holds them.
+  void (*pad_rows)(const float* src, int64_t src_step, float* dst, int64_t rows, int64_t lo, int64_t n,
+                   int64_t width) = nullptr;
 };
 WindowKernelsF32 window_kernels_f32_scalar();
 WindowKernelsF32 window_kernels_f32_avx2();

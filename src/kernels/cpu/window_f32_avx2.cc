@@ -198,6 +198,20 @@ void deinterleave2__avx2(const float* in, float* even, float* odd, int64_t n) {
 }
 
 
+// Full vectors with plain loads and stores, the ends one by one (Note [No masked stores on Zen] in
+// avx2_util.h), and no library calls per row.
+void pad_rows__avx2(const float* src, int64_t src_step, float* dst, int64_t rows, int64_t lo, int64_t n,
+                    int64_t width) {
+  for (int64_t r = 0; r < rows; ++r, src += src_step, dst += width) {
+    for (int64_t j = 0; j < lo; ++j) dst[j] = 0.0f;
+    float* mid = dst + lo;
+    int64_t j = 0;
+    for (; j + 8 <= n; j += 8) _mm256_storeu_ps(mid + j, _mm256_loadu_ps(src + j));
+    for (; j < n; ++j) mid[j] = src[j];
+    for (int64_t k = lo + n; k < width; ++k) dst[k] = 0.0f;
+  }
+}
+
 // Note [Depthwise in channel blocks] in window_f32.h, with the 16 channels of a block as two
 // vectors of 8: the transposes are 8 x 8 (8 pixels at a time, each half of the block on its own),
 // and the output rows go out with plain stores (Note [No masked stores on Zen] in avx2_util.h).
@@ -328,13 +342,15 @@ void depthwise5x5_block16__avx2(const WindowGeom& g, const DepthwiseBlockF32& a)
 }  // namespace
 
 WindowKernelsF32 window_kernels_f32_avx2() {
-  return {max_taps__avx2,
-          avg_taps__avx2,
-          fma_taps__avx2,
-          deinterleave2__avx2,
-          depthwise3x3_block16__avx2,
-          depthwise5x5_block16__avx2,
-          /*block_hardswish=*/true};
+  WindowKernelsF32 k{max_taps__avx2,
+                     avg_taps__avx2,
+                     fma_taps__avx2,
+                     deinterleave2__avx2,
+                     depthwise3x3_block16__avx2,
+                     depthwise5x5_block16__avx2,
+                     /*block_hardswish=*/true};
+  k.pad_rows = pad_rows__avx2;
+  return k;
 }
 
 }  // namespace kiln::kernels::cpu
