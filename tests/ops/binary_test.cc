@@ -59,7 +59,9 @@ TEST(Binary, BroadcastingAndNonContiguous) {
       if (!c.dtypes.contains(t)) continue;
       auto [lo, hi] = range_for(c.op, t);
       const std::vector<std::pair<Shape, Shape>> shapes = {
-          {{7, 33}, {33}}, {{7, 1}, {1, 33}}, {{3, 1, 5}, {4, 1}}, {{}, {7, 3}}, {{1000}, {}}, {{2, 3, 4}, {2, 3, 4}}};
+          {{7, 33}, {33}}, {{7, 1}, {1, 33}}, {{3, 1, 5}, {4, 1}}, {{}, {7, 3}}, {{1000}, {}}, {{2, 3, 4}, {2, 3, 4}},
+          // runs long enough for f32's vector kernels, one value broadcast on either side
+          {{3, 1}, {3, 100}}, {{3, 100}, {3, 1}}};
       for (const auto& [sa, sb] : shapes) {
         Tensor a = random_tensor(sa, t, 5, lo, hi), b = random_tensor(sb, t, 6, lo, hi);
         Tensor want = ref::binary(c.op, a, b);

@@ -7,6 +7,7 @@
 
 #include <bit>
 #include <cmath>
+#include <cstdint>
 #include <cstdio>
 #include <limits>
 #include <optional>
@@ -233,6 +234,49 @@ double act_ref(VmathAct a, double v) {
 
 // A 3-row block with padded leading dimensions: every activation, with/without row and column
 // bias and residual, residual on either side of the activation, and the residual aliasing y.
+// Binary arithmetic gives the scalar operators' bits (Note [f32 arithmetic through vmath] in
+// src/ops/defs/binary/arith.cc): arrays and broadcast values on either side, every tail, in place,
+// with infinities, NaN, zeros of both signs and denormals among the values.
+TEST_P(VmathIsaTest, BinaryMatchesScalarBitForBit) {
+  const VmathKernelsF32& k = vmath_kernels_f32(active_isa());
+  std::mt19937 g(11);
+  std::uniform_real_distribution<float> d(-3.0f, 3.0f);
+  const float specials[] = {0.0f, -0.0f, std::numeric_limits<float>::infinity(), -std::numeric_limits<float>::infinity(),
+                            std::numeric_limits<float>::quiet_NaN(), std::numeric_limits<float>::denorm_min(), 1e30f};
+  auto same = [](float x, float y) { return std::bit_cast<uint32_t>(x) == std::bit_cast<uint32_t>(y) || (x != x && y != y); };
+  auto apply = [](int op, float x, float y) {
+    switch (op) {
+      case 0: return x + y;
+      case 1: return x - y;
+      case 2: return x * y;
+      default: return x / y;
+    }
+  };
+  for (int op = 0; op < kVmathBinOps; ++op)
+    for (int64_t n : {1, 7, 15, 16, 17, 33, 100})
+      for (int64_t sa : {0, 1})
+        for (int64_t sb : {0, 1}) {
+          std::vector<float> a(static_cast<size_t>(n)), b(static_cast<size_t>(n)), y(static_cast<size_t>(n) + 1, 42.0f);
+          for (int64_t i = 0; i < n; ++i) {
+            a[static_cast<size_t>(i)] = i % 5 == 3 ? specials[(i / 5) % 7] : d(g);
+            b[static_cast<size_t>(i)] = i % 7 == 2 ? specials[(i / 7 + 3) % 7] : d(g);
+          }
+          k.binary[op](a.data(), sa, b.data(), sb, y.data(), n);
+          for (int64_t i = 0; i < n; ++i) {
+            const float want = apply(op, a[static_cast<size_t>(sa * i)], b[static_cast<size_t>(sb * i)]);
+            ASSERT_TRUE(same(y[static_cast<size_t>(i)], want))
+                << "op " << op << " n " << n << " sa " << sa << " sb " << sb << " i " << i << ": " << y[static_cast<size_t>(i)]
+                << " vs " << want;
+          }
+          ASSERT_EQ(y.back(), 42.0f) << "wrote past n";
+          if (sa == 1) {  // in place over a
+            std::vector<float> in = a;
+            k.binary[op](in.data(), 1, b.data(), sb, in.data(), n);
+            for (int64_t i = 0; i < n; ++i) ASSERT_TRUE(same(in[static_cast<size_t>(i)], y[static_cast<size_t>(i)]));
+          }
+        }
+}
+
 TEST_P(VmathIsaTest, BlockEpilogue) {
   const VmathKernelsF32& k = vmath_kernels_f32(active_isa());
   std::mt19937 g(9);

@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <functional>
 
 namespace kiln::kernels::cpu {
 
@@ -83,6 +84,11 @@ void epilogue_s(float* y, int64_t ldy, int64_t m, int64_t n, const float* row_bi
     }
 }
 
+template <class Op>
+void binary_s(const float* a, int64_t sa, const float* b, int64_t sb, float* y, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) y[i] = Op{}(a[i * sa], b[i * sb]);
+}
+
 const VmathKernelsF32 kScalar{
     Isa::scalar,
     {unary_s<apply_s<exp_d>>, unary_s<apply_s<log_d>>, unary_s<apply_s<tanh_d>>, unary_s<apply_s<sigmoid_s>>,
@@ -91,7 +97,9 @@ const VmathKernelsF32 kScalar{
     max_s,
     {epilogue_s<none_s>, epilogue_s<relu_s>, epilogue_s<relu6_s>, epilogue_s<apply_s<sigmoid_s>>,
      epilogue_s<apply_s<tanh_d>>, epilogue_s<apply_s<silu_s>>, epilogue_s<apply_s<gelu_s>>,
-     epilogue_s<apply_s<gelu_tanh_s>>, epilogue_s<hardswish_s>}};
+     epilogue_s<apply_s<gelu_tanh_s>>, epilogue_s<hardswish_s>},
+    {binary_s<std::plus<float>>, binary_s<std::minus<float>>, binary_s<std::multiplies<float>>,
+     binary_s<std::divides<float>>}};
 
 }  // namespace
 

@@ -38,12 +38,20 @@ using VmathMaxF32 = float (*)(const float* x, int64_t n);
 using VmathEpilogueF32 = void (*)(float* y, int64_t ldy, int64_t m, int64_t n, const float* row_bias,
                                   const float* col_bias, const float* res, int64_t ldr, bool res_before);
 
+// Elementwise binary arithmetic, IEEE-rounded as the scalar operators are (so every ISA gives the
+// same bits): y[i] = a[i * sa] op b[i * sb] for i < n, with sa, sb each 1 (an array) or 0 (one
+// value, broadcast). y may be a or b (in place) but must not overlap them otherwise.
+enum class VmathBinOp { add, sub, mul, div };
+inline constexpr int kVmathBinOps = 4;
+using VmathBinaryF32 = void (*)(const float* a, int64_t sa, const float* b, int64_t sb, float* y, int64_t n);
+
 struct VmathKernelsF32 {
   Isa isa;
   VmathUnaryF32 unary[kVmathFns];  // indexed by VmathFn
   VmathExpSumF32 exp_shift_sum;
   VmathMaxF32 max;
   VmathEpilogueF32 epilogue[kVmathActs];  // indexed by VmathAct
+  VmathBinaryF32 binary[kVmathBinOps];    // indexed by VmathBinOp
 };
 
 const VmathKernelsF32& vmath_kernels_f32_scalar();

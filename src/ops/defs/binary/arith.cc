@@ -3,7 +3,9 @@
 #include <cmath>
 #include <type_traits>
 
+#include "kernels/cpu/isa.h"
 #include "kernels/cpu/loops.h"
+#include "kernels/cpu/vmath.h"
 #include "kiln/ops/binary.h"
 #include "ops/defs/common.h"
 #include "ops/defs/register_all.h"
@@ -25,6 +27,54 @@ KernelFn same_type_kernel(F f) {
     visit_dtype(k.in(0).dtype(), [&](auto tag) {
       using T = typename decltype(tag)::type;
       binary_loop<T, T>(k.out(0), k.in(0), k.in(1), [&](compute_t<T> a, compute_t<T> b) { return f(a, b); });
+    });
+  };
+}
+
+// Note [f32 arithmetic through vmath]
+// The generic elementwise loop is compiled for the baseline ISA (SSE2). For f32 add, sub, mul and
+// div, each contiguous or broadcast run of at least kVmathRun floats goes to vmath's binary kernel
+// for the active ISA instead (the same IEEE operations, so the same bits). One-thread engines of
+// 20 chained ops, alternating with the SSE2 loop (min of 1000 runs, twice): 64 x 56 x 56 plus a
+// tensor of that shape 0.576 -> 0.370 ms, 16 planes of 56 x 56 times one value each 0.151 ->
+// 0.085, 96 planes of 14 x 14 0.066 -> 0.050. Runs of 7 x 7 (a squeeze-excite scale) were slower
+// through the vector kernel (0.122 -> 0.152 ms for 576 planes), so shorter runs, and runs with
+// other strides, keep the generic loop's patterns.
+constexpr int64_t kVmathRun = 64;
+
+template <class F>
+KernelFn arith_kernel(kernels::cpu::VmathBinOp op, F f) {
+  return [op, f](const KernelCall& k) {
+    if (k.out(0).dtype() != DType::f32 || k.in(0).dtype() != DType::f32 || k.in(1).dtype() != DType::f32) {
+      same_type_kernel(f)(k);
+      return;
+    }
+    const kernels::cpu::VmathBinaryF32 bin =
+        kernels::cpu::vmath_kernels_f32(kernels::cpu::active_isa()).binary[static_cast<int>(op)];
+    const Tensor ops[3] = {k.out(0), k.in(0), k.in(1)};
+    kernels::cpu::for_each_run<3>(ops, [&](char** p, const int64_t* s, int64_t n) {
+      constexpr int64_t w = sizeof(float);
+      if (n >= kVmathRun && s[0] == w && (s[1] == w || s[1] == 0) && (s[2] == w || s[2] == 0)) {
+        bin(reinterpret_cast<const float*>(p[1]), s[1] / w, reinterpret_cast<const float*>(p[2]), s[2] / w,
+            reinterpret_cast<float*>(p[0]), n);
+        return;
+      }
+      float* o = reinterpret_cast<float*>(p[0]);
+      const float* x = reinterpret_cast<const float*>(p[1]);
+      const float* y = reinterpret_cast<const float*>(p[2]);
+      if (s[0] == w && s[1] == w && s[2] == w) {
+        for (int64_t i = 0; i < n; ++i) o[i] = f(x[i], y[i]);
+      } else if (s[0] == w && s[1] == w && s[2] == 0) {
+        const float yv = *y;
+        for (int64_t i = 0; i < n; ++i) o[i] = f(x[i], yv);
+      } else if (s[0] == w && s[1] == 0 && s[2] == w) {
+        const float xv = *x;
+        for (int64_t i = 0; i < n; ++i) o[i] = f(xv, y[i]);
+      } else {
+        for (int64_t i = 0; i < n; ++i)
+          *reinterpret_cast<float*>(p[0] + i * s[0]) =
+              f(*reinterpret_cast<const float*>(p[1] + i * s[1]), *reinterpret_cast<const float*>(p[2] + i * s[2]));
+      }
     });
   };
 }
@@ -139,7 +189,8 @@ Tensor extreme_share(const Tensor& g, const VjpCtx& c, bool for_a, bool is_max) 
 
 void register_binary_arith_ops(OpRegistry& r) {
   binary_def(r, "add(Tensor a, Tensor b) -> Tensor", "Add", 7)
-      .kernel(DeviceType::cpu, DTypeSet::all(), same_type_kernel([](auto a, auto b) { return static_cast<decltype(a)>(a + b); }))
+      .kernel(DeviceType::cpu, DTypeSet::all(),
+              arith_kernel(kernels::cpu::VmathBinOp::add, [](auto a, auto b) { return static_cast<decltype(a)>(a + b); }))
 #if KILN_HAS_CUDA
       .kernel(DeviceType::cuda, {DType::f32},
               [](const KernelCall& k) { kernels::cuda::add_f32(k.out(0), k.in(0), k.in(1)); })
@@ -147,17 +198,19 @@ void register_binary_arith_ops(OpRegistry& r) {
       .vjp(binary_rule({}, [](const Tensor& g, const VjpCtx&) { return g; }, [](const Tensor& g, const VjpCtx&) { return g; }))
       .doc("a + b (bool: logical or)");
   binary_def(r, "sub(Tensor a, Tensor b) -> Tensor", "Sub", 7)
-      .kernel(DeviceType::cpu, kArith, same_type_kernel([](auto a, auto b) { return static_cast<decltype(a)>(a - b); }))
+      .kernel(DeviceType::cpu, kArith,
+              arith_kernel(kernels::cpu::VmathBinOp::sub, [](auto a, auto b) { return static_cast<decltype(a)>(a - b); }))
       .vjp(binary_rule({}, [](const Tensor& g, const VjpCtx&) { return g; }, [](const Tensor& g, const VjpCtx&) { return neg(g); }))
       .doc("a - b");
   binary_def(r, "mul(Tensor a, Tensor b) -> Tensor", "Mul", 7)
-      .kernel(DeviceType::cpu, DTypeSet::all(), same_type_kernel([](auto a, auto b) { return static_cast<decltype(a)>(a * b); }))
+      .kernel(DeviceType::cpu, DTypeSet::all(),
+              arith_kernel(kernels::cpu::VmathBinOp::mul, [](auto a, auto b) { return static_cast<decltype(a)>(a * b); }))
       .vjp(binary_rule({0, 1}, [](const Tensor& g, const VjpCtx& c) { return g * c.inputs[1]; }, [](const Tensor& g, const VjpCtx& c) { return g * c.inputs[0]; }))
       .doc("a * b (bool: logical and)");
   binary_def(r, "div(Tensor a, Tensor b) -> Tensor", "Div", 7)
       .kernel(DeviceType::cpu, kArith, [](const KernelCall& k) {
         check_int_divisor(k.in(1), "div");
-        same_type_kernel([](auto a, auto b) {
+        arith_kernel(kernels::cpu::VmathBinOp::div, [](auto a, auto b) {
           using C = decltype(a);
           if constexpr (std::is_floating_point_v<C>) return a / b;
           else return int_div(a, b);
