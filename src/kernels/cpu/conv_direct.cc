@@ -253,7 +253,8 @@ std::vector<PhaseSpan> phase_spans(const Conv2dParams& p, const Geometry& g) {
 // Stride 2 across columns splits each input row into its even and odd columns once (vectorized,
 // window_f32.h's deinterleave2, into `split`: 2 * (W / 2 + 1) floats) and copies runs of those;
 // the planes of one row phase are adjacent (taps are enumerated row by row), so a row is split
-// once for all its column phases. Other strides gather element by element. spans: phase_spans.
+// once for all its column phases. Other strides gather element by element. Unit stride: each
+// phase plane's input rows go through the ISA's pad_rows in one call. spans: phase_spans.
 void fill_rows(const Conv2dParams& p, const Geometry& g, const PhaseSpan* spans, const float* xc, float* dst,
                int64_t i0, int64_t i1, const WindowKernelsF32& wk, float* split) {
   if (p.stride_w == 1) {
@@ -772,11 +773,11 @@ void pixel_rows(const Conv2dParams& p, const Geometry& g, const float* x, const 
   float* xq = xq_floats ? thread_scratch<float, ScratchSlot::direct_conv_x>(xq_floats) : nullptr;
   // Note [Shares taken, not dealt]: the split's units (pixel tiles, panels, or (panel, tile)
   // pairs in panel-major order) go in chunks that shrink as the queue empties, from a queue both
-  // ends of which are taken (Note [Chunks that shrink] in core/chunks.h). With fixed halves one thread
-  // waited for the other: on 2 shared cores, ResNet-18 at batch 1, the two threads' busy times
-  // differed by 3-20% from run to run, either way round. Each thread starts on the part a fixed
-  // split would give it (its rows of X', filled by it: a first parallel region fills X' row bands,
-  // the second computes), and only the last chunks cross over.
+  // ends of which are taken (Note [Chunks that shrink] in core/chunks.h). With fixed halves one
+  // thread waited for the other: on 2 shared cores, ResNet-18 at batch 1, the two threads' busy
+  // times differed by 3-20% from run to run, either way round. Each thread starts on the part a
+  // fixed split would give it (the rows of X' it fills itself: Note [X' filled in the compute
+  // region]), and only the last chunks cross over.
   const int64_t units = by_pairs ? panels * ptiles : by_pixels ? ptiles : panels;
   struct Share {
     int64_t j0, j1, q0, q1;
@@ -808,7 +809,7 @@ void pixel_rows(const Conv2dParams& p, const Geometry& g, const float* x, const 
   // (which is running: a claimed band is being filled, so a region run inline by one thread, band
   // after band, never waits). This took the place of a parallel region of its own for the fill,
   // whose barrier cost each padded layer a hand-off and the wait for the slower filler: ResNet-18
-  // at batch 1 on 2 threads, 18 such regions a run (bench/RESULTS.md, 2026-12-04 20:10).
+  // at batch 1 on 2 threads, 18 such regions a run (bench/RESULTS.md, 2026-12-04 19:45 - 20:45).
   std::unique_ptr<std::atomic<int>[]> band_state(xq != nullptr ? new std::atomic<int>[static_cast<size_t>(threads)]
                                                                : nullptr);
   const int64_t bands = threads;
