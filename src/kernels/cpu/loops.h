@@ -65,11 +65,11 @@ LoopPlan<N> plan_loop(std::span<const Tensor> ops) {
   return p;
 }
 
-// Calls fn(ptrs, inner_strides, n) over runs of the innermost merged dim. ptrs[k] points at the
-// run's first element of operand k; inner_strides[k] is its byte stride within the run.
+// Calls fn(ptrs, inner_strides, n) over runs of the innermost merged dim of plan p. ptrs[k]
+// points at the run's first element of operand k; inner_strides[k] is its byte stride within the
+// run.
 template <int N, class Fn>
-void for_each_run(std::span<const Tensor> ops, Fn&& fn, int64_t grain = kGrain) {
-  LoopPlan<N> p = plan_loop<N>(ops);
+void for_each_run(const LoopPlan<N>& p, Fn&& fn, int64_t grain = kGrain) {
   const int64_t total = numel_of(p.shape);
   if (total == 0) return;
   const int nd = static_cast<int>(p.shape.size());
@@ -107,6 +107,12 @@ void for_each_run(std::span<const Tensor> ops, Fn&& fn, int64_t grain = kGrain) 
   });
 }
 
+// The same over the plan of `ops` (operand 0 the output).
+template <int N, class Fn>
+void for_each_run(std::span<const Tensor> ops, Fn&& fn, int64_t grain = kGrain) {
+  for_each_run<N>(plan_loop<N>(ops), fn, grain);
+}
+
 // out = f(in) elementwise. f maps compute_t<In> to compute_t<Out>. Inputs broadcast to out.
 template <class Out, class In, class F>
 void unary_loop(const Tensor& out, const Tensor& in, F f) {
@@ -126,32 +132,38 @@ void unary_loop(const Tensor& out, const Tensor& in, F f) {
   });
 }
 
+// One run of binary_loop (for_each_run<3>'s ptrs and byte strides, operands out, a, b): the
+// contiguous and broadcast-value patterns as plain loops the compiler vectorizes, others strided.
+// Inlined into each run loop, as binary_loop's body was.
+template <class Out, class In, class F>
+[[gnu::always_inline]] inline void binary_run(char** p, const int64_t* s, int64_t n, F& f) {
+  auto* o = reinterpret_cast<Out*>(p[0]);
+  auto* x = reinterpret_cast<const In*>(p[1]);
+  auto* y = reinterpret_cast<const In*>(p[2]);
+  using C = compute_t<In>;
+  if (s[0] == sizeof(Out) && s[1] == sizeof(In) && s[2] == sizeof(In)) {
+    for (int64_t i = 0; i < n; ++i) o[i] = convert<Out>(f(static_cast<C>(x[i]), static_cast<C>(y[i])));
+  } else if (s[0] == sizeof(Out) && s[1] == sizeof(In) && s[2] == 0) {
+    const C yv = static_cast<C>(*y);
+    for (int64_t i = 0; i < n; ++i) o[i] = convert<Out>(f(static_cast<C>(x[i]), yv));
+  } else if (s[0] == sizeof(Out) && s[1] == 0 && s[2] == sizeof(In)) {
+    const C xv = static_cast<C>(*x);
+    for (int64_t i = 0; i < n; ++i) o[i] = convert<Out>(f(xv, static_cast<C>(y[i])));
+  } else {
+    for (int64_t i = 0; i < n; ++i) {
+      auto* oi = reinterpret_cast<Out*>(p[0] + i * s[0]);
+      auto* xi = reinterpret_cast<const In*>(p[1] + i * s[1]);
+      auto* yi = reinterpret_cast<const In*>(p[2] + i * s[2]);
+      *oi = convert<Out>(f(static_cast<C>(*xi), static_cast<C>(*yi)));
+    }
+  }
+}
+
 // out = f(a, b) elementwise with broadcasting; a and b have the same element type In.
 template <class Out, class In, class F>
 void binary_loop(const Tensor& out, const Tensor& a, const Tensor& b, F f) {
   const Tensor ops[3] = {out, a, b};
-  for_each_run<3>(ops, [&](char** p, const int64_t* s, int64_t n) {
-    auto* o = reinterpret_cast<Out*>(p[0]);
-    auto* x = reinterpret_cast<const In*>(p[1]);
-    auto* y = reinterpret_cast<const In*>(p[2]);
-    using C = compute_t<In>;
-    if (s[0] == sizeof(Out) && s[1] == sizeof(In) && s[2] == sizeof(In)) {
-      for (int64_t i = 0; i < n; ++i) o[i] = convert<Out>(f(static_cast<C>(x[i]), static_cast<C>(y[i])));
-    } else if (s[0] == sizeof(Out) && s[1] == sizeof(In) && s[2] == 0) {
-      const C yv = static_cast<C>(*y);
-      for (int64_t i = 0; i < n; ++i) o[i] = convert<Out>(f(static_cast<C>(x[i]), yv));
-    } else if (s[0] == sizeof(Out) && s[1] == 0 && s[2] == sizeof(In)) {
-      const C xv = static_cast<C>(*x);
-      for (int64_t i = 0; i < n; ++i) o[i] = convert<Out>(f(xv, static_cast<C>(y[i])));
-    } else {
-      for (int64_t i = 0; i < n; ++i) {
-        auto* oi = reinterpret_cast<Out*>(p[0] + i * s[0]);
-        auto* xi = reinterpret_cast<const In*>(p[1] + i * s[1]);
-        auto* yi = reinterpret_cast<const In*>(p[2] + i * s[2]);
-        *oi = convert<Out>(f(static_cast<C>(*xi), static_cast<C>(*yi)));
-      }
-    }
-  });
+  for_each_run<3>(ops, [&](char** p, const int64_t* s, int64_t n) { binary_run<Out, In>(p, s, n, f); });
 }
 
 // Copies (and converts) src into dst elementwise; src broadcasts to dst's shape.

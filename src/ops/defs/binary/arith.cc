@@ -38,8 +38,9 @@ KernelFn same_type_kernel(F f) {
 // 20 chained ops, alternating with the SSE2 loop (min of 1000 runs, twice): 64 x 56 x 56 plus a
 // tensor of that shape 0.576 -> 0.370 ms, 16 planes of 56 x 56 times one value each 0.151 ->
 // 0.085, 96 planes of 14 x 14 0.066 -> 0.050. Runs of 7 x 7 (a squeeze-excite scale) were slower
-// through the vector kernel (0.122 -> 0.152 ms for 576 planes), so shorter runs, and runs with
-// other strides, keep the generic loop's patterns.
+// through the vector kernel (0.122 -> 0.152 ms for 576 planes), so an op whose runs are shorter
+// takes binary_loop's loop whole (a test per run cost it 0.122 -> 0.137), and runs with other
+// strides take its strided pattern.
 constexpr int64_t kVmathRun = 64;
 
 template <class F>
@@ -52,29 +53,21 @@ KernelFn arith_kernel(kernels::cpu::VmathBinOp op, F f) {
     const kernels::cpu::VmathBinaryF32 bin =
         kernels::cpu::vmath_kernels_f32(kernels::cpu::active_isa()).binary[static_cast<int>(op)];
     const Tensor ops[3] = {k.out(0), k.in(0), k.in(1)};
-    kernels::cpu::for_each_run<3>(ops, [&](char** p, const int64_t* s, int64_t n) {
+    const kernels::cpu::LoopPlan<3> plan = kernels::cpu::plan_loop<3>(ops);
+    if (plan.shape.back() < kVmathRun) {  // short runs: binary_loop's loop, with no per-run test
+      kernels::cpu::for_each_run<3>(plan, [&](char** p, const int64_t* s, int64_t n) {
+        kernels::cpu::binary_run<float, float>(p, s, n, f);
+      });
+      return;
+    }
+    kernels::cpu::for_each_run<3>(plan, [&](char** p, const int64_t* s, int64_t n) {
       constexpr int64_t w = sizeof(float);
-      if (n >= kVmathRun && s[0] == w && (s[1] == w || s[1] == 0) && (s[2] == w || s[2] == 0)) {
+      if (s[0] == w && (s[1] == w || s[1] == 0) && (s[2] == w || s[2] == 0)) {
         bin(reinterpret_cast<const float*>(p[1]), s[1] / w, reinterpret_cast<const float*>(p[2]), s[2] / w,
             reinterpret_cast<float*>(p[0]), n);
         return;
       }
-      float* o = reinterpret_cast<float*>(p[0]);
-      const float* x = reinterpret_cast<const float*>(p[1]);
-      const float* y = reinterpret_cast<const float*>(p[2]);
-      if (s[0] == w && s[1] == w && s[2] == w) {
-        for (int64_t i = 0; i < n; ++i) o[i] = f(x[i], y[i]);
-      } else if (s[0] == w && s[1] == w && s[2] == 0) {
-        const float yv = *y;
-        for (int64_t i = 0; i < n; ++i) o[i] = f(x[i], yv);
-      } else if (s[0] == w && s[1] == 0 && s[2] == w) {
-        const float xv = *x;
-        for (int64_t i = 0; i < n; ++i) o[i] = f(xv, y[i]);
-      } else {
-        for (int64_t i = 0; i < n; ++i)
-          *reinterpret_cast<float*>(p[0] + i * s[0]) =
-              f(*reinterpret_cast<const float*>(p[1] + i * s[1]), *reinterpret_cast<const float*>(p[2] + i * s[2]));
-      }
+      kernels::cpu::binary_run<float, float>(p, s, n, f);
     });
   };
 }
