@@ -84,6 +84,27 @@ Tensor& dispatch_inplace(const OpDef& op, const char* inplace_name, Tensor& self
 
 namespace {
 
+// The dtype run_kernel casts each input to under the op's InputCast (an input's own dtype where
+// nothing applies: before cast_first_input, undefined, or InputCast::none).
+std::vector<DType> cast_dtypes(const OpDef& op, std::span<const Tensor> inputs) {
+  std::vector<DType> to(inputs.size(), DType::f32);
+  for (size_t i = 0; i < inputs.size(); ++i)
+    if (inputs[i].defined()) to[i] = inputs[i].dtype();
+  if (op.input_cast() == InputCast::none) return to;
+  const size_t first = static_cast<size_t>(op.cast_first_input());
+  if (op.input_cast() == InputCast::common) {
+    std::optional<DType> common;
+    for (size_t i = first; i < inputs.size(); ++i)
+      if (inputs[i].defined()) common = common ? promote_types(*common, inputs[i].dtype()) : inputs[i].dtype();
+    for (size_t i = first; i < inputs.size(); ++i)
+      if (inputs[i].defined()) to[i] = *common;
+  } else {
+    for (size_t i = first; i < inputs.size(); ++i)
+      if (inputs[i].defined()) to[i] = to_floating(inputs[i].dtype());
+  }
+  return to;
+}
+
 // All defined inputs on one device (the CPU when none is defined).
 Device call_device(const OpDef& op, std::span<const Tensor> inputs) {
   Device device = Device::cpu();
@@ -143,20 +164,10 @@ std::vector<Tensor> run_kernel(const OpCall& call, std::vector<Tensor> outputs, 
   std::span<const Tensor> kin(inputs);
   if (op.input_cast() != InputCast::none) {
     cast_inputs = inputs;
-    size_t first = static_cast<size_t>(op.cast_first_input());
-    if (op.input_cast() == InputCast::common) {
-      std::optional<DType> common;
-      for (size_t i = first; i < inputs.size(); ++i)
-        if (inputs[i].defined()) common = common ? promote_types(*common, inputs[i].dtype()) : inputs[i].dtype();
-      for (size_t i = first; i < cast_inputs.size(); ++i) {
-        Tensor& t = cast_inputs[i];
-        if (t.defined() && t.dtype() != *common) t = t.to(*common);
-      }
-    } else {
-      for (size_t i = first; i < cast_inputs.size(); ++i) {
-        Tensor& t = cast_inputs[i];
-        if (t.defined() && t.dtype() != to_floating(t.dtype())) t = t.to(to_floating(t.dtype()));
-      }
+    const std::vector<DType> to = cast_dtypes(op, inputs);
+    for (size_t i = 0; i < cast_inputs.size(); ++i) {
+      Tensor& t = cast_inputs[i];
+      if (t.defined() && t.dtype() != to[i]) t = t.to(to[i]);
     }
     kin = cast_inputs;
   }
@@ -196,22 +207,13 @@ std::vector<Tensor> run_kernel(const OpCall& call, std::vector<Tensor> outputs, 
 
 namespace {
 
-// Whether run_kernel's input casts leave these inputs as they are (common: one dtype among them;
-// to floating: none integral), so a resolved call may skip them.
+// Whether run_kernel's input casts leave these inputs as they are, so a resolved call may skip
+// them.
 bool casts_nothing(const OpDef& op, std::span<const Tensor> inputs) {
   if (op.input_cast() == InputCast::none) return true;
-  const size_t first = static_cast<size_t>(op.cast_first_input());
-  std::optional<DType> common;
-  for (size_t i = first; i < inputs.size(); ++i) {
-    if (!inputs[i].defined()) continue;
-    const DType d = inputs[i].dtype();
-    if (op.input_cast() != InputCast::common) {
-      if (d != to_floating(d)) return false;
-    } else if (common && d != *common) {
-      return false;
-    }
-    common = d;
-  }
+  const std::vector<DType> to = cast_dtypes(op, inputs);
+  for (size_t i = 0; i < inputs.size(); ++i)
+    if (inputs[i].defined() && inputs[i].dtype() != to[i]) return false;
   return true;
 }
 
