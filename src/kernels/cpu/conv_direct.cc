@@ -654,11 +654,12 @@ void pixel_rows(const Conv2dParams& p, const Geometry& g, const float* x, const 
     std::iota(lanes.begin(), lanes.end(), int64_t{0});
     xq_floats = static_cast<size_t>(rows * g.cg);
   }
-  // Rows [r0, r1) of X' (of g.hq), or with pixel panels the same share of the pixel tiles.
+  // Rows [r0, r1) of X' (of g.hq), or with pixel panels the same share of the pixel tiles: tiles
+  // [panel_tile(r0), panel_tile(r1)).
+  auto panel_tile = [&](int64_t r) { return ptiles * r / g.hq; };
   auto fill_x = [&](int64_t img, float* xq, int64_t r0, int64_t r1) {
     if (!pixel_panels) return fill(img, xq, r0, r1);
-    pack_pixel_panels(mr, x + img * p.c * p.h * p.w, g.cg, g.cstride, pix, ptiles * r0 / g.hq,
-                      ptiles * r1 / g.hq, xq);
+    pack_pixel_panels(mr, x + img * p.c * p.h * p.w, g.cg, g.cstride, pix, panel_tile(r0), panel_tile(r1), xq);
   };
   // Yt holds the partial sums between K slices (one image, one group); one slice needs none.
   const size_t yt_floats = g.kcs < g.cg ? static_cast<size_t>(rows * g.mpad) : 0;
@@ -816,7 +817,7 @@ void pixel_rows(const Conv2dParams& p, const Geometry& g, const float* x, const 
   // The X' rows of band b, or with pixel panels its pixel tiles.
   auto band_range = [&](int64_t b) {
     const int64_t r0 = g.hq * b / bands, r1 = g.hq * (b + 1) / bands;
-    return pixel_panels ? std::make_pair(ptiles * r0 / g.hq, ptiles * r1 / g.hq) : std::make_pair(r0, r1);
+    return pixel_panels ? std::make_pair(panel_tile(r0), panel_tile(r1)) : std::make_pair(r0, r1);
   };
   enum : int { kUnfilled, kFilling, kFilled };
   auto ensure_band = [&](int64_t img, int64_t b) {
