@@ -62,6 +62,13 @@ struct DirectConvLayout {
   bool pixel_rows = false;
 };
 DirectConvLayout conv2d_direct_layout(const Conv2dParams& p);
+// The (pixel tile, filter tap) pairs the pixel tiles run per image and group, with the epilogue in
+// the tiles' store, and how many that is without skipping taps that read only padding (Note [Taps
+// that read only padding]); {0, 0} when the convolution runs column tiles.
+struct DirectConvTapPairs {
+  int64_t run = 0, every = 0;
+};
+DirectConvTapPairs conv2d_direct_tap_pairs(const Conv2dParams& p);
 // For tests and benchmarks: while one lives, every direct convolution uses this tiling (where the
 // ISA has it) whatever its params say; the previous setting comes back when it goes. Not for use
 // while convolutions run on other threads.

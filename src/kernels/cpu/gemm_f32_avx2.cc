@@ -224,7 +224,7 @@ void f32_conv_taps_4x24__avx2(int taps, const int64_t* tap_off, int64_t k, const
 // broadcasts one activation per pixel (from its own offset) and loads NV vectors of the packed
 // filter panel.
 template <int MR, int NV>
-void f32_conv_pixels_ukernel__avx2(int taps, const int64_t* tap_off, int64_t k, const float* x, const int64_t* pix,
+void f32_conv_pixels_ukernel__avx2(int taps, const int64_t* tap_off, const int32_t* tap_blk, int64_t k, const float* x, const int64_t* pix,
                                    int64_t ldx, const float* b, float* c, int64_t ldc, bool accumulate,
                                    const ConvPixelsOutF32* out) {
   static_assert(MR * NV <= 12 && MR <= 8);
@@ -241,8 +241,10 @@ void f32_conv_pixels_ukernel__avx2(int taps, const int64_t* tap_off, int64_t k, 
 #pragma GCC unroll 4
     for (int v = 0; v < NV; ++v) acc[i][v] = _mm256_setzero_ps();
   }
+  const float* const b0 = b;
   for (int t = 0; t < taps; ++t) {
     const float* xt = x + tap_off[t];
+    if (tap_blk != nullptr) b = b0 + tap_blk[t] * k * (8 * NV);
 #pragma GCC unroll 2
     for (int64_t p = 0; p < k; ++p) {
       if constexpr (kPixelsFirst) {
@@ -317,20 +319,20 @@ void f32_conv_pixels_ukernel__avx2(int taps, const int64_t* tap_off, int64_t k, 
   with_tile_store(ep, store);
 }
 
-void f32_conv_pixels_6x16__avx2(int taps, const int64_t* tap_off, int64_t k, const float* x, const int64_t* pix,
+void f32_conv_pixels_6x16__avx2(int taps, const int64_t* tap_off, const int32_t* tap_blk, int64_t k, const float* x, const int64_t* pix,
                                 int64_t ldx, const float* b, float* c, int64_t ldc, bool accumulate,
                                 const ConvPixelsOutF32* out) {
-  f32_conv_pixels_ukernel__avx2<6, 2>(taps, tap_off, k, x, pix, ldx, b, c, ldc, accumulate, out);
+  f32_conv_pixels_ukernel__avx2<6, 2>(taps, tap_off, tap_blk, k, x, pix, ldx, b, c, ldc, accumulate, out);
 }
-void f32_conv_pixels_4x24__avx2(int taps, const int64_t* tap_off, int64_t k, const float* x, const int64_t* pix,
+void f32_conv_pixels_4x24__avx2(int taps, const int64_t* tap_off, const int32_t* tap_blk, int64_t k, const float* x, const int64_t* pix,
                                 int64_t ldx, const float* b, float* c, int64_t ldc, bool accumulate,
                                 const ConvPixelsOutF32* out) {
-  f32_conv_pixels_ukernel__avx2<4, 3>(taps, tap_off, k, x, pix, ldx, b, c, ldc, accumulate, out);
+  f32_conv_pixels_ukernel__avx2<4, 3>(taps, tap_off, tap_blk, k, x, pix, ldx, b, c, ldc, accumulate, out);
 }
-void f32_conv_pixels_3x32__avx2(int taps, const int64_t* tap_off, int64_t k, const float* x, const int64_t* pix,
+void f32_conv_pixels_3x32__avx2(int taps, const int64_t* tap_off, const int32_t* tap_blk, int64_t k, const float* x, const int64_t* pix,
                                 int64_t ldx, const float* b, float* c, int64_t ldc, bool accumulate,
                                 const ConvPixelsOutF32* out) {
-  f32_conv_pixels_ukernel__avx2<3, 4>(taps, tap_off, k, x, pix, ldx, b, c, ldc, accumulate, out);
+  f32_conv_pixels_ukernel__avx2<3, 4>(taps, tap_off, tap_blk, k, x, pix, ldx, b, c, ldc, accumulate, out);
 }
 
 }  // namespace

@@ -267,7 +267,7 @@ void f32_conv_taps_8x48_halo__avx512(int taps, const int64_t* tap_off, int64_t k
 // vectors of 16 output channels. Each step broadcasts one activation per pixel (each from its own
 // offset, so the pixels need not be adjacent) and loads NV vectors of the packed filter panel.
 template <int MR, int NV>
-void f32_conv_pixels_ukernel__avx512(int taps, const int64_t* tap_off, int64_t k, const float* x,
+void f32_conv_pixels_ukernel__avx512(int taps, const int64_t* tap_off, const int32_t* tap_blk, int64_t k, const float* x,
                                      const int64_t* pix, int64_t ldx, const float* b, float* c, int64_t ldc,
                                      bool accumulate, const ConvPixelsOutF32* out) {
   static_assert(MR * NV <= 24 && MR <= 8);
@@ -279,8 +279,10 @@ void f32_conv_pixels_ukernel__avx512(int taps, const int64_t* tap_off, int64_t k
 #pragma GCC unroll 4
     for (int v = 0; v < NV; ++v) acc[i][v] = _mm512_setzero_ps();
   }
+  const float* const b0 = b;
   for (int t = 0; t < taps; ++t) {
     const float* xt = x + tap_off[t];
+    if (tap_blk != nullptr) b = b0 + tap_blk[t] * k * (16 * NV);
 #pragma GCC unroll 2
     for (int64_t p = 0; p < k; ++p) {
       _mm_prefetch(reinterpret_cast<const char*>(b + 8 * 16 * NV), _MM_HINT_T0);
@@ -367,20 +369,20 @@ void f32_conv_pixels_ukernel__avx512(int taps, const int64_t* tap_off, int64_t k
   with_tile_store(ep, store);
 }
 
-void f32_conv_pixels_7x48__avx512(int taps, const int64_t* tap_off, int64_t k, const float* x, const int64_t* pix,
+void f32_conv_pixels_7x48__avx512(int taps, const int64_t* tap_off, const int32_t* tap_blk, int64_t k, const float* x, const int64_t* pix,
                                   int64_t ldx, const float* b, float* c, int64_t ldc, bool accumulate,
                                   const ConvPixelsOutF32* out) {
-  f32_conv_pixels_ukernel__avx512<7, 3>(taps, tap_off, k, x, pix, ldx, b, c, ldc, accumulate, out);
+  f32_conv_pixels_ukernel__avx512<7, 3>(taps, tap_off, tap_blk, k, x, pix, ldx, b, c, ldc, accumulate, out);
 }
-void f32_conv_pixels_6x64__avx512(int taps, const int64_t* tap_off, int64_t k, const float* x, const int64_t* pix,
+void f32_conv_pixels_6x64__avx512(int taps, const int64_t* tap_off, const int32_t* tap_blk, int64_t k, const float* x, const int64_t* pix,
                                   int64_t ldx, const float* b, float* c, int64_t ldc, bool accumulate,
                                   const ConvPixelsOutF32* out) {
-  f32_conv_pixels_ukernel__avx512<6, 4>(taps, tap_off, k, x, pix, ldx, b, c, ldc, accumulate, out);
+  f32_conv_pixels_ukernel__avx512<6, 4>(taps, tap_off, tap_blk, k, x, pix, ldx, b, c, ldc, accumulate, out);
 }
-void f32_conv_pixels_8x32__avx512(int taps, const int64_t* tap_off, int64_t k, const float* x, const int64_t* pix,
+void f32_conv_pixels_8x32__avx512(int taps, const int64_t* tap_off, const int32_t* tap_blk, int64_t k, const float* x, const int64_t* pix,
                                   int64_t ldx, const float* b, float* c, int64_t ldc, bool accumulate,
                                   const ConvPixelsOutF32* out) {
-  f32_conv_pixels_ukernel__avx512<8, 2>(taps, tap_off, k, x, pix, ldx, b, c, ldc, accumulate, out);
+  f32_conv_pixels_ukernel__avx512<8, 2>(taps, tap_off, tap_blk, k, x, pix, ldx, b, c, ldc, accumulate, out);
 }
 
 }  // namespace
