@@ -402,6 +402,54 @@ TEST_P(WindowIsaTest, DepthwiseClampIsReluOrRelu6AndKeepsNaN) {
 
 // ---- max pool backward ----------------------------------------------------------------------------
 
+// Note [3x3 windows read in place]: 3x3 stride-2 depthwise (planes past the channel blocks' 28 x 28)
+// and max pooling read the plane itself. Widths around the vector boundaries (odd and even, the
+// last output vector full or ragged, one and several groups of four vectors), every padding the
+// kernel takes (0-2, asymmetric), relu6 in the store, and a NaN and infinities, against float64.
+TEST_P(WindowIsaTest, Stride2WindowsReadThePlaneInPlace) {
+  uint64_t seed = 3000;
+  const float nan = std::numeric_limits<float>::quiet_NaN(), inf = std::numeric_limits<float>::infinity();
+  for (const Shape& xs : std::vector<Shape>{{1, 3, 30, 31}, {2, 2, 29, 64}, {1, 2, 33, 65}, {1, 2, 31, 97}, {1, 2, 40, 130}}) {
+    Tensor x = random_tensor(xs, DType::f32, seed++, -4.0, 4.0);
+    float* xp = x.data<float>();
+    xp[0] = nan, xp[xs[3] + 1] = inf, xp[x.numel() / 2] = -inf, xp[x.numel() - 1] = nan;
+    Tensor finite = random_tensor(xs, DType::f32, seed++, -4.0, 4.0);
+    for (const std::vector<int64_t>& pad : std::vector<std::vector<int64_t>>{
+             {0, 0, 0, 0}, {1, 1, 1, 1}, {0, 1, 1, 0}, {2, 2, 2, 2}, {1, 2, 0, 1}}) {
+      for (bool ceil : {false, true}) {
+        Pool2dOptions o{{3, 3}, {2, 2}, pad, {1, 1}, ceil, false};
+        ASSERT_TRUE(all_close(max_pool2d(x, o), ref::pool2d(true, x, {3, 3}, {2, 2}, pad, {1, 1}, ceil, false), {0, 0}))
+            << shape_str(xs) << " p " << attr_value_str(pad) << " ceil " << ceil;
+      }
+      const int64_t c = xs[1];
+      Tensor w = random_tensor({c, 1, 3, 3}, DType::f32, seed++), b = random_tensor({c}, DType::f32, seed++, -3.0, 3.0);
+      Conv2dOptions o{{2, 2}, pad, {1, 1}, c};
+      Tensor want = ref::conv2d(finite, w, b, {2, 2}, pad, {1, 1}, c);
+      Tensor mag = ref::conv2d(abs_values(finite), abs_values(w), abs_values(b), {2, 2}, pad, {1, 1}, c);
+      ASSERT_TRUE(close_by_magnitude(conv2d(finite, w, b, o), want, mag, kEps)) << shape_str(xs) << " p " << attr_value_str(pad);
+      // relu6 in the store, straight through the kernel; NaN stays NaN where a window reads it.
+      kernels::cpu::Conv2dParams p;
+      p.n = xs[0], p.c = p.k = p.groups = c, p.h = xs[2], p.w = xs[3], p.r = p.s = 3;
+      p.stride_h = p.stride_w = 2, p.pad_top = pad[0], p.pad_left = pad[1];
+      p.ho = (p.h + pad[0] + pad[2] - 3) / 2 + 1, p.wo = (p.w + pad[1] + pad[3] - 3) / 2 + 1;
+      Tensor y = empty({p.n, c, p.ho, p.wo});
+      kernels::cpu::conv2d_depthwise_f32(p, x.data<float>(), w.data<float>(), b.data<float>(), y.data<float>(), {},
+                                         0.0f, 6.0f);
+      Tensor conv = ref::conv2d(x, w, b, {2, 2}, pad, {1, 1}, c);
+      const double* r = static_cast<const double*>(conv.data_ptr());
+      const float* got = y.data<float>();
+      for (int64_t i = 0; i < y.numel(); ++i) {
+        if (std::isnan(r[i])) {
+          ASSERT_TRUE(std::isnan(got[i])) << shape_str(xs) << " p " << attr_value_str(pad) << " at " << i;
+          continue;
+        }
+        const double clamped = std::min(6.0, std::max(0.0, r[i]));
+        ASSERT_NEAR(got[i], clamped, 1e-4 * (1.0 + std::abs(r[i]))) << shape_str(xs) << " p " << attr_value_str(pad) << " at " << i;
+      }
+    }
+  }
+}
+
 // The direct convolution's padded row copy: zeros, the row, zeros, for every split of a row into
 // padding and input around the 8- and 16-float vectors (and no write past a row's width).
 TEST_P(WindowIsaTest, PadRowsCopiesBetweenZeros) {

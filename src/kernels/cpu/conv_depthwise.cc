@@ -111,6 +111,18 @@ void conv2d_depthwise_f32(const Conv2dParams& p, const float* x, const float* w,
   const int64_t mult = p.k / p.c, taps = p.r * p.s, howo = p.ho * p.wo;
   // Enough multiply-adds per chunk to pay for a thread hand-off.
   const int64_t grain = std::max<int64_t>(1, (int64_t{1} << 16) / std::max<int64_t>(1, mult * howo * taps + p.h * p.w));
+  if (k.depthwise3x3_s2_plane != nullptr && mult == 1 && window3x3_in_place(g)) {  // Note [3x3 windows read in place]
+    parallel_for(0, p.n * p.c, grain, [&](int64_t a, int64_t b) {
+      for (int64_t t = a; t < b; ++t) {
+        const int64_t img = t / p.c, ch = t % p.c;
+        float* yp = y + t * howo;
+        k.depthwise3x3_s2_plane(g, x + t * p.h * p.w, w + ch * 9, bias ? bias[ch] : 0.0f, lo, hi, yp);
+        if (act == DepthwiseAct::hardswish) hardswish_plane(yp, howo);
+        if (plane_done) plane_done(yp, img, ch);
+      }
+    });
+    return;
+  }
   parallel_for(0, p.n * p.c, grain, [&](int64_t a, int64_t b) {
     PhasedPlane plane(g, 0.0f);
     const std::vector<int64_t>& off = plane.offsets();

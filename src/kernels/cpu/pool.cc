@@ -101,6 +101,12 @@ void pool2d_f32(const Pool2dParams& p, const float* x, float* y, bool max) {
   }
   // Vectorized, a plane costs about a tenth of the scalar loop's: bigger chunks per thread.
   const int64_t grain = std::max<int64_t>(1, (int64_t{1} << 17) / std::max<int64_t>(1, p.ho * p.wo * p.kh * p.kw + p.h * p.w));
+  if (max && k.max3x3_s2_plane != nullptr && window3x3_in_place(g)) {  // Note [3x3 windows read in place]
+    parallel_for(0, p.planes, grain, [&](int64_t a, int64_t b) {
+      for (int64_t pl = a; pl < b; ++pl) k.max3x3_s2_plane(g, x + pl * p.h * p.w, y + pl * p.ho * p.wo);
+    });
+    return;
+  }
   parallel_for(0, p.planes, grain, [&](int64_t a, int64_t b) {
     PhasedPlane plane(g, max ? -std::numeric_limits<float>::infinity() : 0.0f);
     const std::vector<int64_t>& off = plane.offsets();

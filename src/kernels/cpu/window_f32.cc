@@ -148,4 +148,9 @@ void PhasedPlane::load(const float* x, const WindowKernelsF32& k) {
   }
 }
 
+bool window3x3_in_place(const WindowGeom& g) {
+  return g.kh == 3 && g.kw == 3 && g.dh == 1 && g.dw == 1 && g.sh == 2 && g.sw == 2 && g.pt >= 0 &&
+         g.pl >= 0 && g.pt <= 2 && g.pl <= 2 && g.wo <= 16 * kMaxInPlaceBlocks;
+}
+
 }  // namespace kiln::kernels::cpu

@@ -41,7 +41,18 @@ struct WindowKernelsF32 {
   // direct convolution's X' holds them.
   void (*pad_rows)(const float* src, int64_t src_step, float* dst, int64_t rows, int64_t lo, int64_t n,
                    int64_t width) = nullptr;
+  // Note [3x3 windows read in place]: one plane's 3x3, undilated, stride-2 windows, any padding up
+  // to 2, read from the plane itself (x: [h, w], y: [ho, wo]) without a phased copy. depthwise:
+  // clamp(bias + sum over taps of w[t] * tap, lo, hi) as fma_taps; max: as max_taps. nullptr
+  // where the ISA has none.
+  void (*depthwise3x3_s2_plane)(const WindowGeom& g, const float* x, const float* w, float bias, float lo, float hi,
+                                float* y) = nullptr;
+  void (*max3x3_s2_plane)(const WindowGeom& g, const float* x, float* y) = nullptr;
 };
+// Whether depthwise3x3_s2_plane / max3x3_s2_plane take geometry g (outputs at most
+// kMaxInPlaceBlocks vectors of 16 wide).
+constexpr int64_t kMaxInPlaceBlocks = 64;
+bool window3x3_in_place(const WindowGeom& g);
 WindowKernelsF32 window_kernels_f32_scalar();
 WindowKernelsF32 window_kernels_f32_avx2();
 WindowKernelsF32 window_kernels_f32_avx512();
