@@ -394,20 +394,24 @@ TEST_F(ConvDirectTest, EachLayerTakesTheTilingThatWastesLess) {
 
 // Note [Taps that read only padding]: the pixel tiles of padded layers run fewer (tile, tap) pairs
 // than every tap of every tile (at 14 x 14 and 7 x 7, 5% fewer or better); unpadded layers run them
-// all. Then with the residual in y's own buffer (an engine's in-place output), tiles stored
+// all. The 14 x 14 and 40 x 40 planes read x in place (Note [Reading x in place]). Then with the residual in y's own buffer (an engine's in-place output), tiles stored
 // in place and tiles gathered and scattered alike, against float64.
 TEST_F(ConvDirectTest, PixelTilesSkipTapsThatReadOnlyPadding) {
   ForcedTiling forced(kernels::cpu::DirectConvTiling::pixels);
-  const Case padded[] = {
-      Case{{1, 32, 14, 14}, {64, 32, 3, 3}, {1, 1}, {1, 1, 1, 1}},
-      Case{{1, 24, 7, 7}, {40, 24, 3, 3}, {1, 1}, {1, 1, 1, 1}},
-      Case{{1, 8, 40, 40}, {16, 8, 3, 3}, {1, 1}, {1, 1, 1, 1}},
-      Case{{1, 3, 33, 33}, {7, 3, 7, 7}, {2, 2}, {3, 3, 3, 3}},
+  struct Padded {
+    Case c;
+    bool in_place;  // Note [Reading x in place]
+  };
+  const Padded padded[] = {
+      {Case{{1, 32, 14, 14}, {64, 32, 3, 3}, {1, 1}, {1, 1, 1, 1}}, true},
+      {Case{{1, 24, 7, 7}, {40, 24, 3, 3}, {1, 1}, {1, 1, 1, 1}}, false},  // tiles per border class: a third more taps
+      {Case{{1, 8, 40, 40}, {16, 8, 3, 3}, {1, 1}, {1, 1, 1, 1}}, true},
+      {Case{{1, 3, 33, 33}, {7, 3, 7, 7}, {2, 2}, {3, 3, 3, 3}}, false},  // 17 x 17, six border rows and columns
   };
   uint64_t seed = 4000;
   for (kernels::cpu::Isa isa : direct_isas()) {
     kernels::cpu::IsaOverride on(isa);
-    for (const Case& c : padded) {
+    for (const auto& [c, in_place] : padded) {
       const Conv2dParams p = conv_params_of(c);
       ASSERT_TRUE(kernels::cpu::conv2d_direct_pixel_rows(p)) << shape_str(c.w) << " " << kernels::cpu::isa_name(isa);
       const auto pairs = kernels::cpu::conv2d_direct_tap_pairs(p);
@@ -416,6 +420,7 @@ TEST_F(ConvDirectTest, PixelTilesSkipTapsThatReadOnlyPadding) {
       if (c.x[2] <= 14) {
         EXPECT_LE(pairs.run * 100, pairs.every * 95) << shape_str(c.x) << " " << kernels::cpu::isa_name(isa);
       }
+      EXPECT_EQ(pairs.in_place, in_place) << shape_str(c.x) << " " << kernels::cpu::isa_name(isa);
       set_num_threads(2);
       for (bool before : {false, true}) {
         Tensor x = random_tensor(c.x, DType::f32, seed++), w = random_tensor(c.w, DType::f32, seed++);

@@ -63,10 +63,12 @@ struct DirectConvLayout {
 };
 DirectConvLayout conv2d_direct_layout(const Conv2dParams& p);
 // The (pixel tile, filter tap) pairs the pixel tiles run per image and group, with the epilogue in
-// the tiles' store, and how many that is without skipping taps that read only padding (Note [Taps
-// that read only padding]); {0, 0} when the convolution runs column tiles.
+// the tiles' store, how many that is without skipping taps that read only padding (Note [Taps that
+// read only padding]), and whether the tiles read x itself rather than a padded copy (Note
+// [Reading x in place]); {0, 0, false} when the convolution runs column tiles.
 struct DirectConvTapPairs {
   int64_t run = 0, every = 0;
+  bool in_place = false;
 };
 DirectConvTapPairs conv2d_direct_tap_pairs(const Conv2dParams& p);
 // For tests and benchmarks: while one lives, every direct convolution uses this tiling (where the

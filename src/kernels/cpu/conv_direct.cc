@@ -598,23 +598,37 @@ struct PixelMap {
 //     columns; tiles then span a border row or column, and only the few where two parts meet run
 //     every tap.
 // Each layer takes the order that runs fewer (tile, tap) pairs (inner first without counting on
-// planes over kCountPixels, where the ring is a small part). A tile whose pixels do not lie in one
+// planes over kCountPixels, where the ring is a small part), or a third that needs no X' at all
+// where it costs little more (Note [Reading x in place]). A tile whose pixels do not lie in one
 // run of y (an inner-first tile spanning two rows, or a column of the ring) is stored through a
 // small buffer and scattered (its residual gathered first), which costs a few hundred scalar moves
 // against the tile's thousands of multiply-adds. The skipped fraction is what ONNX Runtime's
 // blocked kernels skip by not padding at all: (3 Wo - 2)^2 / (9 Wo^2) of a 3x3 layer's taps
 // remain, 91% at 14 x 14 and 82% at 7 x 7; the tiles here get 94% and 90%.
+// Note [Reading x in place]
+// With tiles that never mix pixels whose windows have different taps inside x, no tile reads
+// padding at all, and the tiles can read x itself: each pixel's offset is that of its window's
+// top-left corner in x (before x for a border pixel, whose taps outside x are not run), the taps'
+// offsets are in x's rows, and X' is neither allocated nor filled. The pixels go in groups: runs
+// of output rows with the same tap rows inside x, by runs of columns with the same tap columns
+// (a 3x3, pad 1 layer: the inside, four edges and four corners), the inside first, each group in
+// tiles of its own. Filling X' cost each thread 20-40 us of a 1 ms layer on 2 threads, mostly
+// waiting for lines the other core had read. A layer reads x in place when its groups' partial
+// tiles run at most 2% more (tile, tap) pairs than the better of the two orders above (always on
+// planes over kCountPixels): 14 x 14 and larger, not 7 x 7 (a third more). One layer, batch 1, 2
+// threads, min of 200, three alternations: 64 -> 64 at 56 x 56 1.056 -> 1.031 ms (ORT 1.019),
+// 256 -> 256 at 14 x 14 0.994 -> 0.975 (ORT 0.976).
 constexpr int kMaxTileTaps = 64;      // larger filters run every tap
 constexpr int64_t kCountPixels = 1024;
 
 class PixelOrder {
  public:
-  enum class Mode { rows, rows_skipping, inner_first };
+  enum class Mode { rows, rows_skipping, inner_first, in_place };
 
   // `skip`: the tiles may skip taps (their stores can scatter: the epilogue is in the store).
   PixelOrder(const Conv2dParams& p, const Geometry& g, int64_t mr, bool skip)
       : howo_(p.ho * p.wo), wo_(p.wo), ho_(p.ho), s_(p.s), pix_row_(g.pix_row), pix_col_(g.pix_col),
-        tap_off_(g.tap_off.data()) {
+        tap_off_(g.tap_off.data()), tiles_((howo_ + mr - 1) / mr) {
     if (!skip || g.identity || g.taps == 1 || g.taps > kMaxTileTaps) return;
     auto ranges = [](int64_t n, int64_t taps, int64_t stride, int64_t pad, int64_t dil, int64_t size,
                      std::vector<int32_t>& lo, std::vector<int32_t>& hi) {
@@ -655,7 +669,9 @@ class PixelOrder {
       for (int64_t oh = rt_; oh < re_; ++oh) add(oh, ow);
     for (int64_t ow = ce_; ow < p.wo; ++ow)
       for (int64_t oh = rt_; oh < re_; ++oh) add(oh, ow);
-    mode_ = Mode::inner_first;
+    const int64_t in_place = plan_in_place(p, mr);
+    mode_ = Mode::in_place;
+    tiles_ = in_place_tiles_;
     if (howo_ > kCountPixels) return;
     const int64_t tiles = (howo_ + mr - 1) / mr;
     auto cost = [&](Mode m) {
@@ -665,13 +681,24 @@ class PixelOrder {
       return pairs;
     };
     const int64_t by_rows = cost(Mode::rows_skipping), inner_first = cost(Mode::inner_first);
+    if (in_place * 100 <= std::min(by_rows, inner_first) * 102) {
+      mode_ = Mode::in_place;
+      return;
+    }
+    tiles_ = tiles;
     mode_ = std::min(by_rows, inner_first) >= tiles * g.taps ? Mode::rows  // nothing to skip
             : inner_first < by_rows                           ? Mode::inner_first
                                                               : Mode::rows_skipping;
   }
 
+  // Whether the tiles read x itself (Note [Reading x in place]), with no X'.
+  bool in_place() const { return mode_ == Mode::in_place; }
+  // The pixel tiles of one image and group.
+  int64_t tiles() const { return tiles_; }
+
   // Output rows [lo, hi] that tiles [q0, q1) write.
   std::pair<int64_t, int64_t> rows(int64_t q0, int64_t q1, int64_t mr) const {
+    if (mode_ == Mode::in_place) return {0, ho_ - 1};  // no X' to fill
     const int64_t a = q0 * mr, b = std::min(howo_, q1 * mr) - 1;
     if (mode_ != Mode::inner_first) return {a / wo_, b / wo_};
     if (b >= inner_) return {0, ho_ - 1};  // the ring spans every row
@@ -702,6 +729,7 @@ class PixelOrder {
       out.tap_blk = nullptr;
       return;
     }
+    if (mode_ == Mode::in_place) return in_place_tile(t, mr, all_taps, out);
     const Box b = box(t, mr, &out);
     out.contiguous = true;
     for (int i = 1; i < out.m; ++i) out.contiguous = out.contiguous && out.y[i] == out.y[0] + i;
@@ -774,6 +802,81 @@ class PixelOrder {
     }
   }
 
+  // Note [Reading x in place]: the pixels in groups whose windows have the same taps inside x
+  // (runs of output rows with the same tap rows, by runs of columns with the same tap columns), the
+  // all-inside group first; a group's pixels row by row, in tiles of their own (the last one
+  // partial). Returns the (tile, tap) pairs.
+  int64_t plan_in_place(const Conv2dParams& p, int64_t mr) {
+    x_w_ = p.w, sh_ = p.stride_h, sw_ = p.stride_w, pt_ = p.pad_top, pl_ = p.pad_left;
+    for (int64_t r = 0; r < p.r; ++r)
+      for (int64_t c = 0; c < p.s; ++c) tap_off_x_.push_back(r * p.dil_h * p.w + c * p.dil_w);
+    auto runs = [](const std::vector<int32_t>& lo, const std::vector<int32_t>& hi) {
+      std::vector<std::pair<int64_t, int64_t>> out;
+      for (size_t o = 0; o < lo.size(); ++o)
+        if (o == 0 || lo[o] != lo[o - 1] || hi[o] != hi[o - 1]) out.emplace_back(o, o + 1);
+        else out.back().second = static_cast<int64_t>(o) + 1;
+      return out;
+    };
+    const auto row_runs = runs(r_lo_, r_hi_), col_runs = runs(s_lo_, s_hi_);
+    for (const auto& [h0, h1] : row_runs)
+      for (const auto& [w0, w1] : col_runs) {
+        const auto h = static_cast<size_t>(h0), w = static_cast<size_t>(w0);
+        Group gr{h0, h1, w0, w1, 0, Box{r_lo_[h], r_hi_[h], s_lo_[w], s_hi_[w]}};
+        const bool inside = gr.box.taps() == static_cast<int64_t>(tap_off_x_.size());
+        groups_.insert(inside ? groups_.begin() : groups_.end(), gr);
+      }
+    int64_t first = 0, pairs = 0;
+    for (Group& gr : groups_) {
+      gr.first_tile = first;
+      const int64_t tiles = ((gr.oh1 - gr.oh0) * (gr.ow1 - gr.ow0) + mr - 1) / mr;
+      first += tiles;
+      pairs += tiles * gr.box.taps();
+    }
+    in_place_tiles_ = first;
+    return pairs;
+  }
+
+  void in_place_tile(int64_t t, int64_t mr, int64_t all_taps, Tile& out) const {
+    size_t gi = 0;
+    while (gi + 1 < groups_.size() && groups_[gi + 1].first_tile <= t) ++gi;
+    const Group& gr = groups_[gi];
+    const int64_t gw = gr.ow1 - gr.ow0, q0 = (t - gr.first_tile) * mr;
+    const int64_t n = (gr.oh1 - gr.oh0) * gw;
+    out.m = static_cast<int>(std::min(mr, n - q0));
+    int64_t oh = gr.oh0 + q0 / gw, ow = gr.ow0 + q0 % gw;
+    for (int64_t i = 0; i < mr; ++i) {
+      if (i < out.m) {
+        out.x[i] = (oh * sh_ - pt_) * x_w_ + (ow * sw_ - pl_);  // before x for a border pixel: its taps are not
+        out.y[i] = oh * wo_ + ow;
+        if (++ow == gr.ow1) ow = gr.ow0, ++oh;
+      } else {
+        out.x[i] = out.x[i - 1], out.y[i] = out.y[i - 1];
+      }
+    }
+    out.contiguous = true;
+    for (int i = 1; i < out.m; ++i) out.contiguous = out.contiguous && out.y[i] == out.y[0] + i;
+    out.tap_blk = nullptr;
+    if (gr.box.taps() == all_taps) {
+      out.taps = static_cast<int>(all_taps);
+      out.tap_off = tap_off_x_.data();
+      return;
+    }
+    int k = 0;
+    for (int32_t r = gr.box.r0; r <= gr.box.r1; ++r)
+      for (int32_t c = gr.box.s0; c <= gr.box.s1; ++c, ++k) {
+        const int32_t tap = static_cast<int32_t>(r * s_ + c);
+        out.off_buf[k] = tap_off_x_[static_cast<size_t>(tap)];
+        out.blk_buf[k] = tap;
+      }
+    out.taps = k;
+    out.tap_off = out.off_buf;
+    out.tap_blk = out.blk_buf;
+  }
+
+  struct Group {  // output rows [oh0, oh1) x columns [ow0, ow1), tiles from first_tile
+    int64_t oh0, oh1, ow0, ow1, first_tile;
+    Box box;
+  };
   struct Pixel {
     int32_t oh, ow;
   };
@@ -783,6 +886,11 @@ class PixelOrder {
   std::vector<int32_t> r_lo_, r_hi_, s_lo_, s_hi_;  // per output row (column): the taps inside x
   int64_t rt_ = 0, re_ = 0, lc_ = 0, ce_ = 0, iw_ = 1, inner_ = 0;
   std::vector<Pixel> ring_;  // the pixels after the inner ones, in order
+  int64_t tiles_;
+  // Reading x in place: the groups, x's width, strides and padding, the taps' offsets in x.
+  std::vector<Group> groups_;
+  int64_t in_place_tiles_ = 0, x_w_ = 1, sh_ = 1, sw_ = 1, pt_ = 0, pl_ = 0;
+  std::vector<int64_t> tap_off_x_;
 };
 
 // Note [Pixel panels]
@@ -844,12 +952,22 @@ template <class Fill>
 void pixel_rows(const Conv2dParams& p, const Geometry& g, const float* x, const float* packed_w, const float* bias,
                 float* y, const Conv2dEpilogue& epilogue, int threads, bool by_images, size_t xq_floats,
                 const Fill& fill) {
-  const int64_t mr = g.ptile.mr, nr = g.ptile.nr, howo = p.ho * p.wo;
-  const int64_t ptiles = (howo + mr - 1) / mr, rows = ptiles * mr, panels = g.mpad / nr;
+  const int64_t mr = g.ptile.mr, nr = g.ptile.nr, howo = p.ho * p.wo, panels = g.mpad / nr;
   KILN_ASSERT(mr <= kMaxPixelTile, "conv2d_direct_f32: a pixel tile of ", mr, " rows");
   const PixelMap pix{howo, p.wo, g.pix_row, g.pix_col};
   // Note [Pixel panels]
   const bool pixel_panels = g.identity && g.taps == 1 && p.groups == 1 && panels > 4;
+  // bias, relu, relu6 (or hardswish) and the residual are applied in the kernel's transposed store;
+  // anything else in a pass over y afterwards.
+  ConvTileEpilogueF32::Act act;
+  const bool in_store = store_activation(g, epilogue.activation, epilogue.residual != nullptr, act);
+  // Note [Taps that read only padding]: where the epilogue is applied afterwards, over runs of y
+  // that tile ranges cover, the tiles keep their rows.
+  const PixelOrder order(p, g, mr, in_store && !pixel_panels);
+  const int64_t ptiles = order.tiles(), rows = ptiles * mr;
+  // Note [Reading x in place]: no X'; the tiles read x's channel planes.
+  if (order.in_place()) xq_floats = 0;
+  const int64_t xstride = order.in_place() ? p.h * p.w : g.cstride;
   std::vector<int64_t> lanes;  // with pixel panels, a tile's pixels are lanes 0 .. mr - 1 of its panel
   if (pixel_panels) {
     lanes.resize(static_cast<size_t>(mr));
@@ -866,13 +984,6 @@ void pixel_rows(const Conv2dParams& p, const Geometry& g, const float* x, const 
   // Yt holds the partial sums between K slices (one image, one group); one slice needs none.
   const size_t yt_floats = g.kcs < g.cg ? static_cast<size_t>(rows * g.mpad) : 0;
   const size_t per_group = static_cast<size_t>(g.mpad * g.cg * g.taps);
-  // bias, relu, relu6 (or hardswish) and the residual are applied in the kernel's transposed store;
-  // anything else in a pass over y afterwards.
-  ConvTileEpilogueF32::Act act;
-  const bool in_store = store_activation(g, epilogue.activation, epilogue.residual != nullptr, act);
-  // Note [Taps that read only padding]: where the epilogue is applied afterwards, over runs of y
-  // that tile ranges cover, the tiles keep their rows.
-  const PixelOrder order(p, g, mr, in_store && !pixel_panels);
   // Note [Pixel tiles or filter panels outer]: with the panels outer, every panel sweeps the
   // activations of all the images in the chunk, which stream from L3 or memory once they outgrow
   // L2 (a 1x1 256 -> 512 stride-2 projection at batch 8 read its 26 MB of activations 8 times and
@@ -904,7 +1015,7 @@ void pixel_rows(const Conv2dParams& p, const Geometry& g, const float* x, const 
         const float* xi = xq != nullptr ? xq + m * xq_floats : x + img * p.c * p.h * p.w;
         PixelOrder::Tile pt;
         const int64_t* px = pt.x;
-        int64_t ldx = g.cstride;
+        int64_t ldx = xstride;
         if (pixel_panels) {
           xi += (t * g.cg + c0) * mr;
           px = lanes.data();
@@ -915,7 +1026,7 @@ void pixel_rows(const Conv2dParams& p, const Geometry& g, const float* x, const 
           pt.tap_off = g.tap_off.data();
         } else {
           order.tile(t, mr, g.taps, pt);
-          xi += (grp * g.cg + c0) * g.cstride;
+          xi += (grp * g.cg + c0) * xstride;
         }
         float* ym = yt != nullptr ? yt + m * yt_floats + jp * nr + t * mr * g.mpad : nullptr;
         const float* pwt = pw + (c0 * g.mpad + jp * nr * kcur) * g.taps;
@@ -1110,11 +1221,11 @@ DirectConvLayout conv2d_direct_layout(const Conv2dParams& p) {
 DirectConvTapPairs conv2d_direct_tap_pairs(const Conv2dParams& p) {
   const Geometry g = geometry(p, gemm_kernel_f32(active_isa()));
   if (!g.pixels) return {};
-  const int64_t mr = g.ptile.mr, tiles = (p.ho * p.wo + mr - 1) / mr;
+  const int64_t mr = g.ptile.mr;
   const PixelOrder order(p, g, mr, true);
-  DirectConvTapPairs pairs{0, tiles * g.taps};
+  DirectConvTapPairs pairs{0, (p.ho * p.wo + mr - 1) / mr * g.taps, order.in_place()};
   PixelOrder::Tile pt;
-  for (int64_t t = 0; t < tiles; ++t) {
+  for (int64_t t = 0; t < order.tiles(); ++t) {
     order.tile(t, mr, g.taps, pt);
     pairs.run += pt.taps;
   }
