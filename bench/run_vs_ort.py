@@ -97,6 +97,10 @@ def main():
         subprocess.run([args.kiln, "compile", model_path, "-o", engine, "-O", args.opt_level, "--batch", "1:" +
                         str(max(args.batch))], check=True, capture_output=True)
         compile_s = time.perf_counter() - t0
+        # The engine just written (100 MB for ResNet-50) is still being written back to disk: a
+        # kernel thread doing that on one of 2 cores slowed the first rounds of kiln by up to 1.2x.
+        os.sync()
+        time.sleep(2)
         for batch in args.batch:
             for threads in args.threads:
                 k_best = o_best = None
