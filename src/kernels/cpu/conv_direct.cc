@@ -655,7 +655,12 @@ class PixelOrder {
     inner(r_lo_, r_hi_, p.r, rt_, re_);
     inner(s_lo_, s_hi_, p.s, lc_, ce_);
     if (rt_ == 0 && re_ == p.ho && lc_ == 0 && ce_ == p.wo) return;  // every window inside x
-    if (re_ == rt_ || ce_ == lc_) rt_ = re_ = lc_ = ce_ = 0;        // no inner pixel: all ring
+    const int64_t in_place = plan_in_place(p, mr);
+    mode_ = Mode::in_place;
+    tiles_ = in_place_tiles_;
+    if (howo_ > kCountPixels) return;  // the groups' partial tiles are a small part
+    // Small planes: the bounding-box orders, and which of the three runs fewest pairs.
+    if (re_ == rt_ || ce_ == lc_) rt_ = re_ = lc_ = ce_ = 0;  // no inner pixel: all ring
     iw_ = ce_ - lc_;
     inner_ = (re_ - rt_) * iw_;
     ring_.reserve(static_cast<size_t>(howo_ - inner_));
@@ -669,10 +674,6 @@ class PixelOrder {
       for (int64_t oh = rt_; oh < re_; ++oh) add(oh, ow);
     for (int64_t ow = ce_; ow < p.wo; ++ow)
       for (int64_t oh = rt_; oh < re_; ++oh) add(oh, ow);
-    const int64_t in_place = plan_in_place(p, mr);
-    mode_ = Mode::in_place;
-    tiles_ = in_place_tiles_;
-    if (howo_ > kCountPixels) return;
     const int64_t tiles = (howo_ + mr - 1) / mr;
     auto cost = [&](Mode m) {
       mode_ = m;
@@ -846,7 +847,8 @@ class PixelOrder {
     int64_t oh = gr.oh0 + q0 / gw, ow = gr.ow0 + q0 % gw;
     for (int64_t i = 0; i < mr; ++i) {
       if (i < out.m) {
-        out.x[i] = (oh * sh_ - pt_) * x_w_ + (ow * sw_ - pl_);  // before x for a border pixel: its taps are not
+        // The window's top-left corner, before x for a border pixel: the taps it runs land inside.
+        out.x[i] = (oh * sh_ - pt_) * x_w_ + (ow * sw_ - pl_);
         out.y[i] = oh * wo_ + ow;
         if (++ow == gr.ow1) ow = gr.ow0, ++oh;
       } else {
