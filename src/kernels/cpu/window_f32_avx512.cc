@@ -205,8 +205,6 @@ void deinterleave2__avx512(const float* in, float* even, float* odd, int64_t n) 
   }
 }
 
-// Each row in 16-float steps with no library calls (per row, the memset / memcpy / memset of a
-// 56-float row cost as much as the copy: 8% of ResNet-50 at batch 1 went to filling X').
 // Note [3x3 windows read in place]
 // Planes of 56 x 56 and more go through the row kernels (the channel blocks lose there: Note
 // [Depthwise in channel blocks]), which first copy each plane into a padded, stride-phased buffer:
@@ -315,7 +313,9 @@ void max3x3_s2_plane__avx512(const WindowGeom& g, const float* x, float* y) {
 // 512-channel 7 x 7 layer's X' 62 us of the layer's 1.04 ms on 2 threads; in whole vectors, 40 us
 // (16 x 16 planes of 256 channels: 67 -> 19-28 us). Masked stores as such are not slow on Zen 4
 // (~3 cycles each, measured alone); what is left is mostly waiting for lines the other core last
-// read (on one thread the whole X' takes ~10 us per band).
+// read (on one thread the whole X' takes ~10 us per band). No library calls per row either (per
+// row, the memset / memcpy / memset of a 56-float row cost as much as the copy: 8% of ResNet-50 at
+// batch 1 went to filling X').
 void pad_rows__avx512(const float* src, int64_t src_step, float* dst, int64_t rows, int64_t lo, int64_t n,
                       int64_t width) {
   const int64_t vecs = (width + 15) / 16;
