@@ -224,9 +224,9 @@ void f32_conv_taps_4x24__avx2(int taps, const int64_t* tap_off, int64_t k, const
 // broadcasts one activation per pixel (from its own offset) and loads NV vectors of the packed
 // filter panel.
 template <int MR, int NV>
-void f32_conv_pixels_ukernel__avx2(int taps, const int64_t* tap_off, const int32_t* tap_blk, int64_t k, const float* x, const int64_t* pix,
-                                   int64_t ldx, const float* b, float* c, int64_t ldc, bool accumulate,
-                                   const ConvPixelsOutF32* out) {
+void f32_conv_pixels_ukernel__avx2(int taps, const int64_t* tap_off, const int32_t* tap_blk, int64_t k,
+                                   const float* x, const int64_t* pix, int64_t ldx, const float* b, float* c,
+                                   int64_t ldc, bool accumulate, const ConvPixelsOutF32* out) {
   static_assert(MR * NV <= 12 && MR <= 8);
   // 12 accumulators leave 4 registers: the NV filter vectors and one broadcast (NV <= 3), or the
   // MR broadcasts and one filter vector (MR <= 3). 3 x 32 the other way round spilled and ran
@@ -319,18 +319,18 @@ void f32_conv_pixels_ukernel__avx2(int taps, const int64_t* tap_off, const int32
   with_tile_store(ep, store);
 }
 
-void f32_conv_pixels_6x16__avx2(int taps, const int64_t* tap_off, const int32_t* tap_blk, int64_t k, const float* x, const int64_t* pix,
-                                int64_t ldx, const float* b, float* c, int64_t ldc, bool accumulate,
+void f32_conv_pixels_6x16__avx2(int taps, const int64_t* tap_off, const int32_t* tap_blk, int64_t k, const float* x,
+                                const int64_t* pix, int64_t ldx, const float* b, float* c, int64_t ldc, bool accumulate,
                                 const ConvPixelsOutF32* out) {
   f32_conv_pixels_ukernel__avx2<6, 2>(taps, tap_off, tap_blk, k, x, pix, ldx, b, c, ldc, accumulate, out);
 }
-void f32_conv_pixels_4x24__avx2(int taps, const int64_t* tap_off, const int32_t* tap_blk, int64_t k, const float* x, const int64_t* pix,
-                                int64_t ldx, const float* b, float* c, int64_t ldc, bool accumulate,
+void f32_conv_pixels_4x24__avx2(int taps, const int64_t* tap_off, const int32_t* tap_blk, int64_t k, const float* x,
+                                const int64_t* pix, int64_t ldx, const float* b, float* c, int64_t ldc, bool accumulate,
                                 const ConvPixelsOutF32* out) {
   f32_conv_pixels_ukernel__avx2<4, 3>(taps, tap_off, tap_blk, k, x, pix, ldx, b, c, ldc, accumulate, out);
 }
-void f32_conv_pixels_3x32__avx2(int taps, const int64_t* tap_off, const int32_t* tap_blk, int64_t k, const float* x, const int64_t* pix,
-                                int64_t ldx, const float* b, float* c, int64_t ldc, bool accumulate,
+void f32_conv_pixels_3x32__avx2(int taps, const int64_t* tap_off, const int32_t* tap_blk, int64_t k, const float* x,
+                                const int64_t* pix, int64_t ldx, const float* b, float* c, int64_t ldc, bool accumulate,
                                 const ConvPixelsOutF32* out) {
   f32_conv_pixels_ukernel__avx2<3, 4>(taps, tap_off, tap_blk, k, x, pix, ldx, b, c, ldc, accumulate, out);
 }

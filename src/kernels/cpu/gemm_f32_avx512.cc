@@ -267,9 +267,9 @@ void f32_conv_taps_8x48_halo__avx512(int taps, const int64_t* tap_off, int64_t k
 // vectors of 16 output channels. Each step broadcasts one activation per pixel (each from its own
 // offset, so the pixels need not be adjacent) and loads NV vectors of the packed filter panel.
 template <int MR, int NV>
-void f32_conv_pixels_ukernel__avx512(int taps, const int64_t* tap_off, const int32_t* tap_blk, int64_t k, const float* x,
-                                     const int64_t* pix, int64_t ldx, const float* b, float* c, int64_t ldc,
-                                     bool accumulate, const ConvPixelsOutF32* out) {
+void f32_conv_pixels_ukernel__avx512(int taps, const int64_t* tap_off, const int32_t* tap_blk, int64_t k,
+                                     const float* x, const int64_t* pix, int64_t ldx, const float* b, float* c,
+                                     int64_t ldc, bool accumulate, const ConvPixelsOutF32* out) {
   static_assert(MR * NV <= 24 && MR <= 8);
   __m512 acc[MR][NV];
   int64_t off[MR];
@@ -369,19 +369,19 @@ void f32_conv_pixels_ukernel__avx512(int taps, const int64_t* tap_off, const int
   with_tile_store(ep, store);
 }
 
-void f32_conv_pixels_7x48__avx512(int taps, const int64_t* tap_off, const int32_t* tap_blk, int64_t k, const float* x, const int64_t* pix,
-                                  int64_t ldx, const float* b, float* c, int64_t ldc, bool accumulate,
-                                  const ConvPixelsOutF32* out) {
+void f32_conv_pixels_7x48__avx512(int taps, const int64_t* tap_off, const int32_t* tap_blk, int64_t k,
+                                  const float* x, const int64_t* pix, int64_t ldx, const float* b, float* c,
+                                  int64_t ldc, bool accumulate, const ConvPixelsOutF32* out) {
   f32_conv_pixels_ukernel__avx512<7, 3>(taps, tap_off, tap_blk, k, x, pix, ldx, b, c, ldc, accumulate, out);
 }
-void f32_conv_pixels_6x64__avx512(int taps, const int64_t* tap_off, const int32_t* tap_blk, int64_t k, const float* x, const int64_t* pix,
-                                  int64_t ldx, const float* b, float* c, int64_t ldc, bool accumulate,
-                                  const ConvPixelsOutF32* out) {
+void f32_conv_pixels_6x64__avx512(int taps, const int64_t* tap_off, const int32_t* tap_blk, int64_t k,
+                                  const float* x, const int64_t* pix, int64_t ldx, const float* b, float* c,
+                                  int64_t ldc, bool accumulate, const ConvPixelsOutF32* out) {
   f32_conv_pixels_ukernel__avx512<6, 4>(taps, tap_off, tap_blk, k, x, pix, ldx, b, c, ldc, accumulate, out);
 }
-void f32_conv_pixels_8x32__avx512(int taps, const int64_t* tap_off, const int32_t* tap_blk, int64_t k, const float* x, const int64_t* pix,
-                                  int64_t ldx, const float* b, float* c, int64_t ldc, bool accumulate,
-                                  const ConvPixelsOutF32* out) {
+void f32_conv_pixels_8x32__avx512(int taps, const int64_t* tap_off, const int32_t* tap_blk, int64_t k,
+                                  const float* x, const int64_t* pix, int64_t ldx, const float* b, float* c,
+                                  int64_t ldc, bool accumulate, const ConvPixelsOutF32* out) {
   f32_conv_pixels_ukernel__avx512<8, 2>(taps, tap_off, tap_blk, k, x, pix, ldx, b, c, ldc, accumulate, out);
 }
 

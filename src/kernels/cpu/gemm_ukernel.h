@@ -79,11 +79,13 @@ struct GemmTapsKernelF32 {
 
 // The direct convolution's tile with output pixels as rows (Note [Pixels as rows] in
 // conv_direct.cc): for each of mr pixels i and nr output channels j,
-//   C[i, j] (+)= sum over taps t and k channels p of x[pix[i] + tap_off[t] + p * ldx] * B~[(blk(t), p), j],
+//   C[i, j] (+)= sum over taps t and k channels p of
+//                x[pix[i] + tap_off[t] + p * ldx] * B~[(blk(t), p), j],
 // where B~ is a packed filter panel (k rows of nr floats per filter tap, tap-major) and C row i is
 // at c + i * ldc. blk(t) = tap_blk[t], the filter tap whose rows tap t multiplies, or with
 // tap_blk == nullptr t itself (every tap in order): a tile can leave out taps that read only
-// padding for all its pixels (Note [Taps that read only padding] in conv_direct.cc). All mr rows are computed and stored: a partial tile repeats a valid pixel.
+// padding for all its pixels (Note [Taps that read only padding] in conv_direct.cc). All mr rows
+// are computed and stored: a partial tile repeats a valid pixel.
 // With `out` (the last K slice) the tile goes to y instead, transposed: y[j * ldy + i] for the
 // first m pixels and n channels, finished on the way with out->ep (bias[j] per channel,
 // residual[j * ldr + i], relu / relu6); c is then only read (when accumulate).
@@ -93,9 +95,9 @@ struct ConvPixelsOutF32 {
   int m = 0, n = 0;
   ConvTileEpilogueF32 ep;
 };
-using ConvPixelsUkernelF32 = void (*)(int taps, const int64_t* tap_off, const int32_t* tap_blk, int64_t k, const float* x,
-                                      const int64_t* pix, int64_t ldx, const float* b, float* c, int64_t ldc,
-                                      bool accumulate, const ConvPixelsOutF32* out);
+using ConvPixelsUkernelF32 = void (*)(int taps, const int64_t* tap_off, const int32_t* tap_blk, int64_t k,
+                                      const float* x, const int64_t* pix, int64_t ldx, const float* b, float* c,
+                                      int64_t ldc, bool accumulate, const ConvPixelsOutF32* out);
 struct ConvPixelsKernelF32 {
   int mr = 0, nr = 0;
   ConvPixelsUkernelF32 ukernel = nullptr;
