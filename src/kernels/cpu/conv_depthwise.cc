@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <limits>
+#include <optional>
 
 #include "kernels/cpu/gemm.h"
 #include "kernels/cpu/scratch.h"
@@ -111,30 +112,25 @@ void conv2d_depthwise_f32(const Conv2dParams& p, const float* x, const float* w,
   const int64_t mult = p.k / p.c, taps = p.r * p.s, howo = p.ho * p.wo;
   // Enough multiply-adds per chunk to pay for a thread hand-off.
   const int64_t grain = std::max<int64_t>(1, (int64_t{1} << 16) / std::max<int64_t>(1, mult * howo * taps + p.h * p.w));
-  if (k.depthwise3x3_s2_plane != nullptr && mult == 1 && window3x3_in_place(g)) {  // Note [3x3 windows read in place]
-    parallel_for(0, p.n * p.c, grain, [&](int64_t a, int64_t b) {
-      for (int64_t t = a; t < b; ++t) {
-        const int64_t img = t / p.c, ch = t % p.c;
-        float* yp = y + t * howo;
-        k.depthwise3x3_s2_plane(g, x + t * p.h * p.w, w + ch * 9, bias ? bias[ch] : 0.0f, lo, hi, yp);
-        if (act == DepthwiseAct::hardswish) hardswish_plane(yp, howo);
-        if (plane_done) plane_done(yp, img, ch);
-      }
-    });
-    return;
-  }
+  // Note [3x3 windows read in place]: those read x's planes themselves; the rest a phased copy.
+  const bool in_place = k.depthwise3x3_s2_plane != nullptr && mult == 1 && window3x3_in_place(g);
   parallel_for(0, p.n * p.c, grain, [&](int64_t a, int64_t b) {
-    PhasedPlane plane(g, 0.0f);
-    const std::vector<int64_t>& off = plane.offsets();
+    std::optional<PhasedPlane> plane;
+    if (!in_place) plane.emplace(g, 0.0f);
     for (int64_t t = a; t < b; ++t) {
       const int64_t img = t / p.c, ch = t % p.c;
-      plane.load(x + t * p.h * p.w, k);
+      const float* xp = x + t * p.h * p.w;
+      if (plane) plane->load(xp, k);
       for (int64_t m = 0; m < mult; ++m) {
         const int64_t oc = ch * mult + m;
         const float* wk = w + oc * taps;
         const float bv = bias ? bias[oc] : 0.0f;
         float* yp = y + (img * p.k + oc) * howo;
-        k.fma_taps(plane.row(0), plane.row_step(), off.data(), wk, taps, bv, lo, hi, yp, p.wo, p.wo, p.ho);
+        if (plane)
+          k.fma_taps(plane->row(0), plane->row_step(), plane->offsets().data(), wk, taps, bv, lo, hi, yp, p.wo, p.wo,
+                     p.ho);
+        else
+          k.depthwise3x3_s2_plane(g, xp, wk, bv, lo, hi, yp);
         if (act == DepthwiseAct::hardswish) hardswish_plane(yp, howo);
         if (plane_done) plane_done(yp, img, oc);
       }

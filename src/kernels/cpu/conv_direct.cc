@@ -655,9 +655,8 @@ class PixelOrder {
     inner(r_lo_, r_hi_, p.r, rt_, re_);
     inner(s_lo_, s_hi_, p.s, lc_, ce_);
     if (rt_ == 0 && re_ == p.ho && lc_ == 0 && ce_ == p.wo) return;  // every window inside x
-    const int64_t in_place = plan_in_place(p, mr);
+    const int64_t in_place = plan_in_place(p, mr, tiles_);
     mode_ = Mode::in_place;
-    tiles_ = in_place_tiles_;
     if (howo_ > kCountPixels) return;  // the groups' partial tiles are a small part
     // Small planes: the bounding-box orders, and which of the three runs fewest pairs.
     if (re_ == rt_ || ce_ == lc_) rt_ = re_ = lc_ = ce_ = 0;  // no inner pixel: all ring
@@ -731,25 +730,7 @@ class PixelOrder {
       return;
     }
     if (mode_ == Mode::in_place) return in_place_tile(t, mr, all_taps, out);
-    const Box b = box(t, mr, &out);
-    out.contiguous = true;
-    for (int i = 1; i < out.m; ++i) out.contiguous = out.contiguous && out.y[i] == out.y[0] + i;
-    if (b.taps() == all_taps) {  // every tap, in order
-      out.taps = static_cast<int>(all_taps);
-      out.tap_off = tap_off_;
-      out.tap_blk = nullptr;
-      return;
-    }
-    int n = 0;
-    for (int32_t r = b.r0; r <= b.r1; ++r)
-      for (int32_t c = b.s0; c <= b.s1; ++c, ++n) {
-        const int32_t tap = static_cast<int32_t>(r * s_ + c);
-        out.off_buf[n] = tap_off_[tap];
-        out.blk_buf[n] = tap;
-      }
-    out.taps = n;
-    out.tap_off = out.off_buf;
-    out.tap_blk = out.blk_buf;
+    finish(box(t, mr, &out), tap_off_, all_taps, out);
   }
 
  private:
@@ -806,8 +787,8 @@ class PixelOrder {
   // Note [Reading x in place]: the pixels in groups whose windows have the same taps inside x
   // (runs of output rows with the same tap rows, by runs of columns with the same tap columns), the
   // all-inside group first; a group's pixels row by row, in tiles of their own (the last one
-  // partial). Returns the (tile, tap) pairs.
-  int64_t plan_in_place(const Conv2dParams& p, int64_t mr) {
+  // partial). Returns the (tile, tap) pairs; `tiles` gets the tiles.
+  int64_t plan_in_place(const Conv2dParams& p, int64_t mr, int64_t& tiles) {
     x_w_ = p.w, sh_ = p.stride_h, sw_ = p.stride_w, pt_ = p.pad_top, pl_ = p.pad_left;
     for (int64_t r = 0; r < p.r; ++r)
       for (int64_t c = 0; c < p.s; ++c) tap_off_x_.push_back(r * p.dil_h * p.w + c * p.dil_w);
@@ -829,11 +810,11 @@ class PixelOrder {
     int64_t first = 0, pairs = 0;
     for (Group& gr : groups_) {
       gr.first_tile = first;
-      const int64_t tiles = ((gr.oh1 - gr.oh0) * (gr.ow1 - gr.ow0) + mr - 1) / mr;
-      first += tiles;
-      pairs += tiles * gr.box.taps();
+      const int64_t n = ((gr.oh1 - gr.oh0) * (gr.ow1 - gr.ow0) + mr - 1) / mr;
+      first += n;
+      pairs += n * gr.box.taps();
     }
-    in_place_tiles_ = first;
+    tiles = first;
     return pairs;
   }
 
@@ -855,22 +836,28 @@ class PixelOrder {
         out.x[i] = out.x[i - 1], out.y[i] = out.y[i - 1];
       }
     }
+    finish(gr.box, tap_off_x_.data(), all_taps, out);
+  }
+
+  // Whether out's pixels are one run of y, and its taps: those of box b (offsets from `offsets`,
+  // per filter tap), or all of them in order when b holds every tap.
+  void finish(const Box& b, const int64_t* offsets, int64_t all_taps, Tile& out) const {
     out.contiguous = true;
     for (int i = 1; i < out.m; ++i) out.contiguous = out.contiguous && out.y[i] == out.y[0] + i;
-    out.tap_blk = nullptr;
-    if (gr.box.taps() == all_taps) {
+    if (b.taps() == all_taps) {
       out.taps = static_cast<int>(all_taps);
-      out.tap_off = tap_off_x_.data();
+      out.tap_off = offsets;
+      out.tap_blk = nullptr;
       return;
     }
-    int k = 0;
-    for (int32_t r = gr.box.r0; r <= gr.box.r1; ++r)
-      for (int32_t c = gr.box.s0; c <= gr.box.s1; ++c, ++k) {
+    int n = 0;
+    for (int32_t r = b.r0; r <= b.r1; ++r)
+      for (int32_t c = b.s0; c <= b.s1; ++c, ++n) {
         const int32_t tap = static_cast<int32_t>(r * s_ + c);
-        out.off_buf[k] = tap_off_x_[static_cast<size_t>(tap)];
-        out.blk_buf[k] = tap;
+        out.off_buf[n] = offsets[tap];
+        out.blk_buf[n] = tap;
       }
-    out.taps = k;
+    out.taps = n;
     out.tap_off = out.off_buf;
     out.tap_blk = out.blk_buf;
   }
@@ -891,7 +878,7 @@ class PixelOrder {
   int64_t tiles_;
   // Reading x in place: the groups, x's width, strides and padding, the taps' offsets in x.
   std::vector<Group> groups_;
-  int64_t in_place_tiles_ = 0, x_w_ = 1, sh_ = 1, sw_ = 1, pt_ = 0, pl_ = 0;
+  int64_t x_w_ = 1, sh_ = 1, sw_ = 1, pt_ = 0, pl_ = 0;
   std::vector<int64_t> tap_off_x_;
 };
 

@@ -23,6 +23,11 @@ namespace kiln::kernels::cpu {
 namespace {
 
 inline __mmask16 tail_mask(int64_t n) { return static_cast<__mmask16>((1u << n) - 1); }
+// Lanes a .. b - 1 of a vector, clipped to [0, 16) (none when b <= a).
+inline __mmask16 lanes_between(int64_t a, int64_t b) {
+  a = std::clamp<int64_t>(a, 0, 16), b = std::clamp<int64_t>(b, 0, 16);
+  return static_cast<__mmask16>(((1u << b) - 1) & ~((1u << a) - 1));
+}
 
 // Vector u of row r: a full load, or (U == 1) a masked one.
 template <int U>
@@ -238,9 +243,8 @@ void window3x3_s2_plane(const WindowGeom& g, const float* x, const float* w, flo
     const int64_t ow0 = 16 * b, c = S * ow0 - g.pl;  // tap 0 of output ow0; output ow0 + j reads c + S j + s
     for (int l = 0; l < kLoads; ++l) {
       const int64_t at = c + 1 + 16 * l;
-      const int64_t a = std::clamp<int64_t>(-at, 0, 16), e = std::clamp<int64_t>(g.w - at, 0, 16);
       col[b][l] = at;
-      lanes[b][l] = e > a ? static_cast<__mmask16>(((1u << e) - 1) & ~((1u << a) - 1)) : __mmask16(0);
+      lanes[b][l] = lanes_between(-at, g.w - at);
     }
     first_in[b] = c >= 0 && c < g.w;
     out[b] = tail_mask(std::min<int64_t>(16, g.wo - ow0));
@@ -319,14 +323,10 @@ void max3x3_s2_plane__avx512(const WindowGeom& g, const float* x, float* y) {
 void pad_rows__avx512(const float* src, int64_t src_step, float* dst, int64_t rows, int64_t lo, int64_t n,
                       int64_t width) {
   const int64_t vecs = (width + 15) / 16;
-  auto lanes = [](int64_t a, int64_t b) {  // lanes [a, b) of 16
-    a = std::clamp<int64_t>(a, 0, 16), b = std::clamp<int64_t>(b, 0, 16);
-    return static_cast<__mmask16>(((1u << b) - 1) & ~((1u << a) - 1));
-  };
   float* const end = dst + rows * width;
   for (int64_t r = 0; r < rows; ++r, src += src_step, dst += width)
     for (int64_t v = 0; v < vecs; ++v) {
-      const __mmask16 m = lanes(lo - 16 * v, lo + n - 16 * v);
+      const __mmask16 m = lanes_between(lo - 16 * v, lo + n - 16 * v);
       // The lanes in m read src[16 v + lane - lo], inside the input row; the others nothing.
       const __m512 x = _mm512_maskz_loadu_ps(m, reinterpret_cast<const float*>(
                                                     reinterpret_cast<uintptr_t>(src) + (16 * v - lo) * 4));
