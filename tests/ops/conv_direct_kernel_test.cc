@@ -149,7 +149,10 @@ TEST_F(ConvDirectTest, MatchesReferenceOnEveryCase) {
 // residual) run in the micro-kernel's store; where the output has a halo, AVX-512's column tiles
 // store across it into y, reading the residual the same way (Note [Storing across the halo]: the
 // stem and the 33 x 33 case, rows of 20 and 34 columns), AVX2's go through the product plane; silu,
-// and hardswish with a residual, run in the separate epilogue: all against float64.
+// and hardswish with a residual, run in the separate epilogue: all against float64. The pixel
+// tiles' staged stores (Note [Staged pixel stores]) read their sums from the stage or, with K slices
+// (the 100- and 64-channel cases), from Yt, and tiles across two rows (the 40 x 40 case, read in
+// place) end one run and start the next.
 TEST_F(ConvDirectTest, EpilogueActivationAndResidual) {
   uint64_t seed = 100;
   set_num_threads(2);
@@ -162,7 +165,8 @@ TEST_F(ConvDirectTest, EpilogueActivationAndResidual) {
       {GemmActivation::hardswish,
        [](const Tensor& t) { return t * minimum((t + 3.0).relu(), full_like(t, 6.0)) / 6.0; }}};
   for (kernels::cpu::DirectConvTiling tiling : kTilings)
-  for (const Case& c : {kCases[2], kCases[6], kCases[7], kCases[10], kCases[13], kCases[14], kCases[16]}) {
+  for (const Case& c : {kCases[2], kCases[6], kCases[7], kCases[10], kCases[11], kCases[13], kCases[14], kCases[16],
+                        kCases[24], kCases[32]}) {
     ForcedTiling forced(tiling);
     for (const auto& [act, ref_act] : acts) {
       for (int residual : {0, 1, 2}) {  // none, after the activation, before it

@@ -61,6 +61,7 @@ struct Geometry {
   GemmTapsKernelF32 tile;             // the register tile (Note [Direct convolution tiles])
   bool pixels = false;                // output pixels as the tile's rows (Note [Pixels as rows])
   ConvPixelsKernelF32 ptile;          // that tile, when pixels
+  ConvPixelsStoreF32 pstore = nullptr;  // the pixel tiles' staged store (Note [Staged pixel stores]); none: per tile
   int64_t panel = 0;                  // filter rows per packed panel: tile.mr, or ptile.nr when pixels
   int64_t mpad = 0;                   // kg rounded up to the panel
   bool identity = false;              // X' is x itself
@@ -177,6 +178,7 @@ Geometry geometry(const Conv2dParams& p, const GemmKernelF32& kk) {
                         p.pad_left == 0 && p.ho == p.h && p.wo == p.w;
   g.ptile = pick_pixel_tile(p, kk, g.tile, identity ? p.h * p.w : p.ho * plane_width(p));
   g.pixels = g.ptile.ukernel != nullptr;
+  g.pstore = kk.pixels_store;
   g.panel = g.pixels ? g.ptile.nr : g.tile.mr;
   g.mpad = (g.kg + g.panel - 1) / g.panel * g.panel;
   // Note [Direct convolution blocking]: the filter rows that share one pass over a column tile are
@@ -570,6 +572,27 @@ void image_chunks(int64_t n, const Geometry& g, size_t xq_floats, size_t yq_floa
 // pixel: the table took a division per output pixel on the calling thread before every call
 // (MobileNetV2's stem, 12544 pixels: 5% of its time on one thread).
 constexpr int64_t kMaxPixelTile = 16;
+// Note [Staged pixel stores]
+// A pixel tile's own store (Note [A transposed store] in gemm_f32_avx512.cc) writes 6-8 pixels
+// into each of its 48-64 channel planes: rows of 8 lanes with 2 idle, one output line touched by
+// two or three tiles in turn. On a Xeon with two FMA ports that store was 10% of a 64 -> 64 3x3
+// layer at 56 x 56 (one thread: 1.111 ms, 0.995 with the stores left out), 5% at 28 x 28 and 3% at
+// 14 x 14, where K slices share it. Where the ISA has a staged store (GemmKernelF32::pixels_store),
+// the last K slice's tiles of a spatial filter leave their sums pixel-major instead, in Yt where K
+// is sliced (the earlier slices' sums are there already) or else in a stage per filter panel, and
+// the pending run of each panel (consecutive pixels of y, one image) goes to y 16 pixels by 16
+// channels, in full vectors, as soon as it has 16; the rest waits for the next tile. A tile
+// across two rows of a group (Note [Reading x in place]) ends one run and starts the next; one
+// whose pixels lie in more runs (a column of the border) still stores itself, scattered.
+//   - Runs flushed whole (up to 64 pixels) made a 1x1 with a residual and a shallow K up to 1.5x
+//     slower (24 -> 144 at 56 x 56): the flush's residual and output lines, 144 planes apart,
+//     missed together with no multiply-adds left to hide them. Sixteen at a time spreads them.
+//   - 1x1 layers keep their own stores: their tiles are short, and MobileNetV2's expansions at
+//     14 x 14 and 7 x 7 ran 5-8% slower staged.
+// One layer, alternating processes, min of 5 x 10 runs (bench/RESULTS.md, 2026-12-05): 64 -> 64
+// at 56 x 56 1.132 -> 1.107 ms (2 threads 0.659 -> 0.644), 128 -> 128 at 28 x 28 1.065 -> 1.052,
+// 14 x 14 and 7 x 7 unchanged; ResNet's stem (with Note [Three channels a tap]) 1.544 -> 1.431.
+constexpr int64_t kStagePixels = 256;  // a panel's stage: pending pixels move back to its start at the end
 struct PixelMap {
   int64_t pixels = 0, wo = 1, row = 0, col = 1;
   // Offsets of tile t's mr pixels into out[0 .. mr).
@@ -989,13 +1012,63 @@ void pixel_rows(const Conv2dParams& p, const Geometry& g, const float* x, const 
   const int64_t image_bytes = (g.identity ? p.c * p.h * p.w : p.c * g.cstride) * 4;
   const bool tiles_outer = slice_bytes <= (512 << 10) && image_bytes > (512 << 10);
   const int64_t block_tiles = std::max<int64_t>(1, (int64_t{64} << 10) / (mr * g.mpad * 4));
+  // Note [Staged pixel stores]: spatial filters only.
+  const bool staged = g.pstore != nullptr && g.taps > 1;
   // Filter panels [j0, j1) x pixel tiles [q0, q1) of images [img0, img0 + count): X' at xq
   // (xq_floats apart; nullptr: x itself), Yt at yt (yt_floats apart); group by group, each
   // finished into y before the next.
   auto run = [&](int64_t img0, int64_t count, const float* xq, float* yt, int64_t j0, int64_t j1, int64_t q0,
                  int64_t q1) {
+    // Note [Staged pixel stores]: per filter panel, the run of last-slice tiles not yet stored (image
+    // m, pixels [y0, y0 + npix) of y, their sums pixel-major from c, in Yt or in `stage`).
+    struct Pending {
+      int64_t m = 0, y0 = 0, npix = 0;
+      float* c = nullptr;
+    };
+    std::vector<Pending> pending(staged ? static_cast<size_t>(j1 - j0) : 0);
+    float* const stage = staged && yt == nullptr ? thread_scratch<float, ScratchSlot::pixel_stage>(
+                                                       static_cast<size_t>((j1 - j0) * kStagePixels * nr))
+                                                 : nullptr;
+    const int64_t ldc = yt != nullptr ? g.mpad : nr;  // between a staged run's pixels
     for (int64_t grp = 0; grp < p.groups; ++grp) {
       const float* pw = packed_w + static_cast<size_t>(grp) * per_group;
+      // `out` for channels [ch, ch + n) of image img at pixels from y0 of y: where they go, and
+      // their epilogue unless it is applied afterwards. Filled in place: a ConvPixelsOutF32
+      // returned by value was copied through the stack in pieces and read back whole, a stalled
+      // store forward per tile (5% of a 160 -> 960 1x1 at 7 x 7).
+      auto tile_out = [&](ConvPixelsOutF32& out, int64_t img, int64_t jp, int64_t y0, const float* residual,
+                          int64_t ldr) {
+        const int64_t ch = grp * g.kg + jp * nr;
+        out.n = static_cast<int>(std::min<int64_t>(nr, g.kg - jp * nr));
+        out.y = y + (img * p.k + ch) * howo + y0;
+        out.ldy = howo;
+        if (in_store) {
+          out.ep.bias = bias != nullptr ? bias + ch : nullptr;
+          out.ep.residual = residual;
+          out.ep.ldr = ldr;
+          out.ep.residual_before_activation = epilogue.residual_before_activation;
+          out.ep.act = act;
+        }
+      };
+      auto residual_at = [&](int64_t img, int64_t jp) {
+        return epilogue.residual != nullptr ? epilogue.residual + (img * p.k + grp * g.kg + jp * nr) * howo : nullptr;
+      };
+      // The pending run's pixels into y: all of them, or (`all` false) its whole 16-pixel chunks,
+      // the rest staying pending.
+      auto flush = [&](int64_t jp, bool all) {
+        Pending& pd = pending[static_cast<size_t>(jp - j0)];
+        const int64_t n = all ? pd.npix : pd.npix / 16 * 16;
+        if (n == 0) return;
+        const int64_t img = img0 + pd.m;
+        const float* residual = residual_at(img, jp);
+        ConvPixelsOutF32 out;
+        tile_out(out, img, jp, pd.y0, residual != nullptr ? residual + pd.y0 : nullptr, howo);
+        out.m = static_cast<int>(n);
+        g.pstore(pd.c, ldc, out);
+        pd.y0 += n;
+        pd.npix -= n;
+        pd.c += n * ldc;
+      };
       // One micro-kernel call: the K slice from channel c0, image m, panel jp, pixel tile t.
       auto tile = [&](int64_t c0, int64_t m, int64_t jp, int64_t t) {
         const int64_t kcur = std::min(g.kcs, g.cg - c0);
@@ -1011,6 +1084,7 @@ void pixel_rows(const Conv2dParams& p, const Geometry& g, const float* x, const 
           ldx = mr;
           pt.m = static_cast<int>(std::min<int64_t>(mr, howo - t * mr));
           pt.y[0] = t * mr;
+          for (int i = 1; i < pt.m && staged; ++i) pt.y[i] = pt.y[0] + i;
           pt.taps = static_cast<int>(g.taps);
           pt.tap_off = g.tap_off.data();
         } else {
@@ -1023,39 +1097,65 @@ void pixel_rows(const Conv2dParams& p, const Geometry& g, const float* x, const 
           g.ptile.ukernel(pt.taps, pt.tap_off, pt.tap_blk, kcur, xi, px, ldx, pwt, ym, g.mpad, c0 != 0, nullptr);
           return;
         }
-        // The last slice: channels jp * nr ... of this image and group, straight into y, or (pixels
-        // not in one run: Note [Taps that read only padding]) through `buf` and scattered.
-        const int64_t ch = grp * g.kg + jp * nr, plane = (img * p.k + ch) * howo;
-        ConvPixelsOutF32 out;
-        out.m = pt.m;
-        out.n = static_cast<int>(std::min<int64_t>(nr, g.kg - jp * nr));
+        // Note [Staged pixel stores]: the sums stay pixel-major for now, unless the tile's pixels
+        // lie in more than two runs of y (a column of a plane's border: scattered below).
+        int breaks = 0;
+        for (int i = 1; i < pt.m && staged; ++i) breaks += pt.y[i] != pt.y[i - 1] + 1 ? 1 : 0;
+        if (staged && breaks <= 1) {
+          Pending& pd = pending[static_cast<size_t>(jp - j0)];
+          // Where the tile's rows go: in Yt where its K slices summed them; in the stage after the
+          // pending run's pixels, or at its start when the tile would not fit.
+          float* c = ym;
+          if (yt == nullptr) {
+            float* const first = stage + (jp - j0) * kStagePixels * nr;
+            c = pd.npix > 0 ? pd.c + pd.npix * nr : first;
+            if (c + mr * nr > first + kStagePixels * nr) {  // the pending pixels (under 16) to the start
+              std::memmove(first, pd.c, static_cast<size_t>(pd.npix * nr) * sizeof(float));
+              pd.c = first;
+              c = first + pd.npix * nr;
+            }
+          }
+          g.ptile.ukernel(pt.taps, pt.tap_off, pt.tap_blk, kcur, xi, px, ldx, pwt, c, ldc, c0 != 0, nullptr);
+          // Each run of the tile's pixels extends the pending run when it continues it in y and
+          // in the rows, or starts the next one.
+          for (int i0 = 0, i1; i0 < pt.m; i0 = i1) {
+            for (i1 = i0 + 1; i1 < pt.m && pt.y[i1] == pt.y[i1 - 1] + 1;) ++i1;
+            float* ci = c + i0 * ldc;
+            if (pd.npix == 0 || pd.m != m || pd.y0 + pd.npix != pt.y[i0] || pd.c + pd.npix * ldc != ci) {
+              flush(jp, true);
+              pd = Pending{m, pt.y[i0], 0, ci};
+            }
+            pd.npix += i1 - i0;
+          }
+          flush(jp, false);
+          return;
+        }
+        // The last slice's tile stores itself: channels jp * nr ... of this image and group,
+        // straight into y, or (pixels not in one run: Note [Taps that read only padding]) through
+        // `buf` and scattered.
         float buf[kMaxPixelTile * 64], res[kMaxPixelTile * 64];
-        const float* residual = epilogue.residual != nullptr ? epilogue.residual + plane : nullptr;
+        const float* residual = residual_at(img, jp);
+        ConvPixelsOutF32 out;
         if (pt.contiguous) {
-          out.y = y + plane + pt.y[0];
-          out.ldy = howo;
-          if (residual != nullptr) residual += pt.y[0];
+          tile_out(out, img, jp, pt.y[0], residual != nullptr ? residual + pt.y[0] : nullptr, howo);
         } else {
           KILN_ASSERT(nr <= 64, "conv2d_direct_f32: a pixel tile of ", nr, " channels");
-          out.y = buf;
-          out.ldy = kMaxPixelTile;
           if (residual != nullptr) {  // gathered before the tile's stores, which may overwrite it
-            for (int j = 0; j < out.n; ++j)
-              for (int i = 0; i < out.m; ++i) res[j * kMaxPixelTile + i] = residual[j * howo + pt.y[i]];
+            for (int64_t j = 0; j < std::min<int64_t>(nr, g.kg - jp * nr); ++j)
+              for (int i = 0; i < pt.m; ++i) res[j * kMaxPixelTile + i] = residual[j * howo + pt.y[i]];
             residual = res;
           }
+          tile_out(out, img, jp, 0, residual, kMaxPixelTile);
+          out.y = buf;
+          out.ldy = kMaxPixelTile;
         }
-        if (in_store) {
-          out.ep.bias = bias != nullptr ? bias + ch : nullptr;
-          out.ep.residual = residual;
-          out.ep.ldr = pt.contiguous ? howo : kMaxPixelTile;
-          out.ep.residual_before_activation = epilogue.residual_before_activation;
-          out.ep.act = act;
-        }
+        out.m = pt.m;
         g.ptile.ukernel(pt.taps, pt.tap_off, pt.tap_blk, kcur, xi, px, ldx, pwt, ym, g.mpad, c0 != 0, &out);
-        if (!pt.contiguous)
+        if (!pt.contiguous) {
+          float* yc = y + (img * p.k + grp * g.kg + jp * nr) * howo;
           for (int j = 0; j < out.n; ++j)
-            for (int i = 0; i < out.m; ++i) y[plane + j * howo + pt.y[i]] = buf[j * kMaxPixelTile + i];
+            for (int i = 0; i < out.m; ++i) yc[j * howo + pt.y[i]] = buf[j * kMaxPixelTile + i];
+        }
       };
       if (tiles_outer) {
         for (int64_t m = 0; m < count; ++m)
@@ -1069,6 +1169,7 @@ void pixel_rows(const Conv2dParams& p, const Geometry& g, const float* x, const 
             for (int64_t m = 0; m < count; ++m)
               for (int64_t t = q0; t < q1; ++t) tile(c0, m, jp, t);
       }
+      for (int64_t jp = j0; jp < j1 && staged; ++jp) flush(jp, true);
       if (in_store) continue;
       // Channels [ch0, ch1) of each image: the epilogue the store could not apply.
       const int64_t ch0 = j0 * nr, ch1 = std::min(g.kg, j1 * nr), col0 = q0 * mr, col1 = std::min(howo, q1 * mr);

@@ -8,6 +8,8 @@
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
 #include <immintrin.h>
 
+#include <algorithm>
+
 #include "kernels/cpu/gemm_ukernel.h"
 
 // Note [ISA code in one binary]
@@ -405,6 +407,65 @@ void f32_conv_pixels_8x32__avx512(int taps, const int64_t* tap_off, const int32_
   f32_conv_pixels_ukernel__avx512<8, 2>(taps, tap_off, tap_blk, k, x, pix, ldx, b, c, ldc, accumulate, out);
 }
 
+// Note [Staged pixel stores] (conv_direct.cc): a run of m pixels' sums (pixel-major: pixel i's
+// nr channels at c + i * ldc) goes to y's channel planes 16 pixels by 16 channels at a time: the 16
+// rows loaded, transposed in registers (four rounds of 16 shuffles) into 16 channel rows of 16
+// pixels, each finished with out.ep (bias, residual, clamp or hardswish) and stored masked to the
+// run's pixels.
+void f32_conv_pixels_store__avx512(const float* c, int64_t ldc, const ConvPixelsOutF32& out) {
+  const ConvTileEpilogueF32& ep = out.ep;
+  const __m512 lo = _mm512_set1_ps(ep.act != ConvTileEpilogueF32::Act::none ? 0.0f : -__builtin_inff());
+  const __m512 hi = _mm512_set1_ps(ep.act == ConvTileEpilogueF32::Act::relu6 ? 6.0f : __builtin_inff());
+  const float* bias = ep.bias != nullptr ? ep.bias : kTileZeroBias;
+  auto store = [&](auto res_tag, auto act_tag) {
+    constexpr TileResidual kRes = decltype(res_tag)::value;
+    constexpr bool kHardswish = decltype(act_tag)::value;
+    for (int p0 = 0; p0 < out.m; p0 += 16) {
+      const int np = std::min(16, out.m - p0);
+      const __mmask16 pm = static_cast<__mmask16>((1u << np) - 1);
+      for (int j0 = 0; j0 < out.n; j0 += 16) {
+        __m512 r[16], t[16], u[16];
+#pragma GCC unroll 16
+        for (int i = 0; i < 16; ++i) r[i] = i < np ? _mm512_loadu_ps(c + (p0 + i) * ldc + j0) : _mm512_setzero_ps();
+#pragma GCC unroll 8
+        for (int h = 0; h < 16; h += 2) {  // within each 128-bit lane: rows paired
+          t[h] = _mm512_unpacklo_ps(r[h], r[h + 1]);
+          t[h + 1] = _mm512_unpackhi_ps(r[h], r[h + 1]);
+        }
+#pragma GCC unroll 4
+        for (int h = 0; h < 16; h += 4) {  // lane l of u[h + j]: rows h..h+3 of column 4l + j
+          u[h] = _mm512_shuffle_ps(t[h], t[h + 2], 0x44);
+          u[h + 1] = _mm512_shuffle_ps(t[h], t[h + 2], 0xEE);
+          u[h + 2] = _mm512_shuffle_ps(t[h + 1], t[h + 3], 0x44);
+          u[h + 3] = _mm512_shuffle_ps(t[h + 1], t[h + 3], 0xEE);
+        }
+        auto finish = [&](int j, __m512 v) {  // channel j0 + j, all 16 pixels
+          if (j0 + j >= out.n) return;
+          const int64_t ch = j0 + j;
+          v = _mm512_add_ps(v, _mm512_set1_ps(bias[ch]));
+          if constexpr (kRes == TileResidual::before)
+            v = _mm512_add_ps(v, _mm512_maskz_loadu_ps(pm, ep.residual + ch * ep.ldr + p0));
+          v = kHardswish ? hardswish(v) : clamp(v, lo, hi);
+          if constexpr (kRes == TileResidual::after)
+            v = _mm512_add_ps(v, _mm512_maskz_loadu_ps(pm, ep.residual + ch * ep.ldr + p0));
+          _mm512_mask_storeu_ps(out.y + ch * out.ldy + p0, pm, v);
+        };
+#pragma GCC unroll 4
+        for (int j = 0; j < 4; ++j) {  // columns j, 4 + j, 8 + j, 12 + j from u[j], u[4 + j], u[8 + j], u[12 + j]
+          const __m512 v0 = _mm512_shuffle_f32x4(u[j], u[4 + j], 0x88), v1 = _mm512_shuffle_f32x4(u[j], u[4 + j], 0xDD);
+          const __m512 w0 = _mm512_shuffle_f32x4(u[8 + j], u[12 + j], 0x88);
+          const __m512 w1 = _mm512_shuffle_f32x4(u[8 + j], u[12 + j], 0xDD);
+          finish(j, _mm512_shuffle_f32x4(v0, w0, 0x88));
+          finish(4 + j, _mm512_shuffle_f32x4(v1, w1, 0x88));
+          finish(8 + j, _mm512_shuffle_f32x4(v0, w0, 0xDD));
+          finish(12 + j, _mm512_shuffle_f32x4(v1, w1, 0xDD));
+        }
+      }
+    }
+  };
+  with_tile_store(ep, store);
+}
+
 }  // namespace
 
 // Note [AVX-512 blocking]
@@ -421,7 +482,7 @@ const GemmKernelF32& gemm_kernel_f32_avx512() {
                                {{7, 48, f32_conv_pixels_7x48__avx512},
                                 {6, 64, f32_conv_pixels_6x64__avx512},
                                 {8, 32, f32_conv_pixels_8x32__avx512}},
-                               /*store_hardswish=*/true, gemm_rows<Zmm>, /*rows_max=*/4};
+                               /*store_hardswish=*/true, gemm_rows<Zmm>, /*rows_max=*/4, f32_conv_pixels_store__avx512};
   return k;
 }
 

@@ -102,6 +102,10 @@ struct ConvPixelsKernelF32 {
   int mr = 0, nr = 0;
   ConvPixelsUkernelF32 ukernel = nullptr;
 };
+// The pixel tiles' staged store (Note [Staged pixel stores] in conv_direct.cc): the sums of out.m
+// pixels (pixel i's out.n channels at c + i * ldc) transposed into y (y[j * ldy + i]) and finished
+// with out.ep, as the tile's own store with `out` does for one tile. Reads c only.
+using ConvPixelsStoreF32 = void (*)(const float* c, int64_t ldc, const ConvPixelsOutF32& out);
 
 struct GemmKernelF32 {
   Isa isa;
@@ -115,6 +119,7 @@ struct GemmKernelF32 {
   bool store_hardswish = false;   // the tiles' stores apply Act::hardswish (without a residual)
   GemmRowsUkernelF32 rows_ukernel = nullptr;  // products of at most rows_max rows; none: pack A
   int rows_max = 0;
+  ConvPixelsStoreF32 pixels_store = nullptr;  // none: each pixel tile stores itself
 };
 
 const GemmKernelF32& gemm_kernel_f32_scalar();
