@@ -304,6 +304,28 @@ template <int MR, int NV, int K>
   }
 }
 
+// The first two rounds of transposing N rows (N a multiple of 4) of 16 floats, within each 128-bit
+// lane: rows paired (unpack), then pairs of pairs (shuffle), after which lane l of u[h + j] holds
+// rows h .. h + 3 of column 4l + j. Note [A transposed store] and Note [Staged pixel stores] finish
+// the transpose across lanes.
+template <int N>
+[[gnu::always_inline]] inline void transpose_in_lanes(const __m512 (&r)[N], __m512 (&u)[N]) {
+  static_assert(N % 4 == 0);
+  __m512 t[N];
+#pragma GCC unroll 8
+  for (int h = 0; h < N; h += 2) {
+    t[h] = _mm512_unpacklo_ps(r[h], r[h + 1]);
+    t[h + 1] = _mm512_unpackhi_ps(r[h], r[h + 1]);
+  }
+#pragma GCC unroll 4
+  for (int h = 0; h < N; h += 4) {
+    u[h] = _mm512_shuffle_ps(t[h], t[h + 2], 0x44);
+    u[h + 1] = _mm512_shuffle_ps(t[h], t[h + 2], 0xEE);
+    u[h + 2] = _mm512_shuffle_ps(t[h + 1], t[h + 3], 0x44);
+    u[h + 3] = _mm512_shuffle_ps(t[h + 1], t[h + 3], 0xEE);
+  }
+}
+
 template <int MR, int NV>
 void f32_conv_pixels_ukernel__avx512(int taps, const int64_t* tap_off, const int32_t* tap_blk, int64_t k,
                                      const float* x, const int64_t* pix, int64_t ldx, const float* b, float* c,
@@ -362,19 +384,8 @@ void f32_conv_pixels_ukernel__avx512(int taps, const int64_t* tap_off, const int
       __m512 r[8];
 #pragma GCC unroll 8
       for (int i = 0; i < 8; ++i) r[i] = i < MR ? acc[i][v] : _mm512_setzero_ps();
-      __m512 t[8], u[8];
-#pragma GCC unroll 4
-      for (int h = 0; h < 8; h += 2) {  // within each 128-bit lane: rows paired
-        t[h] = _mm512_unpacklo_ps(r[h], r[h + 1]);
-        t[h + 1] = _mm512_unpackhi_ps(r[h], r[h + 1]);
-      }
-#pragma GCC unroll 2
-      for (int h = 0; h < 8; h += 4) {  // lane k of u[h + j]: rows h..h+3 of column 4k + j
-        u[h] = _mm512_shuffle_ps(t[h], t[h + 2], 0x44);
-        u[h + 1] = _mm512_shuffle_ps(t[h], t[h + 2], 0xEE);
-        u[h + 2] = _mm512_shuffle_ps(t[h + 1], t[h + 3], 0x44);
-        u[h + 3] = _mm512_shuffle_ps(t[h + 1], t[h + 3], 0xEE);
-      }
+      __m512 u[8];
+      transpose_in_lanes(r, u);
 #pragma GCC unroll 4
       for (int j = 0; j < 4; ++j) {  // columns j, 4 + j, 8 + j, 12 + j: rows 0-3 in u[j], 4-7 in u[4 + j]
         const __m512 w02 = _mm512_shuffle_f32x4(u[j], u[4 + j], _MM_SHUFFLE(2, 0, 2, 0));
@@ -424,21 +435,10 @@ void f32_conv_pixels_store__avx512(const float* c, int64_t ldc, const ConvPixels
       const int np = std::min(16, out.m - p0);
       const __mmask16 pm = static_cast<__mmask16>((1u << np) - 1);
       for (int j0 = 0; j0 < out.n; j0 += 16) {
-        __m512 r[16], t[16], u[16];
+        __m512 r[16], u[16];
 #pragma GCC unroll 16
         for (int i = 0; i < 16; ++i) r[i] = i < np ? _mm512_loadu_ps(c + (p0 + i) * ldc + j0) : _mm512_setzero_ps();
-#pragma GCC unroll 8
-        for (int h = 0; h < 16; h += 2) {  // within each 128-bit lane: rows paired
-          t[h] = _mm512_unpacklo_ps(r[h], r[h + 1]);
-          t[h + 1] = _mm512_unpackhi_ps(r[h], r[h + 1]);
-        }
-#pragma GCC unroll 4
-        for (int h = 0; h < 16; h += 4) {  // lane l of u[h + j]: rows h..h+3 of column 4l + j
-          u[h] = _mm512_shuffle_ps(t[h], t[h + 2], 0x44);
-          u[h + 1] = _mm512_shuffle_ps(t[h], t[h + 2], 0xEE);
-          u[h + 2] = _mm512_shuffle_ps(t[h + 1], t[h + 3], 0x44);
-          u[h + 3] = _mm512_shuffle_ps(t[h + 1], t[h + 3], 0xEE);
-        }
+        transpose_in_lanes(r, u);
         auto finish = [&](int j, __m512 v) {  // channel j0 + j, all 16 pixels
           if (j0 + j >= out.n) return;
           const int64_t ch = j0 + j;
