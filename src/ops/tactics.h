@@ -3,7 +3,10 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
+#include <memory>
 #include <string>
+#include <vector>
 
 #include "kiln/ops/op_def.h"
 
@@ -20,6 +23,11 @@ bool tactic_fits(const OpDef& op, const std::string& tactic, const Attrs& attrs,
 // first run finds it packed (Note [Prepacked tactics]). False when the tactic packs nothing or the
 // weight does not fit its fast path (the kernel then runs its default at run time).
 bool prepack_weight(const OpDef& op, const std::string& tactic, const Tensor& weight, const Attrs& attrs);
+// The packed copy of weight `w` for a kernel outside the tactics (the blocked convolution), from the
+// same process-wide cache: `layout` keys what was packed (a tag, then sizes), `pack` fills `floats`
+// 64-byte-aligned floats on a miss.
+std::shared_ptr<const float> cached_packed_weight_f32(const Tensor& w, std::vector<int64_t> layout, size_t floats,
+                                                      const std::function<void(float*)>& pack);
 // Packed weights alive in the process-wide cache (tests: packing happens once, not per run).
 int64_t prepacked_weight_count();
 // Calls in which an extra tactic ran the op's default kernel instead (a shape or layout its fast

@@ -11,7 +11,8 @@
 
 namespace kiln::kernels::cpu {
 
-enum class ScratchSlot { im2col, conv_nhwc, packed_weight, direct_conv_x, direct_conv_y, depthwise_block, pixel_stage };
+enum class ScratchSlot { im2col, conv_nhwc, packed_weight, direct_conv_x, direct_conv_y, depthwise_block, pixel_stage,
+                         nchwc_pad };
 
 template <class T, ScratchSlot Slot>
 T* thread_scratch(size_t n) {

@@ -5,6 +5,7 @@ namespace kiln {
 void register_fused_ops(OpRegistry& r);  // defs/fused/fused.cc (fused_gemm, fused_conv2d: compiler epilogues)
 void register_fused_elementwise_ops(OpRegistry& r);  // defs/fused/elementwise.cc (fused_elementwise)
 void register_fused_attention_ops(OpRegistry& r);  // defs/fused/attention.cc (fused_attention)
+void register_nchwc_ops(OpRegistry& r);  // defs/conv/nchwc.cc (to_nchwc, from_nchwc, fused_conv2d_nchwc: the layout pass)
 void register_tactic_kernels(OpRegistry& r);  // defs/linalg/matmul_tactics.cc (gemm/matmul/fused_gemm tactics)
 
 void register_builtin_ops(OpRegistry& r) {
@@ -23,6 +24,7 @@ void register_builtin_ops(OpRegistry& r) {
   register_fused_ops(r);
   register_fused_elementwise_ops(r);
   register_fused_attention_ops(r);
+  register_nchwc_ops(r);
   register_tactic_kernels(r);  // last: adds kernels to ops registered above
 }
 

@@ -91,26 +91,20 @@ std::shared_ptr<const PackedGemmB> packed_weight(const Tensor& b, int64_t k, int
 
 // Conv filters [K, C/g, R, S] (contiguous) packed as the NCHW conv's GEMM A, per group.
 std::shared_ptr<const float> packed_conv_weight(const Tensor& w, const kernels::cpu::Conv2dParams& p) {
-  return cached_pack<float>(w, {1, p.k, p.c, p.r, p.s, p.groups}, [&] {
-    const size_t floats = kernels::cpu::conv2d_packed_weight_f32_floats(p);
-    float* buf = static_cast<float*>(::operator new(std::max<size_t>(floats, 1) * sizeof(float), std::align_val_t{64}));
-    std::shared_ptr<float> owned(buf, [](float* q) { ::operator delete(q, std::align_val_t{64}); });
-    kernels::cpu::pack_conv2d_weight_f32(p, static_cast<const float*>(w.data_ptr()), buf);
-    return std::shared_ptr<const float>(std::move(owned));
-  });
+  return cached_packed_weight_f32(w, {1, p.k, p.c, p.r, p.s, p.groups}, kernels::cpu::conv2d_packed_weight_f32_floats(p),
+                                  [&](float* buf) {
+                                    kernels::cpu::pack_conv2d_weight_f32(p, static_cast<const float*>(w.data_ptr()), buf);
+                                  });
 }
 
 // Conv filters packed for the direct convolution (Note [Direct convolution] in
 // kernels/cpu/conv_direct.cc): per group and K slice, tap-major micro-panels.
 std::shared_ptr<const float> packed_direct_conv_weight(const Tensor& w, const kernels::cpu::Conv2dParams& p) {
   const kernels::cpu::DirectConvLayout layout = kernels::cpu::conv2d_direct_layout(p);
-  return cached_pack<float>(w, {2, p.k, p.c, p.r, p.s, p.groups, layout.tile_rows, layout.pixel_rows ? 1 : 0}, [&] {
-    const size_t floats = kernels::cpu::conv2d_direct_packed_weight_f32_floats(p);
-    float* buf = static_cast<float*>(::operator new(std::max<size_t>(floats, 1) * sizeof(float), std::align_val_t{64}));
-    std::shared_ptr<float> owned(buf, [](float* q) { ::operator delete(q, std::align_val_t{64}); });
-    kernels::cpu::pack_conv2d_direct_weight_f32(p, static_cast<const float*>(w.data_ptr()), buf);
-    return std::shared_ptr<const float>(std::move(owned));
-  });
+  return cached_packed_weight_f32(
+      w, {2, p.k, p.c, p.r, p.s, p.groups, layout.tile_rows, layout.pixel_rows ? 1 : 0},
+      kernels::cpu::conv2d_direct_packed_weight_f32_floats(p),
+      [&](float* buf) { kernels::cpu::pack_conv2d_direct_weight_f32(p, static_cast<const float*>(w.data_ptr()), buf); });
 }
 
 std::atomic<int64_t> g_fallbacks{0};
@@ -384,6 +378,16 @@ void matmul_openblas_kernel(const KernelCall& k) {
 #endif
 
 }  // namespace
+
+std::shared_ptr<const float> cached_packed_weight_f32(const Tensor& w, std::vector<int64_t> layout, size_t floats,
+                                                      const std::function<void(float*)>& pack) {
+  return cached_pack<float>(w, std::move(layout), [&] {
+    float* buf = static_cast<float*>(::operator new(std::max<size_t>(floats, 1) * sizeof(float), std::align_val_t{64}));
+    std::shared_ptr<float> owned(buf, [](float* q) { ::operator delete(q, std::align_val_t{64}); });
+    pack(buf);
+    return std::shared_ptr<const float>(std::move(owned));
+  });
+}
 
 bool tactic_packs_weight(const std::string& tactic) {
   return tactic == "prepacked" || tactic == "direct" || tactic == "direct_columns" || tactic == "direct_pixels";

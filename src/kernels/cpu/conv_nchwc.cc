@@ -1,0 +1,290 @@
+// Channel-blocked convolution behind kernels/cpu/conv_nchwc.h.
+#include "kernels/cpu/conv_nchwc.h"
+
+#include <algorithm>
+#include <cstring>
+#include <vector>
+
+#include "kernels/cpu/isa.h"
+#include "kernels/cpu/scratch.h"
+#include "kiln/core/error.h"
+#include "kiln/core/thread_pool.h"
+
+namespace kiln::kernels::cpu {
+
+// Note [Blocked channels]
+// In NCHW a convolution's register tile (output pixels x output channels, Note [Pixels as rows] in
+// conv_direct.cc) leaves its sums pixel-major, and each of its 64 channels is a short run in its
+// own plane, 12.5 KB from the next on a 56 x 56 layer: the tile has to be transposed to be stored
+// (10% of such a layer on a Xeon), its residual is read the same scattered way, and the next layer
+// reads it back from 64 streams. With channels blocked by 16 ([N, C/16, H, W, 16], as ONNX
+// Runtime's NCHWc and oneDNN's nChw16c), a pixel's 16 channels of a block are one cache line: the
+// tile stores, adds the residual and reads its input in whole vectors, a block plane at a time.
+//
+// The kernel here: filters packed per panel of up to 4 output blocks as [C/16][tap][16][width];
+// the register tile is 6 pixels x 64 channels (8 x 48, 12 x 32, 12 x 16 for narrower panels),
+// each step broadcasting one input channel per pixel. The pixels of a tile are consecutive in the
+// flattened output plane (rows may break inside a tile: each pixel has its own input offset), so
+// their outputs are consecutive vectors. A padded input is copied once into a zero-bordered plane
+// (whole rows of 16-float pixels: a memcpy per row) so that every tap of every pixel reads memory;
+// an unpadded one (1x1 layers, stride or not) is read in place. Input blocks are summed in slices
+// of about 768 multiply-adds per output (as the GEMM's kc) over chunks of up to 48 pixels (Note
+// [Chunks for every thread]): the chunk's partial sums stay in L1 between slices and the last
+// slice adds the bias, residual and activation as it stores. Threads take (image, panel, chunk)
+// items in order.
+
+namespace {
+
+constexpr int64_t kSliceDepth = 768;  // input channels x taps per slice
+
+int64_t blocks_of(int64_t c) { return (c + kChannelBlock - 1) / kChannelBlock; }
+
+// The scalar micro-kernel (any ISA): the same contract as the AVX-512 one, 4 pixels a tile.
+template <int MR>
+void nchwc_tile_scalar(int64_t blocks, int taps, const int64_t* tap_off, const float* x, const int64_t* pix,
+                       int64_t xblk, const float* w, float* y, int64_t yblk, int nv, int m, bool accumulate,
+                       const NchwcEpilogueF32* ep) {
+  float acc[MR][64] = {};
+  const int width = 16 * nv;
+  for (int64_t b = 0; b < blocks; ++b, x += xblk)
+    for (int t = 0; t < taps; ++t)
+      for (int c = 0; c < 16; ++c, w += width)
+        for (int i = 0; i < MR; ++i) {
+          const float xi = x[tap_off[t] + pix[i] + c];
+          for (int j = 0; j < width; ++j) acc[i][j] += xi * w[j];
+        }
+  using Act = NchwcEpilogueF32::Act;
+  for (int i = 0; i < m; ++i)
+    for (int j = 0; j < width; ++j) {
+      float* yv = y + (j / 16) * yblk + 16 * i + j % 16;
+      float r = acc[i][j] + (accumulate ? *yv : 0.0f);
+      if (ep != nullptr) {
+        const float* res = ep->residual != nullptr ? ep->residual + (j / 16) * yblk + 16 * i + j % 16 : nullptr;
+        r += ep->bias[j];
+        if (res && ep->residual_before_activation) r += *res;
+        if (ep->act == Act::relu) r = std::max(r, 0.0f);
+        else if (ep->act == Act::relu6) r = std::min(std::max(r, 0.0f), 6.0f);
+        else if (ep->act == Act::hardswish) r = r * std::min(std::max(r + 3.0f, 0.0f), 6.0f) / 6.0f;
+        if (res && !ep->residual_before_activation) r += *res;
+      }
+      *yv = r;
+    }
+}
+
+struct Plan {
+  int64_t kb = 0, cb = 0, taps = 0;
+  int64_t hp = 0, wp = 0;  // the plane the tiles read: padded copy or x itself
+  bool copy = false;       // x is copied into a zero-bordered plane
+  int64_t pixels = 0;      // Ho * Wo
+  NchwcTiling tiling;
+  int64_t chunk = 0;       // pixels per work item: a multiple of every tile's pixels
+  int64_t panels = 0, chunks = 0;
+  int64_t slice_blocks = 0;  // input blocks per slice
+};
+
+Plan plan(const Conv2dParams& p) {
+  Plan pl;
+  pl.kb = p.k / kChannelBlock;
+  pl.cb = p.c / kChannelBlock;
+  pl.taps = p.r * p.s;
+  pl.pixels = p.ho * p.wo;
+  // Rows and columns any tap of any output reads, from the top-left padding on.
+  pl.hp = (p.ho - 1) * p.stride_h + (p.r - 1) * p.dil_h + 1;
+  pl.wp = (p.wo - 1) * p.stride_w + (p.s - 1) * p.dil_w + 1;
+  pl.copy = p.pad_top > 0 || p.pad_left > 0 || pl.hp > p.h || pl.wp > p.w;
+  if (!pl.copy) pl.hp = p.h, pl.wp = p.w;
+  pl.tiling = conv2d_nchwc_tiling(p);
+  pl.panels = (pl.kb + pl.tiling.panel_blocks - 1) / pl.tiling.panel_blocks;
+  // Note [Chunks for every thread]: 48 or 49 pixels a chunk unless that leaves fewer than 4 items
+  // a thread; then smaller ones. A 7 x 7 layer of 512 filters was 11 items, 6 and 5 for two
+  // threads, and each thread's share of the panels streams its filters from memory while the other
+  // waits: 1.1 ms on two threads against 1.3 on one. Each candidate is a multiple of every
+  // panel's tile (6, 8 or 12 pixels; 7 with panels of 3 blocks).
+  const bool all_six = pl.kb % 4 == 0;
+  const std::vector<int64_t> candidates =
+      pl.tiling.panel_blocks == 3 ? std::vector<int64_t>{49, 28, 14, 7}
+                                  : all_six ? std::vector<int64_t>{48, 24, 12, 6} : std::vector<int64_t>{48, 24};
+  const int64_t want = 4 * static_cast<int64_t>(get_num_threads());
+  for (int64_t chunk : candidates) {
+    pl.chunk = chunk;
+    pl.chunks = (pl.pixels + chunk - 1) / chunk;
+    if (p.n * pl.panels * pl.chunks >= want) break;
+  }
+  const int64_t per_block = kChannelBlock * pl.taps;
+  const int64_t slices = std::max<int64_t>(1, (pl.cb * per_block + kSliceDepth - 1) / kSliceDepth);
+  pl.slice_blocks = (pl.cb + slices - 1) / slices;
+  return pl;
+}
+
+int panel_width(const Plan& pl, int64_t panel) {
+  const int64_t pb = pl.tiling.panel_blocks;
+  return static_cast<int>(std::min(pb, pl.kb - pb * panel));
+}
+
+}  // namespace
+
+void nchw_to_nchwc_f32(int64_t n, int64_t c, int64_t hw, const float* x, float* y) {
+  const int64_t cb = blocks_of(c);
+  parallel_for(0, n * cb, 1, [&](int64_t b0, int64_t b1) {
+    for (int64_t nb = b0; nb < b1; ++nb) {
+      const int64_t img = nb / cb, blk = nb % cb;
+      const int64_t lanes = std::min(kChannelBlock, c - blk * kChannelBlock);
+      const float* xs = x + (img * c + blk * kChannelBlock) * hw;
+      float* yd = y + nb * hw * kChannelBlock;
+      // 64 pixels at a time: the 16 source runs stay in L1 while the block's lines are written.
+      for (int64_t p0 = 0; p0 < hw; p0 += 64) {
+        const int64_t p1 = std::min(hw, p0 + 64);
+        for (int64_t q = p0; q < p1; ++q) {
+          float* d = yd + q * kChannelBlock;
+          for (int64_t l = 0; l < lanes; ++l) d[l] = xs[l * hw + q];
+          for (int64_t l = lanes; l < kChannelBlock; ++l) d[l] = 0.0f;
+        }
+      }
+    }
+  });
+}
+
+void nchwc_to_nchw_f32(int64_t n, int64_t c, int64_t hw, const float* x, float* y) {
+  const int64_t cb = blocks_of(c);
+  parallel_for(0, n * cb, 1, [&](int64_t b0, int64_t b1) {
+    for (int64_t nb = b0; nb < b1; ++nb) {
+      const int64_t img = nb / cb, blk = nb % cb;
+      const int64_t lanes = std::min(kChannelBlock, c - blk * kChannelBlock);
+      const float* xs = x + nb * hw * kChannelBlock;
+      float* yd = y + (img * c + blk * kChannelBlock) * hw;
+      for (int64_t l = 0; l < lanes; ++l)
+        for (int64_t q = 0; q < hw; ++q) yd[l * hw + q] = xs[q * kChannelBlock + l];
+    }
+  });
+}
+
+bool conv2d_nchwc_supported(const Conv2dParams& p) {
+  return p.groups == 1 && p.c > 0 && p.k > 0 && p.c % kChannelBlock == 0 && p.k % kChannelBlock == 0 && p.r >= 1 &&
+         p.s >= 1 && p.ho >= 1 && p.wo >= 1 && p.stride_h >= 1 && p.stride_w >= 1 && p.dil_h >= 1 && p.dil_w >= 1 &&
+         p.pad_top >= 0 && p.pad_left >= 0;
+}
+
+// Note [Blocked tiles]
+// Panels of 4 output blocks run 6-pixel tiles (8 x 48, 12 x 32 and 12 x 16 for a narrower last
+// panel), which split 56 x 56, 28 x 28 and 14 x 14 planes with at most a pixel to spare, but a
+// 7 x 7 plane into 9 tiles for 49 pixels (10% of the work wasted: ResNet's last stage ran 8-13%
+// slower than the NCHW kernel with its 7-pixel tiles). Planes that 7-pixel tiles split with 3% less
+// waste take panels of 3 blocks and 7 x 48 tiles (7 x 32, 7 x 16 for the last panel).
+NchwcTiling conv2d_nchwc_tiling(const Conv2dParams& p) {
+  const int64_t pixels = p.ho * p.wo;
+  const int64_t by6 = (pixels + 5) / 6 * 6, by7 = (pixels + 6) / 7 * 7;
+  NchwcTiling t;
+  if (static_cast<double>(by7) < 0.97 * static_cast<double>(by6)) t.panel_blocks = 3;
+  return t;
+}
+
+size_t conv2d_nchwc_packed_weight_f32_floats(const Conv2dParams& p) {
+  return static_cast<size_t>(p.k * p.c * p.r * p.s);
+}
+
+void pack_conv2d_nchwc_weight_f32(const Conv2dParams& p, const float* w, float* out) {
+  KILN_ASSERT(conv2d_nchwc_supported(p), "pack_conv2d_nchwc_weight_f32: unsupported convolution");
+  const Plan pl = plan(p);
+  for (int64_t panel = 0; panel < pl.panels; ++panel) {
+    const int64_t width = kChannelBlock * panel_width(pl, panel);
+    const int64_t k0 = panel * pl.tiling.panel_blocks * kChannelBlock;
+    for (int64_t blk = 0; blk < pl.cb; ++blk)
+      for (int64_t t = 0; t < pl.taps; ++t)
+        for (int64_t c = 0; c < kChannelBlock; ++c) {
+          const int64_t ci = blk * kChannelBlock + c;
+          for (int64_t j = 0; j < width; ++j) *out++ = w[((k0 + j) * p.c + ci) * pl.taps + t];
+        }
+  }
+}
+
+void conv2d_nchwc_f32(const Conv2dParams& p, const float* x, const float* packed_w, const float* bias, float* y,
+                      const Conv2dEpilogue& epilogue) {
+  KILN_CHECK(conv2d_nchwc_supported(p), "conv2d_nchwc_f32: needs one group and channels in multiples of 16, got C=",
+             p.c, " K=", p.k, " groups=", p.groups);
+  const Plan pl = plan(p);
+  using Act = NchwcEpilogueF32::Act;
+  Act act = Act::none;
+  switch (epilogue.activation) {
+    case GemmActivation::none: act = Act::none; break;
+    case GemmActivation::relu: act = Act::relu; break;
+    case GemmActivation::relu6: act = Act::relu6; break;
+    case GemmActivation::hardswish: act = Act::hardswish; break;
+    default: KILN_CHECK(false, "conv2d_nchwc_f32: activation not supported by the blocked kernel");
+  }
+  // The plane the tiles read.
+  const float* xr = x;
+  const int64_t plane = pl.hp * pl.wp * kChannelBlock;
+  if (pl.copy) {
+    float* xp = thread_scratch<float, ScratchSlot::nchwc_pad>(static_cast<size_t>(p.n * pl.cb * plane));
+    const int64_t rows = p.n * pl.cb * pl.hp;
+    parallel_for(0, rows, 16, [&](int64_t r0, int64_t r1) {
+      for (int64_t row = r0; row < r1; ++row) {
+        const int64_t nb = row / pl.hp, ih = row % pl.hp - p.pad_top;
+        float* d = xp + row * pl.wp * kChannelBlock;
+        if (ih < 0 || ih >= p.h) {
+          std::memset(d, 0, static_cast<size_t>(pl.wp * kChannelBlock) * sizeof(float));
+          continue;
+        }
+        const int64_t left = std::min(p.pad_left, pl.wp);
+        const int64_t cols = std::max<int64_t>(0, std::min(p.w, pl.wp - p.pad_left));
+        std::memset(d, 0, static_cast<size_t>(left * kChannelBlock) * sizeof(float));
+        std::memcpy(d + left * kChannelBlock, x + (nb * p.h + ih) * p.w * kChannelBlock,
+                    static_cast<size_t>(cols * kChannelBlock) * sizeof(float));
+        const int64_t right = pl.wp - left - cols;
+        if (right > 0)
+          std::memset(d + (left + cols) * kChannelBlock, 0, static_cast<size_t>(right * kChannelBlock) * sizeof(float));
+      }
+    });
+    xr = xp;
+  }
+  std::vector<int64_t> tap_off(static_cast<size_t>(pl.taps));
+  for (int64_t r = 0; r < p.r; ++r)
+    for (int64_t s = 0; s < p.s; ++s)
+      tap_off[static_cast<size_t>(r * p.s + s)] = (r * p.dil_h * pl.wp + s * p.dil_w) * kChannelBlock;
+  const bool avx512 = active_isa() == Isa::avx512;
+  alignas(64) float zero_bias[64] = {};
+  const int64_t xplane = pl.cb * plane, yplane = pl.kb * pl.pixels * kChannelBlock;
+  const int64_t items = p.n * pl.panels * pl.chunks;
+  parallel_for(0, items, 1, [&](int64_t i0, int64_t i1) {
+    for (int64_t item = i0; item < i1; ++item) {
+      const int64_t img = item / (pl.panels * pl.chunks);
+      const int64_t panel = item / pl.chunks % pl.panels, chunk = item % pl.chunks;
+      const int nv = panel_width(pl, panel);
+      NchwcUkernelF32 uk = avx512 ? nchwc_ukernel_f32_avx512(nv, pl.tiling.pixels(nv)) : nullptr;
+      const int mr = uk != nullptr ? pl.tiling.pixels(nv) : 4;
+      const int64_t pb = pl.tiling.panel_blocks;
+      const float* wpanel = packed_w + panel * pb * kChannelBlock * pl.cb * pl.taps * kChannelBlock;
+      const int64_t obase = img * yplane + panel * pb * pl.pixels * kChannelBlock;
+      NchwcEpilogueF32 ep;
+      ep.bias = bias != nullptr ? bias + panel * pb * kChannelBlock : zero_bias;
+      ep.residual_before_activation = epilogue.residual_before_activation;
+      ep.act = act;
+      const int64_t q0 = chunk * pl.chunk, q1 = std::min(pl.pixels, q0 + pl.chunk);
+      for (int64_t b0 = 0; b0 < pl.cb; b0 += pl.slice_blocks) {
+        const int64_t nb = std::min(pl.slice_blocks, pl.cb - b0);
+        const bool last = b0 + nb == pl.cb;
+        const float* ws = wpanel + b0 * pl.taps * kChannelBlock * kChannelBlock * nv;
+        const float* xs = xr + img * xplane + b0 * plane;
+        for (int64_t q = q0; q < q1; q += mr) {
+          const int m = static_cast<int>(std::min<int64_t>(mr, q1 - q));
+          int64_t pix[16];
+          for (int i = 0; i < mr; ++i) {
+            const int64_t qq = q + std::min(i, m - 1), oh = qq / p.wo, ow = qq % p.wo;
+            pix[i] = (oh * p.stride_h * pl.wp + ow * p.stride_w) * kChannelBlock;
+          }
+          float* yt = y + obase + q * kChannelBlock;
+          ep.residual = epilogue.residual != nullptr ? epilogue.residual + obase + q * kChannelBlock : nullptr;
+          const NchwcEpilogueF32* epp = last ? &ep : nullptr;
+          if (uk != nullptr)
+            uk(nb, static_cast<int>(pl.taps), tap_off.data(), xs, pix, plane, ws, yt, pl.pixels * kChannelBlock, m,
+               b0 > 0, epp);
+          else
+            nchwc_tile_scalar<4>(nb, static_cast<int>(pl.taps), tap_off.data(), xs, pix, plane, ws, yt,
+                                 pl.pixels * kChannelBlock, nv, m, b0 > 0, epp);
+        }
+      }
+    }
+  });
+}
+
+}  // namespace kiln::kernels::cpu

@@ -1,0 +1,174 @@
+// Channel-blocked ("NCHWc") inference ops the compiler's layout pass emits
+// (src/compiler/passes/layout.cc; Note [Blocked channels] in kernels/cpu/conv_nchwc.cc):
+//   to_nchwc(x)                 [N, C, H, W] -> [N, ceil(C/16), H, W, 16], lanes past C zero
+//   from_nchwc(x, channels)     [N, ceil(channels/16), H, W, 16] -> [N, channels, H, W]
+//   fused_conv2d_nchwc(x, w, bias?, residual?)
+//                               fused_conv2d (src/ops/defs/fused/fused.cc) on blocked x, residual
+//                               and output; w stays [K, C, R, S] (a constant: packed once)
+// Like the other fused ops they exist for engines: no derivative, batching rule or ONNX form.
+#include <functional>
+
+#include "kernels/cpu/conv_nchwc.h"
+#include "kernels/cpu/loops.h"
+#include "kiln/ops/dispatch.h"
+#include "kiln/ops/op_def.h"
+#include "ops/defs/conv/conv_common.h"
+#include "ops/tactics.h"
+
+namespace kiln {
+namespace {
+
+using kernels::cpu::kChannelBlock;
+
+int64_t blocks_of(int64_t c) { return (c + kChannelBlock - 1) / kChannelBlock; }
+
+void check_f32(const InferCtx& c, size_t i) {
+  if (c.has(i) && c.in(i).dtype != DType::f32)
+    c.fail(c.arg_name(i) + " is " + std::string(dtype_name(c.in(i).dtype)) + "; the blocked layout is for f32 only");
+}
+
+std::vector<TensorMeta> infer_to_nchwc(const InferCtx& c) {
+  check_f32(c, 0);
+  const Shape& s = c.in(0).shape;
+  if (s.size() != 4) c.fail("x of shape " + shape_str(s) + " must be [N, C, H, W]");
+  return {TensorMeta{DType::f32, {s[0], blocks_of(s[1]), s[2], s[3], kChannelBlock}}};
+}
+
+std::vector<TensorMeta> infer_from_nchwc(const InferCtx& c) {
+  check_f32(c, 0);
+  const Shape& s = c.in(0).shape;
+  const int64_t ch = c.attrs.get_int("channels");
+  if (s.size() != 5 || s[4] != kChannelBlock)
+    c.fail("x of shape " + shape_str(s) + " must be blocked, [N, C/16, H, W, 16]");
+  if (ch < 1 || blocks_of(ch) != s[1])
+    c.fail("channels = " + std::to_string(ch) + " does not fit x of shape " + shape_str(s) + ", which holds " +
+           std::to_string(s[1]) + " blocks of 16 (channels " + std::to_string(16 * s[1] - 15) + " to " +
+           std::to_string(16 * s[1]) + ")");
+  return {TensorMeta{DType::f32, {s[0], ch, s[2], s[3]}}};
+}
+
+Attrs conv_attrs_of(const Attrs& a) {
+  return op("conv2d").bind_attrs({{"stride", a.get_ints("stride")},
+                                  {"padding", a.get_ints("padding")},
+                                  {"dilation", a.get_ints("dilation")},
+                                  {"groups", int64_t{1}}});
+}
+
+const char* kActs = "none, relu, relu6, hardswish";
+bool blocked_act(const std::string& a) { return a == "none" || a == "relu" || a == "relu6" || a == "hardswish"; }
+
+std::vector<TensorMeta> infer_conv_nchwc(const InferCtx& c) {
+  for (size_t i = 0; i < 4; ++i) check_f32(c, i);
+  if (!blocked_act(c.attrs.get_string("activation")))
+    c.fail("activation '" + c.attrs.get_string("activation") + "' is not one of the blocked kernel's (" + kActs + ")");
+  const Shape& xs = c.in(0).shape;
+  const Shape& ws = c.in(1).shape;
+  if (xs.size() != 5 || xs[4] != kChannelBlock)
+    c.fail("x of shape " + shape_str(xs) + " must be blocked, [N, C/16, H, W, 16]");
+  if (ws.size() != 4) c.fail("w of shape " + shape_str(ws) + " must be [K, C, R, S]");
+  if (ws[1] != xs[1] * kChannelBlock)
+    c.fail("w of shape " + shape_str(ws) + " has " + std::to_string(ws[1]) + " input channels but x of shape " +
+           shape_str(xs) + " holds " + std::to_string(xs[1] * kChannelBlock));
+  if (ws[0] % kChannelBlock != 0)
+    c.fail("w of shape " + shape_str(ws) + " has " + std::to_string(ws[0]) +
+           " output channels, which the blocked kernel needs in multiples of 16");
+  const TensorMeta plain{DType::f32, {xs[0], ws[1], xs[2], xs[3]}};
+  std::vector<std::optional<TensorMeta>> ins{plain, c.in(1), c.has(2) ? c.inputs[2] : std::nullopt};
+  auto out = op("conv2d").infer_meta(ins, conv_attrs_of(c.attrs));
+  const Shape& o = out[0].shape;
+  TensorMeta y{DType::f32, {o[0], o[1] / kChannelBlock, o[2], o[3], kChannelBlock}};
+  if (c.has(3) && c.in(3).shape != y.shape)
+    c.fail("residual of shape " + shape_str(c.in(3).shape) + " must have the output's shape " + shape_str(y.shape));
+  return {y};
+}
+
+void to_nchwc_kernel(const KernelCall& k) {
+  Tensor x = k.in(0).contiguous();
+  const Shape& s = x.shape();
+  kernels::cpu::nchw_to_nchwc_f32(s[0], s[1], s[2] * s[3], static_cast<const float*>(x.data_ptr()),
+                                  static_cast<float*>(k.out(0).data_ptr()));
+}
+
+void from_nchwc_kernel(const KernelCall& k) {
+  Tensor x = k.in(0).contiguous();
+  const Shape& s = k.out(0).shape();
+  kernels::cpu::nchwc_to_nchw_f32(s[0], s[1], s[2] * s[3], static_cast<const float*>(x.data_ptr()),
+                                  static_cast<float*>(k.out(0).data_ptr()));
+}
+
+kernels::cpu::GemmActivation act_of(const std::string& a) {
+  using kernels::cpu::GemmActivation;
+  if (a == "relu") return GemmActivation::relu;
+  if (a == "relu6") return GemmActivation::relu6;
+  if (a == "hardswish") return GemmActivation::hardswish;
+  return GemmActivation::none;
+}
+
+void conv_nchwc_kernel(const KernelCall& k) {
+  const Tensor& out = k.out(0);
+  if (out.numel() == 0) return;
+  Tensor x = k.in(0).contiguous(), w = k.in(1).contiguous();
+  Tensor bias = k.inputs.size() > 2 && k.in(2).defined() ? k.in(2).contiguous() : Tensor();
+  Tensor res = k.inputs.size() > 3 && k.in(3).defined() ? k.in(3).contiguous() : Tensor();
+  const auto pad = defs::padding_attr("fused_conv2d_nchwc", k.attrs);
+  const auto& stride = k.attrs.get_ints("stride");
+  const auto& dil = k.attrs.get_ints("dilation");
+  kernels::cpu::Conv2dParams p;
+  p.n = x.shape()[0], p.c = x.shape()[1] * kChannelBlock, p.h = x.shape()[2], p.w = x.shape()[3];
+  p.k = w.shape()[0], p.r = w.shape()[2], p.s = w.shape()[3];
+  p.ho = out.shape()[2], p.wo = out.shape()[3];
+  p.stride_h = stride[0], p.stride_w = stride[1], p.pad_top = pad[0], p.pad_left = pad[1];
+  p.dil_h = dil[0], p.dil_w = dil[1];
+  // Packed once per weight (Note [Prepacked tactics]), keyed by the tiling the packing follows.
+  const kernels::cpu::NchwcTiling tiling = kernels::cpu::conv2d_nchwc_tiling(p);
+  auto packed = cached_packed_weight_f32(w, {3, p.k, p.c, p.r, p.s, tiling.panel_blocks},
+                                         kernels::cpu::conv2d_nchwc_packed_weight_f32_floats(p), [&](float* buf) {
+                                           kernels::cpu::pack_conv2d_nchwc_weight_f32(
+                                               p, static_cast<const float*>(w.data_ptr()), buf);
+                                         });
+  kernels::cpu::Conv2dEpilogue ep;
+  ep.activation = act_of(k.attrs.get_string("activation"));
+  ep.residual = res.defined() ? static_cast<const float*>(res.data_ptr()) : nullptr;
+  ep.residual_before_activation = k.attrs.get_bool("residual_before_activation");
+  Tensor y = out.is_contiguous() ? out : empty(out.shape(), TensorOptions(DType::f32, out.device()));
+  kernels::cpu::conv2d_nchwc_f32(p, static_cast<const float*>(x.data_ptr()), packed.get(),
+                                 bias.defined() ? static_cast<const float*>(bias.data_ptr()) : nullptr,
+                                 static_cast<float*>(y.data_ptr()), ep);
+  if (!y.is_same(out)) kernels::cpu::copy_into(out, y);
+}
+
+constexpr const char* kNoVjp = "compiler-emitted inference op: differentiate the unblocked graph";
+constexpr const char* kNoBatch = "compiler-emitted inference op: vmap the unblocked graph";
+constexpr const char* kNoOnnx = "compiler-emitted inference op: export the unblocked graph";
+
+}  // namespace
+
+void register_nchwc_ops(OpRegistry& r) {
+  const DTypeSet f32{DType::f32};
+  r.add("to_nchwc(Tensor x) -> Tensor")
+      .infer(infer_to_nchwc)
+      .kernel(DeviceType::cpu, f32, to_nchwc_kernel)
+      .no_vjp(kNoVjp)
+      .no_batch(kNoBatch)
+      .no_onnx(kNoOnnx)
+      .doc("[N, C, H, W] -> [N, ceil(C/16), H, W, 16]: channels blocked by 16, lanes past C zero.");
+  r.add("from_nchwc(Tensor x, int channels) -> Tensor")
+      .infer(infer_from_nchwc)
+      .kernel(DeviceType::cpu, f32, from_nchwc_kernel)
+      .no_vjp(kNoVjp)
+      .no_batch(kNoBatch)
+      .no_onnx(kNoOnnx)
+      .doc("[N, ceil(channels/16), H, W, 16] -> [N, channels, H, W]: to_nchwc's inverse.");
+  r.add("fused_conv2d_nchwc(Tensor x, Tensor w, Tensor? bias, Tensor? residual, int[] stride=[1,1], "
+        "int[] padding=[0,0,0,0], int[] dilation=[1,1], str activation=\"none\", "
+        "bool residual_before_activation=false) -> Tensor")
+      .infer(infer_conv_nchwc)
+      .kernel(DeviceType::cpu, f32, conv_nchwc_kernel)
+      .no_vjp(kNoVjp)
+      .no_batch(kNoBatch)
+      .no_onnx(kNoOnnx)
+      .doc("fused_conv2d (one group) on channel-blocked x, residual and output [N, K/16, Ho, Wo, 16]; "
+           "w [K, C, R, S] with C and K multiples of 16.");
+}
+
+}  // namespace kiln

@@ -1,0 +1,141 @@
+// The channel-blocked ops (src/ops/defs/conv/nchwc.cc; Note [Blocked channels] in
+// kernels/cpu/conv_nchwc.cc): to_nchwc / from_nchwc round trips, and fused_conv2d_nchwc against a
+// float64 reference (kiln's conv2d and unfused epilogue on f64 copies) for every panel width and
+// both tilings, strides, dilations, asymmetric padding, 1x1 filters, batches, every epilogue, on
+// every ISA (the scalar kernel too); bad inputs are errors naming the problem.
+#include <gtest/gtest.h>
+
+#include "kernels/cpu/conv_nchwc.h"
+#include "kernels/cpu/isa.h"
+#include "kiln/kiln.h"
+#include "support/testing.h"
+
+namespace kiln {
+namespace {
+
+using testing::random_tensor;
+
+Tensor to_nchwc(const Tensor& x) { return dispatch1(op("to_nchwc"), {x}, {}); }
+Tensor from_nchwc(const Tensor& x, int64_t c) { return dispatch1(op("from_nchwc"), {x}, {{"channels", c}}); }
+Tensor f64(const Tensor& t) { return t.defined() ? t.to(DType::f64) : t; }
+
+TEST(Nchwc, ConversionsRoundTripAndZeroThePaddedLanes) {
+  int seed = 1;
+  for (int64_t c : {1, 7, 16, 33}) {
+    SCOPED_TRACE("C=" + std::to_string(c));
+    Tensor x = random_tensor({2, c, 5, 3}, DType::f32, ++seed);
+    Tensor xs = testing::noncontiguous(x);
+    Tensor b = to_nchwc(xs);
+    const int64_t blocks = (c + 15) / 16;
+    ASSERT_EQ(b.shape(), (Shape{2, blocks, 5, 3, 16}));
+    // Element (n, c, h, w) sits at block c / 16, lane c % 16; the lanes past C are zero.
+    Tensor want = zeros({2, blocks * 16, 5, 3}, TensorOptions(DType::f32));
+    want.slice(1, 0, c).copy_(x);
+    want = want.reshape({2, blocks, 16, 5, 3}).permute({0, 1, 3, 4, 2});
+    EXPECT_TRUE(testing::all_close(b, want, {0, 0}));
+    EXPECT_TRUE(testing::all_close(from_nchwc(b, c), x, {0, 0}));
+  }
+}
+
+struct ConvCase {
+  int64_t n, c, k, h, w, r, s;
+  std::vector<int64_t> stride, padding, dilation;
+};
+
+// Panels of 1-4 blocks (K = 16 .. 112), the 7-pixel tiling (7 x 7 and 14 x 7 outputs), 1x1 with
+// and without stride, dilation, asymmetric padding, a 1 x 1 output, a batch of 3.
+const ConvCase kCases[] = {
+    {1, 16, 16, 9, 9, 3, 3, {1, 1}, {1, 1, 1, 1}, {1, 1}},
+    {2, 32, 48, 7, 7, 3, 3, {1, 1}, {1, 1, 1, 1}, {1, 1}},     // 7 x 7: 7-pixel tiles, panels of 3
+    {1, 16, 112, 7, 7, 1, 1, {1, 1}, {0, 0, 0, 0}, {1, 1}},    // 7 blocks: 3 + 3 + 1
+    {1, 48, 112, 11, 13, 3, 3, {1, 1}, {1, 1, 1, 1}, {1, 1}},  // 4 + 3 blocks, 6 / 8-pixel tiles
+    {3, 32, 80, 10, 10, 1, 1, {2, 2}, {0, 0, 0, 0}, {1, 1}},   // 1x1 stride 2, read in place
+    {1, 64, 32, 15, 12, 3, 3, {2, 2}, {1, 1, 1, 1}, {1, 1}},
+    {1, 16, 64, 14, 7, 5, 3, {1, 2}, {2, 0, 3, 1}, {1, 1}},    // asymmetric padding and stride
+    {2, 16, 32, 12, 12, 3, 3, {1, 1}, {2, 2, 2, 2}, {2, 2}},   // dilation 2
+    {1, 32, 16, 1, 1, 3, 3, {1, 1}, {1, 1, 1, 1}, {1, 1}},     // a 1 x 1 plane: every tap but one is padding
+    {1, 160, 64, 6, 6, 3, 3, {1, 1}, {1, 1, 1, 1}, {1, 1}},    // 10 input blocks: two slices
+};
+
+Tensor act_ref(const Tensor& y, const std::string& act) {
+  if (act == "relu") return relu(y);
+  if (act == "relu6") return clip(y, Scalar(0.0), Scalar(6.0));
+  if (act == "hardswish") return hardswish(y);
+  return y;
+}
+
+TEST(Nchwc, ConvMatchesFloat64ReferenceOnEveryIsa) {
+  int seed = 100;
+  for (kernels::cpu::Isa isa : kernels::cpu::supported_isas()) {
+    kernels::cpu::IsaOverride on(isa);
+    for (const ConvCase& cc : kCases) {
+      for (const std::string act : {"none", "relu", "relu6", "hardswish"})
+        for (int mode = 0; mode < 3; ++mode) {  // residual: none, before, after the activation
+          ++seed;
+          SCOPED_TRACE(std::string(kernels::cpu::isa_name(isa)) + " C=" + std::to_string(cc.c) +
+                       " K=" + std::to_string(cc.k) + " " + std::to_string(cc.h) + "x" + std::to_string(cc.w) +
+                       " act=" + act + " mode=" + std::to_string(mode));
+          Conv2dOptions o;
+          o.stride = cc.stride;
+          o.padding = cc.padding;
+          o.dilation = cc.dilation;
+          Tensor x = random_tensor({cc.n, cc.c, cc.h, cc.w}, DType::f32, seed, -1, 1);
+          Tensor w = random_tensor({cc.k, cc.c, cc.r, cc.s}, DType::f32, seed + 1000, -0.3, 0.3);
+          Tensor bias = seed % 3 ? random_tensor({cc.k}, DType::f32, seed + 2000) : Tensor();
+          Tensor ref = conv2d(f64(x), f64(w), f64(bias), o);
+          Tensor res = mode ? random_tensor(ref.shape(), DType::f32, seed + 3000) : Tensor();
+          Tensor got = dispatch1(op("fused_conv2d_nchwc"), {to_nchwc(x), w, bias, mode ? to_nchwc(res) : Tensor()},
+                                 {{"stride", o.stride},
+                                  {"padding", o.padding},
+                                  {"dilation", o.dilation},
+                                  {"activation", act},
+                                  {"residual_before_activation", mode == 1}});
+          Tensor want = ref;
+          if (mode == 1) want = add(want, f64(res));
+          want = act_ref(want, act);
+          if (mode == 2) want = add(want, f64(res));
+          ASSERT_EQ(got.shape(), (Shape{ref.shape()[0], cc.k / 16, ref.shape()[2], ref.shape()[3], 16}));
+          EXPECT_TRUE(testing::all_close(from_nchwc(got, cc.k), want, {1e-4, 1e-4}));
+        }
+    }
+  }
+}
+
+TEST(Nchwc, TilingFollowsThePlane) {
+  kernels::cpu::Conv2dParams p;
+  p.ho = p.wo = 7;
+  EXPECT_EQ(kernels::cpu::conv2d_nchwc_tiling(p).panel_blocks, 3);  // 49 pixels: 7 tiles of 7, not 9 of 6
+  p.ho = p.wo = 56;
+  EXPECT_EQ(kernels::cpu::conv2d_nchwc_tiling(p).panel_blocks, 4);
+  p.ho = p.wo = 14;
+  EXPECT_EQ(kernels::cpu::conv2d_nchwc_tiling(p).panel_blocks, 4);  // 196 = 33 tiles of 6, 1% spare
+}
+
+TEST(Nchwc, RejectsWhatTheBlockedLayoutCannotHold) {
+  Tensor x = random_tensor({1, 32, 5, 5}, DType::f32, 1);
+  Tensor xb = to_nchwc(x);
+  EXPECT_KILN_ERROR(from_nchwc(xb, 33), "from_nchwc", "channels = 33 does not fit x of shape [1, 2, 5, 5, 16]",
+                    "channels 17 to 32");
+  EXPECT_KILN_ERROR(from_nchwc(x, 32), "x of shape [1, 32, 5, 5] must be blocked");
+  EXPECT_KILN_ERROR(to_nchwc(random_tensor({1, 3, 5}, DType::f32, 2)), "to_nchwc", "must be [N, C, H, W]");
+  EXPECT_KILN_ERROR(to_nchwc(random_tensor({1, 3, 5, 5}, DType::f64, 2)), "x is f64", "f32 only");
+  auto conv = [&](const Tensor& in, const Tensor& w, const std::string& act) {
+    return dispatch1(op("fused_conv2d_nchwc"), {in, w, Tensor(), Tensor()}, {{"activation", act}});
+  };
+  EXPECT_KILN_ERROR(conv(xb, random_tensor({16, 16, 3, 3}, DType::f32, 3), "relu"),
+                    "w of shape [16, 16, 3, 3] has 16 input channels but x of shape [1, 2, 5, 5, 16] holds 32");
+  EXPECT_KILN_ERROR(conv(xb, random_tensor({24, 32, 3, 3}, DType::f32, 4), "relu"), "24 output channels",
+                    "multiples of 16");
+  EXPECT_KILN_ERROR(conv(xb, random_tensor({16, 32, 3, 3}, DType::f32, 5), "sigmoid"),
+                    "activation 'sigmoid' is not one of the blocked kernel's");
+  EXPECT_KILN_ERROR(conv(x, random_tensor({16, 32, 3, 3}, DType::f32, 6), "relu"),
+                    "x of shape [1, 32, 5, 5] must be blocked");
+  EXPECT_KILN_ERROR(dispatch1(op("fused_conv2d_nchwc"),
+                              {xb, random_tensor({16, 32, 3, 3}, DType::f32, 7), Tensor(),
+                               to_nchwc(random_tensor({1, 16, 5, 5}, DType::f32, 8))},
+                              {}),
+                    "residual of shape [1, 1, 5, 5, 16] must have the output's shape [1, 1, 3, 3, 16]");
+}
+
+}  // namespace
+}  // namespace kiln
