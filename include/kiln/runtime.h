@@ -129,6 +129,11 @@ struct CompileOptions {
   // timing and no cache file unless asked); `kiln compile` turns it on unless --no-autotune.
   bool autotune = false;
   std::string timing_cache;      // file; empty: default_timing_cache_path(); "none": in memory only
+  // Note [Layout choice]: automatic runs regions of convolutions channel-blocked (NCHWc) where the
+  // target's CPU kernels are AVX-512 and the layout pass's cost model says a region pays for its
+  // conversions; nchw never blocks; nchwc blocks every region it can (at -O2 and above).
+  enum class Layout { automatic, nchw, nchwc };
+  Layout layout = Layout::automatic;
   int tune_runs = 5;             // timed runs per tactic per step (after one warm-up run) ...
   double tune_ms = 50;           // ... or fewer, once a tactic has used this many milliseconds
 };

@@ -28,6 +28,8 @@ void register_passes() {
     ir::register_pass("layer_norm_fusion", passes::make_layer_norm_fusion);
     ir::register_pass("gelu_fusion", passes::make_gelu_fusion);
     ir::register_pass("attention_fusion", passes::make_attention_fusion);
+    ir::register_pass("layout", passes::make_layout);
+    ir::register_pass("layout_all", passes::make_layout_all);
   });
 }
 

@@ -227,6 +227,19 @@ CompileResult compile(const ir::Graph& source, const CompileOptions& options) {
   ir::verify(source);
   ir::Graph g = source.clone();
   result.passes = compiler::optimize(g, options.passes);
+  {
+    // Note [Layout choice] (include/kiln/runtime.h): after the fusions, so the convolutions carry
+    // their epilogues; CSE and DCE then tidy what the rewrite left.
+    using Layout = CompileOptions::Layout;
+    const std::string isa = options.target ? options.target->isa : Target::host().isa;
+    const bool block = options.passes.opt_level >= 2 &&
+                       (options.layout == Layout::nchwc || (options.layout == Layout::automatic && isa == "avx512"));
+    if (block) {
+      std::vector<std::string> names{options.layout == Layout::nchwc ? "layout_all" : "layout", "cse", "dce"};
+      std::erase_if(names, [&](const std::string& n) { return options.passes.disabled.count(n) != 0; });
+      for (auto& r : compiler::run_passes(g, names, options.passes.verify_each)) result.passes.push_back(std::move(r));
+    }
+  }
   ir::verify(g);
 
   Engine& e = result.engine;

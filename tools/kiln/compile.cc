@@ -40,6 +40,10 @@ CLI::App* add_compile_command(CLI::App& app, CompileCommandOptions& opt) {
                 "bytes for the arena and the weights, e.g. 64MiB, 1.5GiB (compile fails when the plan exceeds it)");
   c->add_option("--objective", opt.objective, "latency (default) or throughput");
   c->add_flag("--no-autotune", opt.no_autotune, "choose tactics by heuristics, without timing kernels");
+  c->add_option("--layout", opt.layout,
+                "convolution activations: auto (default: channel-blocked regions where they pay, AVX-512 only), "
+                "nchw, or nchwc (every region that can)")
+      ->check(CLI::IsMember({"auto", "nchw", "nchwc"}));
   c->add_option("--timing-cache", opt.timing_cache,
                 "timing cache file (default $XDG_CACHE_HOME/kiln/timing_cache or ~/.cache/kiln/timing_cache; "
                 "'none': keep no file)");
@@ -114,6 +118,9 @@ int run_compile_command(const CompileCommandOptions& opt) {
   target.objective = kiln::runtime::parse_objective(opt.objective);
   co.target = target;
   co.autotune = !opt.no_autotune;
+  co.layout = opt.layout == "nchw"    ? kiln::runtime::CompileOptions::Layout::nchw
+              : opt.layout == "nchwc" ? kiln::runtime::CompileOptions::Layout::nchwc
+                                      : kiln::runtime::CompileOptions::Layout::automatic;
   co.timing_cache = opt.timing_cache;
   co.tune_runs = opt.tune_runs;
   co.tune_ms = opt.tune_ms;

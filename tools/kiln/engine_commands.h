@@ -25,6 +25,7 @@ struct CompileCommandOptions {
   std::string memory_budget;         // "64MiB"; empty: none
   std::string objective = "latency";
   bool no_autotune = false;
+  std::string layout = "auto";
   std::string timing_cache;          // empty: the default path
   int tune_runs = 5;
   double tune_ms = 50;

@@ -41,5 +41,7 @@ std::unique_ptr<ir::Pass> make_eltwise();
 std::unique_ptr<ir::Pass> make_layer_norm_fusion();
 std::unique_ptr<ir::Pass> make_gelu_fusion();
 std::unique_ptr<ir::Pass> make_attention_fusion();
+std::unique_ptr<ir::Pass> make_layout();
+std::unique_ptr<ir::Pass> make_layout_all();
 
 }  // namespace kiln::compiler::passes

@@ -1,0 +1,148 @@
+// The layout pass (src/compiler/passes/layout.cc, Note [Layout regions]): regions of blockable
+// convolutions become fused_conv2d_nchwc with one to_nchwc per value read from outside and one
+// from_nchwc per value read outside (graph outputs too); engines with blocked regions match the
+// reference executor and the NCHW engine at every batch; the cost model keeps a lone 1x1 between
+// depthwise convolutions in NCHW and blocks a deep chain; what cannot be blocked stays as it is.
+#include <gtest/gtest.h>
+
+#include "kiln/compiler.h"
+#include "kiln/ir.h"
+#include "kiln/runtime.h"
+#include "support/testing.h"
+
+namespace kiln {
+namespace {
+
+using testing::random_tensor;
+
+struct Builder {
+  ir::Graph g;
+  uint64_t seed = 500;
+  ir::Value* cst(const std::string& n, const Shape& s) {
+    return g.add_constant(n, random_tensor(s, DType::f32, seed++, -0.25, 0.25));
+  }
+  ir::Value* conv(ir::Value* in, int64_t cout, int64_t k, int64_t stride, const std::string& n, int64_t groups = 1) {
+    const int64_t cin = in->type().shape[1].size, p = k / 2;
+    return g.add_node(op("conv2d"), {in, cst(n + "_w", {cout, cin / groups, k, k}), cst(n + "_b", {cout})},
+                      {{"padding", std::vector<int64_t>{p, p, p, p}},
+                       {"stride", std::vector<int64_t>{stride, stride}},
+                       {"groups", groups}})
+        ->output();
+  }
+  ir::Value* relu(ir::Value* v) { return g.add_node(op("relu"), {v})->output(); }
+  ir::Value* add(ir::Value* a, ir::Value* b) { return g.add_node(op("add"), {a, b})->output(); }
+};
+
+// Two residual blocks (the second with a strided 1x1 projection), a global mean and a gemm; the
+// first block's output is also a graph output (a plain reader in the middle of the region).
+ir::Graph resnet_like(int64_t c) {
+  Builder b;
+  b.g.name = "resnet_like";
+  ir::Value* x = b.g.add_input("x", ir::ValueType{DType::f32, {ir::Dim::sym("batch"), 16, 12, 12}});
+  ir::Value* a = b.relu(b.conv(x, c, 3, 1, "c1"));
+  ir::Value* y1 = b.relu(b.add(b.conv(a, c, 3, 1, "c2"), a));
+  ir::Value* proj = b.conv(y1, 2 * c, 1, 2, "proj");
+  ir::Value* y2 = b.relu(b.add(b.conv(b.relu(b.conv(y1, 2 * c, 3, 2, "c3")), 2 * c, 3, 1, "c4"), proj));
+  ir::Value* m = b.g.add_node(op("mean"), {y2}, {{"axes", std::vector<int64_t>{2, 3}}})->output();
+  ir::Value* logits =
+      b.g.add_node(op("gemm"), {m, b.cst("fc_w", {5, 2 * c}), b.cst("fc_b", {5})}, {{"trans_b", true}})->output();
+  b.g.add_output(logits);
+  b.g.add_output(y1);
+  ir::verify(b.g);
+  return std::move(b.g);
+}
+
+std::map<std::string, int> op_counts(const runtime::Engine& e) {
+  std::map<std::string, int> n;
+  for (const runtime::EngineStep& st : e.steps) ++n[st.op->name()];
+  return n;
+}
+
+runtime::CompileOptions opts(runtime::CompileOptions::Layout layout, int64_t bmax) {
+  runtime::CompileOptions o;
+  o.passes.opt_level = 2;
+  o.batch_min = 1;
+  o.batch_max = bmax;
+  o.layout = layout;
+  return o;
+}
+
+TEST(Layout, BlockedRegionMatchesReferenceWithConversionsOnlyAtItsEdges) {
+  const ir::Graph g = resnet_like(32);
+  using Layout = runtime::CompileOptions::Layout;
+  runtime::Engine blocked = runtime::compile(g, opts(Layout::nchwc, 3)).engine;
+  runtime::Engine plain = runtime::compile(g, opts(Layout::nchw, 3)).engine;
+  auto n = op_counts(blocked);
+  EXPECT_EQ(n["fused_conv2d_nchwc"], 5);
+  EXPECT_EQ(n["to_nchwc"], 1);    // x
+  EXPECT_EQ(n["from_nchwc"], 2);  // y1 (a graph output) and y2 (read by mean)
+  EXPECT_EQ(n["fused_conv2d"] + n["conv2d"], 0);
+  EXPECT_EQ(op_counts(plain)["fused_conv2d_nchwc"], 0);
+  runtime::Executor eb(std::make_shared<runtime::Engine>(blocked)), ep(std::make_shared<runtime::Engine>(plain));
+  for (int64_t batch : {1, 3}) {
+    SCOPED_TRACE("batch " + std::to_string(batch));
+    Tensor x = random_tensor({batch, 16, 12, 12}, DType::f32, 40 + static_cast<uint64_t>(batch));
+    auto want = ir::run(g, {x});
+    auto got = eb.run({x});
+    auto other = ep.run({x});
+    ASSERT_EQ(got.size(), 2u);
+    for (size_t i = 0; i < 2; ++i) {
+      EXPECT_TRUE(testing::all_close(got[i], want[i], {1e-4, 1e-4}));
+      EXPECT_TRUE(testing::all_close(got[i], other[i], {1e-4, 1e-4}));
+    }
+  }
+  // The blocked engine survives its file.
+  runtime::Engine back = runtime::Engine::deserialize(blocked.serialize(), "blocked.kiln");
+  runtime::Executor eback(std::make_shared<runtime::Engine>(std::move(back)));
+  Tensor x = random_tensor({2, 16, 12, 12}, DType::f32, 77);
+  EXPECT_TRUE(testing::all_close(eback.run({x})[0], ir::run(g, {x})[0], {1e-4, 1e-4}));
+}
+
+TEST(Layout, CostModelBlocksDeepChainsAndKeepsLoneConvolutionsPlain) {
+  // A lone 1x1 between two depthwise convolutions: two conversions for a few thousand FLOPs.
+  {
+    Builder b;
+    ir::Value* x = b.g.add_input("x", ir::ValueType{DType::f32, {1, 32, 8, 8}});
+    ir::Value* d1 = b.relu(b.conv(x, 32, 3, 1, "dw1", 32));
+    ir::Value* pw = b.relu(b.conv(d1, 32, 1, 1, "pw"));
+    b.g.add_output(b.conv(pw, 32, 3, 1, "dw2", 32));
+    compiler::optimize(b.g);
+    auto r = compiler::run_passes(b.g, {"layout"});
+    EXPECT_FALSE(r[0].changed) << r[0].report;
+    EXPECT_NE(r[0].report.find("no region pays for its conversions"), std::string::npos) << r[0].report;
+    // layout_all blocks it anyway (what measurements of the model's "no" use).
+    auto all = compiler::run_passes(b.g, {"layout_all", "dce"});
+    EXPECT_TRUE(all[0].changed);
+    EXPECT_NE(all[0].report.find("1 convolution(s) in 1 region(s), 1 to_nchwc, 1 from_nchwc"), std::string::npos)
+        << all[0].report;
+  }
+  // Eight 3x3 convolutions of 64 channels at 28 x 28 in a chain: one region, two conversions.
+  {
+    Builder b;
+    ir::Value* v = b.g.add_input("x", ir::ValueType{DType::f32, {1, 64, 28, 28}});
+    for (int i = 0; i < 8; ++i) v = b.relu(b.conv(v, 64, 3, 1, "c" + std::to_string(i)));
+    b.g.add_output(v);
+    compiler::optimize(b.g);
+    auto r = compiler::run_passes(b.g, {"layout"});
+    EXPECT_TRUE(r[0].changed);
+    EXPECT_NE(r[0].report.find("8 convolution(s) in 1 region(s), 1 to_nchwc, 1 from_nchwc"), std::string::npos)
+        << r[0].report;
+  }
+}
+
+TEST(Layout, LeavesWhatCannotBeBlocked) {
+  Builder b;
+  ir::Value* x = b.g.add_input("x", ir::ValueType{DType::f32, {1, 3, 10, 10}});
+  ir::Value* stem = b.relu(b.conv(x, 16, 3, 1, "stem"));   // 3 input channels
+  ir::Value* odd = b.relu(b.conv(stem, 24, 3, 1, "odd"));  // 24 output channels
+  ir::Value* grouped = b.conv(odd, 32, 3, 1, "grouped", 2);
+  ir::Value* sig = b.g.add_node(op("sigmoid"), {b.conv(grouped, 32, 1, 1, "sig")})->output();  // fuses sigmoid
+  b.g.add_output(sig);
+  compiler::optimize(b.g);
+  auto r = compiler::run_passes(b.g, {"layout_all"});
+  EXPECT_FALSE(r[0].changed) << r[0].report;
+  EXPECT_NE(r[0].report.find("no convolution to block"), std::string::npos) << r[0].report;
+}
+
+}  // namespace
+}  // namespace kiln
