@@ -1,8 +1,9 @@
 // ResNet-50's convolution shapes under every convolution kernel kiln has: NCHW im2col + GEMM
 // (kernels/cpu/conv.h) with filters packed per call and packed once (the engines' "prepacked"
 // tactic), the NCHW direct convolution with filters packed once (the "direct" tactic, Note [Direct
-// convolution]; also forced to its column or pixel tiling, Note [Pixels as rows]) and NHWC (row-blocked im2col or none + GEMM with the weight packed once,
-// kernels/cpu/conv_nhwc.h), batch 1 and 8, 1 and 2 threads, on the raw kernels (no dispatch), so
+// convolution]; also forced to its column or pixel tiling, Note [Pixels as rows]), NHWC (row-blocked im2col or none + GEMM with the weight packed once,
+// kernels/cpu/conv_nhwc.h) and channel-blocked NCHWc (kernels/cpu/conv_nchwc.h: the layout
+// pass's regions; a stem reads its NCHW input as it is), batch 1 and 8, 1 and 2 threads, on the raw kernels (no dispatch), so
 // the numbers say which kernel and layout a compiler should pick per layer. GFLOPS counts 2 * MACs.
 //   ./build/bench/kiln_bench_conv_layout --benchmark_counters_tabular=true
 #include <benchmark/benchmark.h>
@@ -12,6 +13,7 @@
 #include <vector>
 
 #include "kernels/cpu/conv.h"
+#include "kernels/cpu/conv_nchwc.h"
 #include "kernels/cpu/conv_nhwc.h"
 #include "kiln/core/tensor.h"
 #include "kiln/core/thread_pool.h"
@@ -39,7 +41,7 @@ Conv2dParams params(const benchmark::State& s) {
   return p;
 }
 
-enum class Kernel { im2col, im2col_prepacked, direct_prepacked, direct_columns, direct_pixels, nhwc };
+enum class Kernel { im2col, im2col_prepacked, direct_prepacked, direct_columns, direct_pixels, nhwc, nchwc };
 
 template <Kernel K>
 void BM_conv(benchmark::State& state) {
@@ -73,8 +75,28 @@ void BM_conv(benchmark::State& state) {
     packed.resize(cpu::conv2d_direct_packed_weight_f32_floats(p));
     cpu::pack_conv2d_direct_weight_f32(p, w.data(), packed.data());
   }
+  // Blocked: x converted once (a region's layers read and write blocked tensors), filters packed.
+  const cpu::NchwcInput input = p.c < 16 ? cpu::NchwcInput::plain : cpu::NchwcInput::blocked;
+  kiln::Tensor xb_t;
+  if constexpr (K == Kernel::nchwc) {
+    if (!cpu::conv2d_nchwc_supported(p, input)) {
+      state.SkipWithError("not blockable (channels)");
+      return;
+    }
+    packed.resize(cpu::conv2d_nchwc_packed_weight_f32_floats(p));
+    cpu::pack_conv2d_nchwc_weight_f32(p, w.data(), packed.data());
+    // Blocked tensors hold whole blocks of 16 channels.
+    y_t = kiln::zeros({p.n * ((p.k + 15) / 16 * 16) * p.ho * p.wo});
+    y = y_t.data<float>();
+    if (input == cpu::NchwcInput::blocked) {
+      xb_t = kiln::empty({p.n * ((p.c + 15) / 16 * 16) * p.h * p.w});
+      cpu::nchw_to_nchwc_f32(p.n, p.c, p.h * p.w, x, xb_t.data<float>());
+      x = xb_t.data<float>();
+    }
+  }
   for (auto _ : state) {
     if constexpr (K == Kernel::nhwc) cpu::conv2d_nhwc_f32(p, x, w.data(), bias.data(), y);
+    else if constexpr (K == Kernel::nchwc) cpu::conv2d_nchwc_f32(p, x, packed.data(), bias.data(), y, {}, input);
     else if constexpr (K == Kernel::im2col) cpu::conv2d_nchw_f32(p, x, w.data(), bias.data(), y);
     else if constexpr (K == Kernel::im2col_prepacked)
       cpu::conv2d_nchw_f32_prepacked(p, x, packed.data(), bias.data(), y);
@@ -113,6 +135,7 @@ BENCHMARK(BM_conv<Kernel::direct_prepacked>)->Name("BM_conv_direct_prepacked")->
 BENCHMARK(BM_conv<Kernel::direct_columns>)->Name("BM_conv_direct_columns")->Apply(shapes);
 BENCHMARK(BM_conv<Kernel::direct_pixels>)->Name("BM_conv_direct_pixels")->Apply(shapes);
 BENCHMARK(BM_conv<Kernel::nhwc>)->Name("BM_conv_nhwc")->Apply(shapes);
+BENCHMARK(BM_conv<Kernel::nchwc>)->Name("BM_conv_nchwc")->Apply(shapes);
 
 }  // namespace
 

@@ -1,8 +1,9 @@
 // The layout pass (src/compiler/passes/layout.cc, Note [Layout regions]): regions of blockable
 // convolutions become fused_conv2d_nchwc with one to_nchwc per value read from outside and one
 // from_nchwc per value read outside (graph outputs too); engines with blocked regions match the
-// reference executor and the NCHW engine at every batch; the cost model keeps a lone 1x1 between
-// depthwise convolutions in NCHW and blocks a deep chain; what cannot be blocked stays as it is.
+// reference executor and the NCHW engine at every batch; a stem and a max pool join the region,
+// and so do depthwise convolutions and channel counts that are not multiples of 16; the cost
+// model keeps a small region in NCHW and blocks a deep chain; what cannot be blocked stays as it is.
 #include <gtest/gtest.h>
 
 #include "kiln/compiler.h"
@@ -98,8 +99,9 @@ TEST(Layout, BlockedRegionMatchesReferenceWithConversionsOnlyAtItsEdges) {
   EXPECT_TRUE(testing::all_close(eback.run({x})[0], ir::run(g, {x})[0], {1e-4, 1e-4}));
 }
 
-TEST(Layout, CostModelBlocksDeepChainsAndKeepsLoneConvolutionsPlain) {
-  // A lone 1x1 between two depthwise convolutions: two conversions for a few thousand FLOPs.
+TEST(Layout, CostModelBlocksDeepChainsAndKeepsSmallRegionsPlain) {
+  // Three small convolutions (a depthwise, a 1x1, a depthwise at 8 x 8): two conversions for a few
+  // hundred thousand FLOPs.
   {
     Builder b;
     ir::Value* x = b.g.add_input("x", ir::ValueType{DType::f32, {1, 32, 8, 8}});
@@ -113,7 +115,7 @@ TEST(Layout, CostModelBlocksDeepChainsAndKeepsLoneConvolutionsPlain) {
     // layout_all blocks it anyway (what measurements of the model's "no" use).
     auto all = compiler::run_passes(b.g, {"layout_all", "dce"});
     EXPECT_TRUE(all[0].changed);
-    EXPECT_NE(all[0].report.find("1 convolution(s) in 1 region(s), 1 to_nchwc, 1 from_nchwc"), std::string::npos)
+    EXPECT_NE(all[0].report.find("3 convolution(s) in 1 region(s), 1 to_nchwc, 1 from_nchwc"), std::string::npos)
         << all[0].report;
   }
   // Eight 3x3 convolutions of 64 channels at 28 x 28 in a chain: one region, two conversions.
@@ -130,18 +132,87 @@ TEST(Layout, CostModelBlocksDeepChainsAndKeepsLoneConvolutionsPlain) {
   }
 }
 
+// A stem (3 input channels) reads the NCHW input as it is and its max pool runs blocked: the region
+// starts at the graph input without a conversion. A plain reader of the pool (a graph output) gets
+// one back.
+TEST(Layout, StemAndMaxPoolJoinTheRegion) {
+  Builder b;
+  b.g.name = "stem";
+  ir::Value* x = b.g.add_input("x", ir::ValueType{DType::f32, {ir::Dim::sym("batch"), 3, 21, 19}});
+  ir::Value* stem = b.relu(b.conv(x, 32, 7, 2, "stem"));
+  ir::Value* pool = b.g.add_node(op("max_pool2d"), {stem},
+                                 {{"kernel", std::vector<int64_t>{3, 3}},
+                                  {"stride", std::vector<int64_t>{2, 2}},
+                                  {"padding", std::vector<int64_t>{1, 1, 1, 1}}})
+                        ->output();
+  ir::Value* y = b.relu(b.add(b.conv(b.relu(b.conv(pool, 32, 3, 1, "c1")), 32, 3, 1, "c2"), pool));
+  b.g.add_output(y);
+  b.g.add_output(pool);
+  ir::verify(b.g);
+  using Layout = runtime::CompileOptions::Layout;
+  runtime::CompileResult r = runtime::compile(b.g, opts(Layout::nchwc, 2));
+  auto n = op_counts(r.engine);
+  EXPECT_EQ(n["fused_conv2d_nchwc"], 3);
+  EXPECT_EQ(n["max_pool2d_nchwc"], 1);
+  EXPECT_EQ(n["to_nchwc"], 0);
+  EXPECT_EQ(n["from_nchwc"], 2);  // y and the pool: both graph outputs
+  bool reported = false;
+  for (const auto& p : r.passes)
+    reported = reported || p.report.find("3 convolution(s) and 1 max pool(s) in 1 region(s), 0 to_nchwc, 2 from_nchwc") !=
+                               std::string::npos;
+  EXPECT_TRUE(reported);
+  runtime::Executor ex(std::make_shared<runtime::Engine>(r.engine));
+  for (int64_t batch : {1, 2}) {
+    Tensor in = random_tensor({batch, 3, 21, 19}, DType::f32, 60 + static_cast<uint64_t>(batch));
+    auto want = ir::run(b.g, {in});
+    auto got = ex.run({in});
+    for (size_t i = 0; i < 2; ++i) EXPECT_TRUE(testing::all_close(got[i], want[i], {1e-4, 1e-4})) << batch << " " << i;
+  }
+}
+
+// Two groups (neither one group nor depthwise), an activation the blocked kernels lack, filters
+// that are not constants, f64.
 TEST(Layout, LeavesWhatCannotBeBlocked) {
   Builder b;
-  ir::Value* x = b.g.add_input("x", ir::ValueType{DType::f32, {1, 3, 10, 10}});
-  ir::Value* stem = b.relu(b.conv(x, 16, 3, 1, "stem"));   // 3 input channels
-  ir::Value* odd = b.relu(b.conv(stem, 24, 3, 1, "odd"));  // 24 output channels
-  ir::Value* grouped = b.conv(odd, 32, 3, 1, "grouped", 2);
+  ir::Value* x = b.g.add_input("x", ir::ValueType{DType::f32, {1, 32, 10, 10}});
+  ir::Value* w = b.g.add_input("w", ir::ValueType{DType::f32, {32, 32, 3, 3}});
+  ir::Value* grouped = b.conv(x, 32, 3, 1, "grouped", 2);
   ir::Value* sig = b.g.add_node(op("sigmoid"), {b.conv(grouped, 32, 1, 1, "sig")})->output();  // fuses sigmoid
-  b.g.add_output(sig);
+  ir::Value* runtime_w = b.g.add_node(op("conv2d"), {sig, w}, {{"padding", std::vector<int64_t>{1, 1, 1, 1}}})->output();
+  b.g.add_output(runtime_w);
+  ir::Value* xd = b.g.add_input("xd", ir::ValueType{DType::f64, {1, 16, 6, 6}});
+  b.g.add_output(b.g.add_node(op("conv2d"), {xd, b.g.add_constant("wd", random_tensor({16, 16, 1, 1}, DType::f64, 3))})
+                     ->output());
   compiler::optimize(b.g);
   auto r = compiler::run_passes(b.g, {"layout_all"});
   EXPECT_FALSE(r[0].changed) << r[0].report;
   EXPECT_NE(r[0].report.find("no convolution to block"), std::string::npos) << r[0].report;
+}
+
+// MobileNet's shapes: depthwise convolutions and channel counts that are not multiples of 16 (a
+// stem of 3 -> 24, 24 -> 40) run blocked too, their partial blocks' lanes zero.
+TEST(Layout, DepthwiseAndPartialBlocksMatchReference) {
+  Builder b;
+  b.g.name = "mobile";
+  ir::Value* x = b.g.add_input("x", ir::ValueType{DType::f32, {ir::Dim::sym("batch"), 3, 17, 15}});
+  ir::Value* stem = b.g.add_node(op("clip"), {b.conv(x, 24, 3, 2, "stem")}, {{"min", 0.0}, {"max", 6.0}})->output();
+  ir::Value* dw = b.relu(b.conv(stem, 24, 3, 1, "dw", 24));
+  ir::Value* pw = b.conv(dw, 40, 1, 1, "pw");
+  ir::Value* dw2 = b.relu(b.conv(pw, 40, 5, 2, "dw2", 40));
+  ir::Value* y = b.add(b.conv(dw2, 40, 1, 1, "proj"), b.conv(pw, 40, 3, 2, "skip"));
+  b.g.add_output(y);
+  ir::verify(b.g);
+  using Layout = runtime::CompileOptions::Layout;
+  runtime::CompileResult r = runtime::compile(b.g, opts(Layout::nchwc, 3));
+  auto n = op_counts(r.engine);
+  EXPECT_EQ(n["fused_conv2d_nchwc"], 6);
+  EXPECT_EQ(n["to_nchwc"], 0);
+  EXPECT_EQ(n["from_nchwc"], 1);
+  runtime::Executor ex(std::make_shared<runtime::Engine>(r.engine));
+  for (int64_t batch : {1, 3}) {
+    Tensor in = random_tensor({batch, 3, 17, 15}, DType::f32, 80 + static_cast<uint64_t>(batch));
+    EXPECT_TRUE(testing::all_close(ex.run({in})[0], ir::run(b.g, {in})[0], {1e-4, 1e-4})) << batch;
+  }
 }
 
 }  // namespace

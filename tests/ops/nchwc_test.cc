@@ -5,6 +5,9 @@
 // every ISA (the scalar kernel too); bad inputs are errors naming the problem.
 #include <gtest/gtest.h>
 
+#include <cmath>
+#include <limits>
+
 #include "kernels/cpu/conv_nchwc.h"
 #include "kernels/cpu/isa.h"
 #include "kiln/kiln.h"
@@ -55,6 +58,9 @@ const ConvCase kCases[] = {
     {2, 16, 32, 12, 12, 3, 3, {1, 1}, {2, 2, 2, 2}, {2, 2}},   // dilation 2
     {1, 32, 16, 1, 1, 3, 3, {1, 1}, {1, 1, 1, 1}, {1, 1}},     // a 1 x 1 plane: every tap but one is padding
     {1, 160, 64, 6, 6, 3, 3, {1, 1}, {1, 1, 1, 1}, {1, 1}},    // 10 input blocks: two slices
+    {2, 24, 40, 9, 8, 1, 1, {1, 1}, {0, 0, 0, 0}, {1, 1}},     // partial blocks in and out
+    {1, 8, 24, 7, 7, 3, 3, {1, 1}, {1, 1, 1, 1}, {1, 1}},      // one partial block in, 7-pixel tiles
+    {1, 144, 24, 10, 10, 1, 1, {1, 1}, {0, 0, 0, 0}, {1, 1}},  // MobileNetV2's projection to 24
 };
 
 Tensor act_ref(const Tensor& y, const std::string& act) {
@@ -94,9 +100,125 @@ TEST(Nchwc, ConvMatchesFloat64ReferenceOnEveryIsa) {
           if (mode == 1) want = add(want, f64(res));
           want = act_ref(want, act);
           if (mode == 2) want = add(want, f64(res));
-          ASSERT_EQ(got.shape(), (Shape{ref.shape()[0], cc.k / 16, ref.shape()[2], ref.shape()[3], 16}));
+          ASSERT_EQ(got.shape(), (Shape{ref.shape()[0], (cc.k + 15) / 16, ref.shape()[2], ref.shape()[3], 16}));
+          if (cc.k % 16) {  // a partial block's lanes stay zero: the next layer sums them
+            Tensor tail = got.slice(1, cc.k / 16, cc.k / 16 + 1).slice(4, cc.k % 16, 16);
+            EXPECT_TRUE(testing::all_close(tail, zeros(tail.shape(), TensorOptions(DType::f32)), {0, 0}));
+          }
           EXPECT_TRUE(testing::all_close(from_nchwc(got, cc.k), want, {1e-4, 1e-4}));
         }
+    }
+  }
+}
+
+// A stem reads its NCHW input as it is (NchwcInput::plain) and writes blocked output.
+TEST(Nchwc, StemConvReadsNchwInput) {
+  struct Stem {
+    int64_t n, c, k, h, w, r, stride, pad;
+  };
+  const Stem stems[] = {{1, 3, 64, 23, 19, 7, 2, 3},   // ResNet's stem, odd sizes
+                        {2, 3, 32, 9, 9, 3, 2, 1},     // MobileNet's
+                        {1, 1, 16, 6, 5, 3, 1, 1},     // one channel
+                        {1, 5, 48, 7, 7, 3, 1, 0},     // 7 x 7 input, unpadded: read in place
+                        {1, 16, 16, 8, 8, 3, 1, 1}};   // 16 channels: as plain input
+  int seed = 900;
+  for (kernels::cpu::Isa isa : kernels::cpu::supported_isas()) {
+    kernels::cpu::IsaOverride on(isa);
+    for (const Stem& st : stems)
+      for (int mode = 0; mode < 2; ++mode) {
+        ++seed;
+        SCOPED_TRACE(std::string(kernels::cpu::isa_name(isa)) + " C=" + std::to_string(st.c) + " K=" +
+                     std::to_string(st.k) + " mode=" + std::to_string(mode));
+        Conv2dOptions o;
+        o.stride = {st.stride, st.stride};
+        o.padding = {st.pad, st.pad, st.pad, st.pad};
+        Tensor x = random_tensor({st.n, st.c, st.h, st.w}, DType::f32, seed, -1, 1);
+        if (mode) x = testing::noncontiguous(x);
+        Tensor w = random_tensor({st.k, st.c, st.r, st.r}, DType::f32, seed + 1000, -0.3, 0.3);
+        Tensor bias = random_tensor({st.k}, DType::f32, seed + 2000);
+        Tensor ref = conv2d(f64(x), f64(w), f64(bias), o);
+        Tensor res = mode ? random_tensor(ref.shape(), DType::f32, seed + 3000) : Tensor();
+        Tensor got = dispatch1(op("fused_conv2d_nchwc"), {x, w, bias, mode ? to_nchwc(res) : Tensor()},
+                               {{"stride", o.stride}, {"padding", o.padding}, {"activation", std::string("relu")},
+                                {"residual_before_activation", true}});
+        Tensor want = relu(mode ? add(ref, f64(res)) : ref);
+        EXPECT_TRUE(testing::all_close(from_nchwc(got, st.k), want, {1e-4, 1e-4}));
+      }
+  }
+}
+
+// Depthwise convolutions (groups = C, Note [Blocked depthwise]) against the f64 reference: partial
+// blocks, 3x3 and 5x5, strides, dilation, asymmetric padding, rows shorter and longer than 8
+// outputs, every epilogue, every ISA.
+TEST(Nchwc, DepthwiseMatchesFloat64Reference) {
+  struct Dw {
+    int64_t n, c, h, w, r;
+    std::vector<int64_t> stride, padding, dilation;
+  };
+  const Dw cases[] = {{1, 16, 9, 9, 3, {1, 1}, {1, 1, 1, 1}, {1, 1}},   {2, 24, 14, 13, 3, {2, 2}, {1, 1, 1, 1}, {1, 1}},
+                      {1, 40, 11, 19, 5, {1, 2}, {2, 1, 2, 3}, {1, 1}}, {1, 96, 7, 7, 3, {1, 1}, {2, 2, 2, 2}, {2, 2}},
+                      {1, 8, 3, 5, 3, {1, 1}, {0, 0, 0, 0}, {1, 1}}};
+  int seed = 700;
+  for (kernels::cpu::Isa isa : kernels::cpu::supported_isas()) {
+    kernels::cpu::IsaOverride on(isa);
+    for (const Dw& d : cases)
+      for (const std::string act : {"none", "relu6", "hardswish"})
+        for (int mode = 0; mode < 3; ++mode) {
+          ++seed;
+          SCOPED_TRACE(std::string(kernels::cpu::isa_name(isa)) + " C=" + std::to_string(d.c) + " r=" +
+                       std::to_string(d.r) + " act=" + act + " mode=" + std::to_string(mode));
+          Conv2dOptions o;
+          o.stride = d.stride;
+          o.padding = d.padding;
+          o.dilation = d.dilation;
+          o.groups = d.c;
+          Tensor x = random_tensor({d.n, d.c, d.h, d.w}, DType::f32, seed, -1, 1);
+          Tensor w = random_tensor({d.c, 1, d.r, d.r}, DType::f32, seed + 1000, -0.5, 0.5);
+          Tensor bias = seed % 2 ? random_tensor({d.c}, DType::f32, seed + 2000) : Tensor();
+          Tensor ref = conv2d(f64(x), f64(w), f64(bias), o);
+          Tensor res = mode ? random_tensor(ref.shape(), DType::f32, seed + 3000) : Tensor();
+          Tensor got = dispatch1(op("fused_conv2d_nchwc"), {to_nchwc(x), w, bias, mode ? to_nchwc(res) : Tensor()},
+                                 {{"stride", o.stride},
+                                  {"padding", o.padding},
+                                  {"dilation", o.dilation},
+                                  {"groups", d.c},
+                                  {"activation", act},
+                                  {"residual_before_activation", mode == 1}});
+          Tensor want = ref;
+          if (mode == 1) want = add(want, f64(res));
+          want = act_ref(want, act);
+          if (mode == 2) want = add(want, f64(res));
+          EXPECT_TRUE(testing::all_close(from_nchwc(got, d.c), want, {1e-4, 1e-4}));
+        }
+  }
+}
+
+// max_pool2d_nchwc against max_pool2d on the NCHW tensor: padding, stride, dilation, ceil_mode,
+// a window wholly in the padding (-inf), and NaN propagation.
+TEST(Nchwc, MaxPoolMatchesNchwMaxPool) {
+  struct Pool {
+    std::vector<int64_t> kernel, stride, padding, dilation;
+    bool ceil;
+  };
+  const Pool pools[] = {{{3, 3}, {2, 2}, {1, 1, 1, 1}, {1, 1}, false},
+                        {{2, 3}, {1, 2}, {0, 1, 1, 0}, {2, 1}, true},
+                        {{2, 2}, {2, 2}, {0, 0, 0, 0}, {1, 1}, true}};
+  int seed = 50;
+  for (kernels::cpu::Isa isa : kernels::cpu::supported_isas()) {
+    kernels::cpu::IsaOverride on(isa);
+    for (const Pool& pp : pools) {
+      SCOPED_TRACE(std::string(kernels::cpu::isa_name(isa)));
+      Tensor x = random_tensor({2, 32, 9, 8}, DType::f32, ++seed);
+      x.data<float>()[0] = std::numeric_limits<float>::quiet_NaN();
+      x.data<float>()[9 * 8 * 17 + 3] = std::numeric_limits<float>::quiet_NaN();
+      Attrs a{{"kernel", pp.kernel}, {"stride", pp.stride}, {"padding", pp.padding}, {"dilation", pp.dilation},
+              {"ceil_mode", pp.ceil}};
+      Tensor want = dispatch1(op("max_pool2d"), {x}, a);
+      Tensor got = dispatch1(op("max_pool2d_nchwc"), {to_nchwc(x)}, a);
+      ASSERT_EQ(got.shape(), (Shape{2, 2, want.shape()[2], want.shape()[3], 16}));
+      Tensor back = from_nchwc(got, 32);
+      EXPECT_TRUE(testing::all_close(back, want, {0, 0}));
+      EXPECT_TRUE(std::isnan(back.data<float>()[0])) << "a NaN in the first window propagates";
     }
   }
 }
@@ -123,13 +245,22 @@ TEST(Nchwc, RejectsWhatTheBlockedLayoutCannotHold) {
     return dispatch1(op("fused_conv2d_nchwc"), {in, w, Tensor(), Tensor()}, {{"activation", act}});
   };
   EXPECT_KILN_ERROR(conv(xb, random_tensor({16, 16, 3, 3}, DType::f32, 3), "relu"),
-                    "w of shape [16, 16, 3, 3] has 16 input channels but x of shape [1, 2, 5, 5, 16] holds 32");
-  EXPECT_KILN_ERROR(conv(xb, random_tensor({24, 32, 3, 3}, DType::f32, 4), "relu"), "24 output channels",
-                    "multiples of 16");
+                    "w of shape [16, 16, 3, 3] reads 16 input channels but x of shape [1, 2, 5, 5, 16] holds 2 blocks");
+  EXPECT_KILN_ERROR(dispatch1(op("fused_conv2d_nchwc"), {xb, random_tensor({32, 8, 3, 3}, DType::f32, 4)},
+                              {{"groups", int64_t{4}}}),
+                    "groups = 4 with w of shape [32, 8, 3, 3]", "one group or depthwise filters");
+  EXPECT_KILN_ERROR(dispatch1(op("fused_conv2d_nchwc"),
+                              {random_tensor({1, 8, 5, 5}, DType::f32, 11), random_tensor({8, 1, 3, 3}, DType::f32, 12)},
+                              {{"groups", int64_t{8}}}),
+                    "a depthwise convolution needs blocked x");
   EXPECT_KILN_ERROR(conv(xb, random_tensor({16, 32, 3, 3}, DType::f32, 5), "sigmoid"),
                     "activation 'sigmoid' is not one of the blocked kernel's");
   EXPECT_KILN_ERROR(conv(x, random_tensor({16, 32, 3, 3}, DType::f32, 6), "relu"),
-                    "x of shape [1, 32, 5, 5] must be blocked");
+                    "x of shape [1, 32, 5, 5] is NCHW with more than 16 channels; block it first (to_nchwc)");
+  EXPECT_KILN_ERROR(conv(random_tensor({1, 3, 5, 5}, DType::f32, 9), random_tensor({16, 4, 3, 3}, DType::f32, 10), "relu"),
+                    "w of shape [16, 4, 3, 3] has 4 input channels but x of shape [1, 3, 5, 5] has 3");
+  EXPECT_KILN_ERROR(dispatch1(op("max_pool2d_nchwc"), {x}, {{"kernel", std::vector<int64_t>{2, 2}}}),
+                    "max_pool2d_nchwc", "x of shape [1, 32, 5, 5] must be blocked");
   EXPECT_KILN_ERROR(dispatch1(op("fused_conv2d_nchwc"),
                               {xb, random_tensor({16, 32, 3, 3}, DType::f32, 7), Tensor(),
                                to_nchwc(random_tensor({1, 16, 5, 5}, DType::f32, 8))},

@@ -2,23 +2,28 @@
 // channels] in src/kernels/cpu/conv_nchwc.cc), with conversions only at a region's edges.
 //
 // Note [Layout regions]
-// A convolution can run blocked when it has one group, f32 constant filters [K, C, R, S] with C
-// and K multiples of 16, and an epilogue the blocked kernel has (none, relu, relu6, hardswish;
-// conv2d and fused_conv2d alike). Such convolutions are joined into regions along the values they
-// pass each other (input or residual) and the values two of them read (a ResNet block's input
-// feeds its first convolution and its projection). A region reads each value from outside through
-// one to_nchwc and hands each value read outside through one from_nchwc; inside it values stay
-// blocked, so a conversion pair between two blocked convolutions never appears (there is nothing
-// to cancel later). Whether a region pays is a cost model, in multiply-add equivalents:
-//   gain = kGain * (the region's convolution FLOPs)
+// A convolution can run blocked when its filters are f32 constants, it has one group or is
+// depthwise (groups = C = K), and its epilogue is one the blocked kernels have (none, relu, relu6,
+// hardswish; conv2d and fused_conv2d alike). Channel counts need not be multiples of 16: a partial
+// last block's lanes are zero and stay zero. A convolution of at most 16 input channels whose
+// input comes from outside (a stem) reads that NCHW input as it is. Such convolutions are joined
+// into regions along the values they pass each other (input or residual) and the values two of
+// them read (a ResNet block's input feeds its first convolution and its projection); a max pool
+// of a member's output joins its region. A region reads each value from outside through one
+// to_nchwc and hands each value read outside through one from_nchwc; inside it values stay
+// blocked, so a conversion pair between two members never appears (there is nothing to cancel
+// later). Whether a region pays is a cost model, in FLOP equivalents:
+//   gain = sum of kGain<kind> * (a member's FLOPs) - (FLOPs spent on partial blocks' lanes)
 //   cost = kConvertCost * (elements of every conversion at its edges)
 // "layout" keeps the regions whose gain exceeds their cost; "layout_all" keeps every region (for
-// tests and for measuring what blocking does where the model says no). ResNets become one region
-// with two conversions; a MobileNet's 1x1 convolutions, each between two depthwise ones that stay
-// NCHW, would each pay two conversions for a few MFLOPs and stay as they are.
-// The constants come from bench/RESULTS.md ("blocked layout" tables): blocking saved 3-50% of a
-// convolution's time (the most on 1x1 layers at 56 x 56 and 28 x 28) and a conversion ran at
-// about 1.5-3 elements per nanosecond, one thread.
+// tests and for measuring what blocking does where the model says no). ResNets and MobileNetV2
+// become one region from the stem to the last convolution with one conversion (into the global
+// pool); a handful of small convolutions between two conversions stays as it is.
+// The constants come from bench/RESULTS.md (2026-12-05 05:55, the blocked layout): blocking saved
+// 0-50% of a convolution's time (the most on 1x1 layers at 56 x 56 and 28 x 28; 3x3 layers 0-10%
+// in the engine), and a conversion ran at 2-3 elements per nanosecond per thread, about 80 FLOP
+// equivalents an element at this machine's ~200 GFLOP/s per core; kConvertCost counts it 2.5x.
+
 #include <map>
 #include <numeric>
 #include <set>
@@ -28,16 +33,23 @@
 namespace kiln::compiler::passes {
 namespace {
 
-constexpr double kGain = 0.05;          // of a blocked convolution's FLOPs
+// The share of a convolution's FLOPs that blocking saves, by kind (measured: RESULTS.md).
+constexpr double kGainSpatial = 0.05;    // filters wider than 1x1, one group
+constexpr double kGainPointwise = 0.2;   // 1x1
+constexpr double kGainDepthwise = 0.5;
 constexpr double kConvertCost = 200.0;  // FLOPs per element converted
 
 const std::set<std::string> kBlockedActs = {"none", "relu", "relu6", "hardswish"};
 
-struct Conv {
+// A node that can run in a region: a convolution on blocked input, a stem (a convolution of at
+// most 16 input channels that reads its NCHW input as it is and writes blocked output), or a max
+// pool of a member's output.
+struct Member {
+  enum class Kind { conv, stem, pool } kind = Kind::conv;
   ir::Node* node = nullptr;
-  ir::Value* x = nullptr;
-  ir::Value* residual = nullptr;
-  double flops = 0;
+  ir::Value* x = nullptr;         // read blocked (nullptr: a stem's input, read as it is)
+  ir::Value* residual = nullptr;  // read blocked
+  double gain = 0;                // FLOPs blocking saves, less the work on partial blocks' lanes
 };
 
 int64_t static_elems(const ir::Value* v, bool& ok) {
@@ -50,7 +62,9 @@ int64_t static_elems(const ir::Value* v, bool& ok) {
   return n;
 }
 
-std::optional<Conv> blockable(ir::Node* n) {
+// `x_blocked`: whether the convolution's input is a member's output (so a narrow input is read
+// blocked rather than as a stem's).
+std::optional<Member> blockable_conv(ir::Node* n, bool x_blocked) {
   const std::string& op = n->op().name();
   if (op != "conv2d" && op != "fused_conv2d") return std::nullopt;
   ir::Value* x = input_at(n, 0);
@@ -60,19 +74,30 @@ std::optional<Conv> blockable(ir::Node* n) {
   const ir::ValueType& yt = n->output()->type();
   if (yt.dtype != DType::f32 || x->type().dtype != DType::f32 || w->type().dtype != DType::f32) return std::nullopt;
   if (yt.shape.size() != 4 || x->type().shape.size() != 4 || w->type().shape.size() != 4) return std::nullopt;
-  if (n->attrs().get_int("groups") != 1) return std::nullopt;
   if (op == "fused_conv2d" && !kBlockedActs.count(n->attrs().get_string("activation"))) return std::nullopt;
   ir::Value* bias = input_at(n, 2);
   if (bias && (!is_const(bias) || bias->type().dtype != DType::f32)) return std::nullopt;
   if (residual && residual->type().dtype != DType::f32) return std::nullopt;
-  const Shape ws = w->constant().shape();
-  if (ws[0] % 16 != 0 || ws[1] % 16 != 0) return std::nullopt;
   for (size_t i = 1; i < 4; ++i)
     if (yt.shape[i].is_symbolic() || x->type().shape[i].is_symbolic()) return std::nullopt;
+  const Shape ws = w->constant().shape();
+  const int64_t groups = n->attrs().get_int("groups"), c = ws[1] * groups;
+  const bool depthwise = groups > 1 && groups == ws[0] && ws[1] == 1;
+  if (groups != 1 && !depthwise) return std::nullopt;
+  const bool stem = !depthwise && c < 16 && !x_blocked;
   bool ok = true;
-  const int64_t out = static_elems(n->output(), ok);
+  const double out = static_cast<double>(static_elems(n->output(), ok));
   if (!ok) return std::nullopt;
-  return Conv{n, x, residual, 2.0 * static_cast<double>(out) * static_cast<double>(ws[1] * ws[2] * ws[3])};
+  // Channels padded to whole blocks are work too: a partial block's lanes cost what full ones do.
+  auto up = [](int64_t v) { return static_cast<double>((v + 15) / 16 * 16); };
+  const double taps = static_cast<double>(ws[2] * ws[3]);
+  const double flops = depthwise ? 2.0 * out * taps : 2.0 * out * taps * static_cast<double>(c);
+  const double padded = depthwise ? flops * up(c) / static_cast<double>(c)
+                                  : flops * up(ws[0]) / static_cast<double>(ws[0]) *
+                                        (stem ? 1.0 : up(c) / static_cast<double>(c));
+  const double rate = depthwise ? kGainDepthwise : ws[2] * ws[3] == 1 ? kGainPointwise : kGainSpatial;
+  return Member{stem ? Member::Kind::stem : Member::Kind::conv, n, stem ? nullptr : x, residual,
+                rate * flops - (padded - flops)};
 }
 
 class LayoutPass : public ir::Pass {
@@ -81,16 +106,23 @@ class LayoutPass : public ir::Pass {
   std::string name() const override { return all_ ? "layout_all" : "layout"; }
 
   ir::PassResult run(ir::Graph& g) override {
-    std::vector<Conv> convs;
+    std::vector<Member> members;  // in graph order
     std::map<const ir::Node*, size_t> index;
-    for (ir::Node* n : g.nodes())
-      if (auto c = blockable(n)) {
-        index[n] = convs.size();
-        convs.push_back(*c);
+    auto member_output = [&](const ir::Value* v) { return v && v->producer() && index.count(v->producer()); };
+    for (ir::Node* n : g.nodes()) {
+      std::optional<Member> m = blockable_conv(n, member_output(input_at(n, 0)));
+      // A max pool joins the region of the member whose output it reads.
+      if (!m && n->op().name() == "max_pool2d" && n->outputs().size() == 1 && member_output(input_at(n, 0)) &&
+          n->output()->type().dtype == DType::f32 && n->output()->type().shape.size() == 4)
+        m = Member{Member::Kind::pool, n, input_at(n, 0), nullptr, 0.0};
+      if (m) {
+        index[n] = members.size();
+        members.push_back(*m);
       }
-    if (convs.empty()) return report(name(), "blocked", {}, "no convolution to block");
-    // Regions: union-find over the convolutions.
-    std::vector<size_t> parent(convs.size());
+    }
+    if (members.empty()) return report(name(), "blocked", {}, "no convolution to block");
+    // Regions: union-find over the members.
+    std::vector<size_t> parent(members.size());
     std::iota(parent.begin(), parent.end(), size_t{0});
     auto find = [&](size_t i) {
       while (parent[i] != i) i = parent[i] = parent[parent[i]];
@@ -98,8 +130,8 @@ class LayoutPass : public ir::Pass {
     };
     auto join = [&](size_t a, size_t b) { parent[find(a)] = find(b); };
     std::map<const ir::Value*, size_t> first_reader;
-    for (size_t i = 0; i < convs.size(); ++i)
-      for (ir::Value* v : {convs[i].x, convs[i].residual}) {
+    for (size_t i = 0; i < members.size(); ++i)
+      for (ir::Value* v : {members[i].x, members[i].residual}) {
         if (!v) continue;
         if (v->producer() && index.count(v->producer())) join(i, index[v->producer()]);
         auto [it, fresh] = first_reader.emplace(v, i);
@@ -109,28 +141,28 @@ class LayoutPass : public ir::Pass {
     auto uses = g.uses();
     std::map<size_t, double> gain, cost;
     std::map<size_t, size_t> size;
-    for (size_t i = 0; i < convs.size(); ++i) {
+    for (size_t i = 0; i < members.size(); ++i) {
       const size_t r = find(i);
-      gain[r] += kGain * convs[i].flops;
+      gain[r] += members[i].gain;
       ++size[r];
       bool ok = true;
       // A value read from outside: converted once for the region.
-      for (ir::Value* v : {convs[i].x, convs[i].residual})
+      for (ir::Value* v : {members[i].x, members[i].residual})
         if (v && !(v->producer() && index.count(v->producer())) && first_reader[v] == i)
           cost[r] += kConvertCost * static_cast<double>(static_elems(v, ok));
       // An output read outside the region (or a graph output): converted back once.
       bool outside = false;
-      for (const ir::Use& u : uses[convs[i].node->output()])
+      for (const ir::Use& u : uses[members[i].node->output()])
         outside = outside || !u.node || !index.count(u.node);
-      if (outside) cost[r] += kConvertCost * static_cast<double>(static_elems(convs[i].node->output(), ok));
+      if (outside) cost[r] += kConvertCost * static_cast<double>(static_elems(members[i].node->output(), ok));
     }
     std::set<size_t> keep;
     std::vector<std::string> skipped;
     for (const auto& [r, gn] : gain) {
       if (all_ || gn > cost[r]) keep.insert(r);
       else
-        skipped.push_back("a region of " + std::to_string(size[r]) + " convolution(s) at %" +
-                          convs[r].node->output()->name() + " (conversions would cost more than blocking saves)");
+        skipped.push_back("a region of " + std::to_string(size[r]) + " node(s) at %" +
+                          members[r].node->output()->name() + " (conversions would cost more than blocking saves)");
     }
     if (keep.empty()) return report(name(), "blocked", {}, "no region pays for its conversions");
 
@@ -146,22 +178,33 @@ class LayoutPass : public ir::Pass {
     };
     std::vector<ir::Node*> old;
     std::set<const ir::Node*> old_set;
-    for (const Conv& c : convs) {
+    int64_t pools = 0;
+    for (const Member& c : members) {
       if (!keep.count(find(index[c.node]))) continue;
       ir::Node* n = c.node;
-      const bool fused = n->op().name() == "fused_conv2d";
-      Attrs a{{"stride", n->attrs().get_ints("stride")},
-              {"padding", n->attrs().get_ints("padding")},
-              {"dilation", n->attrs().get_ints("dilation")},
-              {"activation", fused ? n->attrs().get_string("activation") : std::string("none")},
-              {"residual_before_activation", fused && n->attrs().get_bool("residual_before_activation")}};
-      ir::Value* xb = blocked_of(c.x);
-      ir::Value* rb = c.residual ? blocked_of(c.residual) : nullptr;
-      ir::Node* b = g.add_node(kiln::op("fused_conv2d_nchwc"), {xb, input_at(n, 1), input_at(n, 2), rb}, a);
+      ir::Node* b = nullptr;
+      if (c.kind == Member::Kind::pool) {
+        Attrs a;
+        for (const char* k : {"kernel", "stride", "padding", "dilation"}) a.set(k, n->attrs().get_ints(k));
+        a.set("ceil_mode", n->attrs().get_bool("ceil_mode"));
+        b = g.add_node(kiln::op("max_pool2d_nchwc"), {blocked_of(c.x)}, a);
+      } else {
+        const bool fused = n->op().name() == "fused_conv2d";
+        Attrs a{{"stride", n->attrs().get_ints("stride")},
+                {"padding", n->attrs().get_ints("padding")},
+                {"dilation", n->attrs().get_ints("dilation")},
+                {"groups", n->attrs().get_int("groups")},
+                {"activation", fused ? n->attrs().get_string("activation") : std::string("none")},
+                {"residual_before_activation", fused && n->attrs().get_bool("residual_before_activation")}};
+        ir::Value* xb = c.kind == Member::Kind::stem ? input_at(n, 0) : blocked_of(c.x);
+        ir::Value* rb = c.residual ? blocked_of(c.residual) : nullptr;
+        b = g.add_node(kiln::op("fused_conv2d_nchwc"), {xb, input_at(n, 1), input_at(n, 2), rb}, a);
+      }
       g.rename(b->output(), g.fresh_name(n->output()->name() + "_nchwc"));
       blocked[n->output()] = b->output();
       old.push_back(n);
       old_set.insert(n);
+      pools += c.kind == Member::Kind::pool;
     }
     // Readers outside the region (graph outputs too) get one conversion back; the old nodes, the
     // only other readers, go.
@@ -180,9 +223,10 @@ class LayoutPass : public ir::Pass {
     g.erase_nodes(std::vector<ir::Node*>(old.rbegin(), old.rend()));
     for (auto& [v, nm] : names) g.rename(v, nm);
     topo_reorder(g);
-    std::vector<std::string> out{std::to_string(old.size()) + " convolution(s) in " + std::to_string(keep.size()) +
-                                 " region(s), " + std::to_string(to) + " to_nchwc, " + std::to_string(from) +
-                                 " from_nchwc"};
+    std::vector<std::string> out{std::to_string(static_cast<int64_t>(old.size()) - pools) + " convolution(s)" +
+                                 (pools ? " and " + std::to_string(pools) + " max pool(s)" : std::string()) + " in " +
+                                 std::to_string(keep.size()) + " region(s), " + std::to_string(to) + " to_nchwc, " +
+                                 std::to_string(from) + " from_nchwc"};
     for (const auto& sk : skipped) out.push_back("kept NCHW: " + sk);
     return report(name(), "blocked", out, "nothing blocked");
   }

@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <limits>
 #include <vector>
 
 #include "kernels/cpu/isa.h"
@@ -30,8 +31,11 @@ namespace kiln::kernels::cpu {
 // an unpadded one (1x1 layers, stride or not) is read in place. Input blocks are summed in slices
 // of about 768 multiply-adds per output (as the GEMM's kc) over chunks of up to 48 pixels (Note
 // [Chunks for every thread]): the chunk's partial sums stay in L1 between slices and the last
-// slice adds the bias, residual and activation as it stores. Threads take (image, panel, chunk)
-// items in order.
+// slice adds the bias, residual and activation as it stores. Threads take (panel, image, chunk)
+// items in order. Channel counts that are not multiples of 16 leave the last block's extra lanes
+// zero: their filters and bias are packed as zeros, so they stay zero through every layer. A stem
+// (at most 16 input channels, NchwcInput::plain) reads its NCHW input as it is, one channel a
+// plane apart, and writes blocked output: a region starts at the network's input unconverted.
 
 namespace {
 
@@ -42,15 +46,15 @@ int64_t blocks_of(int64_t c) { return (c + kChannelBlock - 1) / kChannelBlock; }
 // The scalar micro-kernel (any ISA): the same contract as the AVX-512 one, 4 pixels a tile.
 template <int MR>
 void nchwc_tile_scalar(int64_t blocks, int taps, const int64_t* tap_off, const float* x, const int64_t* pix,
-                       int64_t xblk, const float* w, float* y, int64_t yblk, int nv, int m, bool accumulate,
-                       const NchwcEpilogueF32* ep) {
+                       int64_t xblk, int lanes, int64_t ldc, const float* w, float* y, int64_t yblk, int nv, int m,
+                       bool accumulate, const NchwcEpilogueF32* ep) {
   float acc[MR][64] = {};
   const int width = 16 * nv;
   for (int64_t b = 0; b < blocks; ++b, x += xblk)
     for (int t = 0; t < taps; ++t)
-      for (int c = 0; c < 16; ++c, w += width)
+      for (int c = 0; c < lanes; ++c, w += width)
         for (int i = 0; i < MR; ++i) {
-          const float xi = x[tap_off[t] + pix[i] + c];
+          const float xi = x[tap_off[t] + pix[i] + c * ldc];
           for (int j = 0; j < width; ++j) acc[i][j] += xi * w[j];
         }
   using Act = NchwcEpilogueF32::Act;
@@ -72,7 +76,11 @@ void nchwc_tile_scalar(int64_t blocks, int taps, const int64_t* tap_off, const f
 }
 
 struct Plan {
+  bool plain = false;      // NCHW input (NchwcInput::plain)
   int64_t kb = 0, cb = 0, taps = 0;
+  int64_t lanes = 0;       // input channels a block: 16 (the last block's lanes past C are zero),
+                           // or C for a plain input (C <= 16)
+  int64_t px = 0;          // floats a pixel of the read plane: 16, or 1 for a plain input
   int64_t hp = 0, wp = 0;  // the plane the tiles read: padded copy or x itself
   bool copy = false;       // x is copied into a zero-bordered plane
   int64_t pixels = 0;      // Ho * Wo
@@ -82,10 +90,13 @@ struct Plan {
   int64_t slice_blocks = 0;  // input blocks per slice
 };
 
-Plan plan(const Conv2dParams& p) {
+Plan plan(const Conv2dParams& p, NchwcInput input) {
   Plan pl;
-  pl.kb = p.k / kChannelBlock;
-  pl.cb = p.c / kChannelBlock;
+  pl.plain = input == NchwcInput::plain;
+  pl.kb = blocks_of(p.k);
+  pl.cb = blocks_of(p.c);
+  pl.lanes = pl.plain ? p.c : kChannelBlock;
+  pl.px = pl.plain ? 1 : kChannelBlock;
   pl.taps = p.r * p.s;
   pl.pixels = p.ho * p.wo;
   // Rows and columns any tap of any output reads, from the top-left padding on.
@@ -110,7 +121,7 @@ Plan plan(const Conv2dParams& p) {
     pl.chunks = (pl.pixels + chunk - 1) / chunk;
     if (p.n * pl.panels * pl.chunks >= want) break;
   }
-  const int64_t per_block = kChannelBlock * pl.taps;
+  const int64_t per_block = pl.lanes * pl.taps;
   const int64_t slices = std::max<int64_t>(1, (pl.cb * per_block + kSliceDepth - 1) / kSliceDepth);
   pl.slice_blocks = (pl.cb + slices - 1) / slices;
   return pl;
@@ -119,6 +130,51 @@ Plan plan(const Conv2dParams& p) {
 int panel_width(const Plan& pl, int64_t panel) {
   const int64_t pb = pl.tiling.panel_blocks;
   return static_cast<int>(std::min(pb, pl.kb - pb * panel));
+}
+
+// The plane the tiles read: x itself, or x copied into zero-bordered planes (a thread's scratch).
+const float* padded_input(const Conv2dParams& p, const Plan& pl, const float* x) {
+  if (!pl.copy) return x;
+  const int64_t planes = pl.plain ? p.c : pl.cb, plane = pl.hp * pl.wp * pl.px;
+  float* xp = thread_scratch<float, ScratchSlot::nchwc_pad>(static_cast<size_t>(p.n * planes * plane));
+  const int64_t rows = p.n * planes * pl.hp, row_floats = pl.wp * pl.px;
+  parallel_for(0, rows, 16, [&](int64_t r0, int64_t r1) {
+    for (int64_t row = r0; row < r1; ++row) {
+      const int64_t nb = row / pl.hp, ih = row % pl.hp - p.pad_top;
+      float* d = xp + row * row_floats;
+      if (ih < 0 || ih >= p.h) {
+        std::memset(d, 0, static_cast<size_t>(row_floats) * sizeof(float));
+        continue;
+      }
+      const int64_t left = std::min(p.pad_left, pl.wp);
+      const int64_t cols = std::max<int64_t>(0, std::min(p.w, pl.wp - p.pad_left));
+      std::memset(d, 0, static_cast<size_t>(left * pl.px) * sizeof(float));
+      std::memcpy(d + left * pl.px, x + (nb * p.h + ih) * p.w * pl.px, static_cast<size_t>(cols * pl.px) * sizeof(float));
+      const int64_t right = pl.wp - left - cols;
+      if (right > 0) std::memset(d + (left + cols) * pl.px, 0, static_cast<size_t>(right * pl.px) * sizeof(float));
+    }
+  });
+  return xp;
+}
+
+NchwcEpilogueF32::Act blocked_act(GemmActivation a) {
+  using Act = NchwcEpilogueF32::Act;
+  switch (a) {
+    case GemmActivation::none: return Act::none;
+    case GemmActivation::relu: return Act::relu;
+    case GemmActivation::relu6: return Act::relu6;
+    case GemmActivation::hardswish: return Act::hardswish;
+    default: KILN_FAIL("the blocked convolutions apply none, relu, relu6 or hardswish");
+  }
+}
+
+// A bias of 16 values per block: `bias` itself, or a zero-padded copy in `storage` when K is not
+// a multiple of 16 (zeros without a bias).
+const float* padded_bias(const float* bias, int64_t k, std::vector<float>& storage) {
+  if (bias != nullptr && k % kChannelBlock == 0) return bias;
+  storage.assign(static_cast<size_t>(blocks_of(k) * kChannelBlock), 0.0f);
+  if (bias != nullptr) std::copy(bias, bias + k, storage.begin());
+  return storage.data();
 }
 
 }  // namespace
@@ -158,8 +214,36 @@ void nchwc_to_nchw_f32(int64_t n, int64_t c, int64_t hw, const float* x, float* 
   });
 }
 
-bool conv2d_nchwc_supported(const Conv2dParams& p) {
-  return p.groups == 1 && p.c > 0 && p.k > 0 && p.c % kChannelBlock == 0 && p.k % kChannelBlock == 0 && p.r >= 1 &&
+void max_pool2d_nchwc_f32(const Pool2dParams& p, const float* x, float* y) {
+  const bool avx512 = active_isa() == Isa::avx512;
+  parallel_for(0, p.planes * p.ho, 4, [&](int64_t r0, int64_t r1) {
+    if (avx512) return max_pool2d_nchwc_rows_avx512(p, x, y, r0, r1);
+    for (int64_t row = r0; row < r1; ++row) {
+      const int64_t plane = row / p.ho, oh = row % p.ho;
+      const float* xp = x + plane * p.h * p.w * kChannelBlock;
+      float* yr = y + row * p.wo * kChannelBlock;
+      for (int64_t ow = 0; ow < p.wo; ++ow) {
+        float o[kChannelBlock];
+        for (float& v : o) v = -std::numeric_limits<float>::infinity();
+        for (int64_t i = 0; i < p.kh; ++i) {
+          const int64_t ih = oh * p.stride_h - p.pad_top + i * p.dil_h;
+          if (ih < 0 || ih >= p.h) continue;
+          for (int64_t j = 0; j < p.kw; ++j) {
+            const int64_t iw = ow * p.stride_w - p.pad_left + j * p.dil_w;
+            if (iw < 0 || iw >= p.w) continue;
+            const float* v = xp + (ih * p.w + iw) * kChannelBlock;
+            // A NaN already taken stays (nothing compares greater); a NaN read is taken.
+            for (int64_t l = 0; l < kChannelBlock; ++l) o[l] = (v[l] > o[l] || v[l] != v[l]) ? v[l] : o[l];
+          }
+        }
+        std::memcpy(yr + ow * kChannelBlock, o, sizeof o);
+      }
+    }
+  });
+}
+
+bool conv2d_nchwc_supported(const Conv2dParams& p, NchwcInput input) {
+  return p.groups == 1 && p.c > 0 && p.k > 0 && (input == NchwcInput::blocked || p.c <= kChannelBlock) && p.r >= 1 &&
          p.s >= 1 && p.ho >= 1 && p.wo >= 1 && p.stride_h >= 1 && p.stride_w >= 1 && p.dil_h >= 1 && p.dil_w >= 1 &&
          p.pad_top >= 0 && p.pad_left >= 0;
 }
@@ -178,111 +262,161 @@ NchwcTiling conv2d_nchwc_tiling(const Conv2dParams& p) {
   return t;
 }
 
-size_t conv2d_nchwc_packed_weight_f32_floats(const Conv2dParams& p) {
-  return static_cast<size_t>(p.k * p.c * p.r * p.s);
+size_t conv2d_nchwc_packed_weight_f32_floats(const Conv2dParams& p, NchwcInput input) {
+  const Plan pl = plan(p, input);
+  return static_cast<size_t>(pl.kb * kChannelBlock * pl.cb * pl.lanes * pl.taps);
 }
 
-void pack_conv2d_nchwc_weight_f32(const Conv2dParams& p, const float* w, float* out) {
-  KILN_ASSERT(conv2d_nchwc_supported(p), "pack_conv2d_nchwc_weight_f32: unsupported convolution");
-  const Plan pl = plan(p);
+void pack_conv2d_nchwc_weight_f32(const Conv2dParams& p, const float* w, float* out, NchwcInput input) {
+  KILN_ASSERT(conv2d_nchwc_supported(p, input), "pack_conv2d_nchwc_weight_f32: unsupported convolution");
+  const Plan pl = plan(p, input);
   for (int64_t panel = 0; panel < pl.panels; ++panel) {
     const int64_t width = kChannelBlock * panel_width(pl, panel);
     const int64_t k0 = panel * pl.tiling.panel_blocks * kChannelBlock;
     for (int64_t blk = 0; blk < pl.cb; ++blk)
       for (int64_t t = 0; t < pl.taps; ++t)
-        for (int64_t c = 0; c < kChannelBlock; ++c) {
+        for (int64_t c = 0; c < pl.lanes; ++c) {
+          // Channels past C or K (a partial last block) get zero filters: their lanes stay zero.
           const int64_t ci = blk * kChannelBlock + c;
-          for (int64_t j = 0; j < width; ++j) *out++ = w[((k0 + j) * p.c + ci) * pl.taps + t];
+          for (int64_t j = 0; j < width; ++j)
+            *out++ = ci < p.c && k0 + j < p.k ? w[((k0 + j) * p.c + ci) * pl.taps + t] : 0.0f;
         }
   }
 }
 
 void conv2d_nchwc_f32(const Conv2dParams& p, const float* x, const float* packed_w, const float* bias, float* y,
-                      const Conv2dEpilogue& epilogue) {
-  KILN_CHECK(conv2d_nchwc_supported(p), "conv2d_nchwc_f32: needs one group and channels in multiples of 16, got C=",
-             p.c, " K=", p.k, " groups=", p.groups);
-  const Plan pl = plan(p);
-  using Act = NchwcEpilogueF32::Act;
-  Act act = Act::none;
-  switch (epilogue.activation) {
-    case GemmActivation::none: act = Act::none; break;
-    case GemmActivation::relu: act = Act::relu; break;
-    case GemmActivation::relu6: act = Act::relu6; break;
-    case GemmActivation::hardswish: act = Act::hardswish; break;
-    default: KILN_CHECK(false, "conv2d_nchwc_f32: activation not supported by the blocked kernel");
-  }
-  // The plane the tiles read.
-  const float* xr = x;
-  const int64_t plane = pl.hp * pl.wp * kChannelBlock;
-  if (pl.copy) {
-    float* xp = thread_scratch<float, ScratchSlot::nchwc_pad>(static_cast<size_t>(p.n * pl.cb * plane));
-    const int64_t rows = p.n * pl.cb * pl.hp;
-    parallel_for(0, rows, 16, [&](int64_t r0, int64_t r1) {
-      for (int64_t row = r0; row < r1; ++row) {
-        const int64_t nb = row / pl.hp, ih = row % pl.hp - p.pad_top;
-        float* d = xp + row * pl.wp * kChannelBlock;
-        if (ih < 0 || ih >= p.h) {
-          std::memset(d, 0, static_cast<size_t>(pl.wp * kChannelBlock) * sizeof(float));
-          continue;
-        }
-        const int64_t left = std::min(p.pad_left, pl.wp);
-        const int64_t cols = std::max<int64_t>(0, std::min(p.w, pl.wp - p.pad_left));
-        std::memset(d, 0, static_cast<size_t>(left * kChannelBlock) * sizeof(float));
-        std::memcpy(d + left * kChannelBlock, x + (nb * p.h + ih) * p.w * kChannelBlock,
-                    static_cast<size_t>(cols * kChannelBlock) * sizeof(float));
-        const int64_t right = pl.wp - left - cols;
-        if (right > 0)
-          std::memset(d + (left + cols) * kChannelBlock, 0, static_cast<size_t>(right * kChannelBlock) * sizeof(float));
-      }
-    });
-    xr = xp;
-  }
+                      const Conv2dEpilogue& epilogue, NchwcInput input) {
+  KILN_CHECK(conv2d_nchwc_supported(p, input), "conv2d_nchwc_f32: needs one group",
+             input == NchwcInput::plain ? " and at most 16 channels of plain input" : "", ", got C=", p.c, " K=", p.k,
+             " groups=", p.groups);
+  const Plan pl = plan(p, input);
+  const NchwcEpilogueF32::Act act = blocked_act(epilogue.activation);
+  // A block's plane (blocked input) or a channel's (plain input), and an image's planes.
+  const int64_t plane = pl.hp * pl.wp * pl.px, planes = pl.plain ? p.c : pl.cb;
+  const float* xr = padded_input(p, pl, x);
   std::vector<int64_t> tap_off(static_cast<size_t>(pl.taps));
   for (int64_t r = 0; r < p.r; ++r)
     for (int64_t s = 0; s < p.s; ++s)
-      tap_off[static_cast<size_t>(r * p.s + s)] = (r * p.dil_h * pl.wp + s * p.dil_w) * kChannelBlock;
+      tap_off[static_cast<size_t>(r * p.s + s)] = (r * p.dil_h * pl.wp + s * p.dil_w) * pl.px;
   const bool avx512 = active_isa() == Isa::avx512;
-  alignas(64) float zero_bias[64] = {};
-  const int64_t xplane = pl.cb * plane, yplane = pl.kb * pl.pixels * kChannelBlock;
+  std::vector<float> bias_storage;
+  bias = padded_bias(bias, p.k, bias_storage);
+  const int64_t xplane = planes * plane, yplane = pl.kb * pl.pixels * kChannelBlock;
+  // Input blocks (xblk apart) of `lanes` channels (ldc apart): a plain input is one block.
+  const int64_t xblk = pl.plain ? 0 : plane, ldc = pl.plain ? plane : 1;
+  const int64_t depth = pl.cb * pl.taps * pl.lanes;  // packed floats per output channel
   const int64_t items = p.n * pl.panels * pl.chunks;
   parallel_for(0, items, 1, [&](int64_t i0, int64_t i1) {
     for (int64_t item = i0; item < i1; ++item) {
-      const int64_t img = item / (pl.panels * pl.chunks);
-      const int64_t panel = item / pl.chunks % pl.panels, chunk = item % pl.chunks;
+      // Panel-major (Note [Images share the filter blocks] in conv_direct.cc): a batch's images
+      // take a panel's filters from L2 in turn. Image-major, each image streamed every panel's
+      // filters from memory again: ResNet-18's 7 x 7 layers ran 1.33x the NCHW kernel's time at
+      // batch 8.
+      const int64_t panel = item / (p.n * pl.chunks);
+      const int64_t img = item / pl.chunks % p.n, chunk = item % pl.chunks;
       const int nv = panel_width(pl, panel);
       NchwcUkernelF32 uk = avx512 ? nchwc_ukernel_f32_avx512(nv, pl.tiling.pixels(nv)) : nullptr;
       const int mr = uk != nullptr ? pl.tiling.pixels(nv) : 4;
       const int64_t pb = pl.tiling.panel_blocks;
-      const float* wpanel = packed_w + panel * pb * kChannelBlock * pl.cb * pl.taps * kChannelBlock;
+      const float* wpanel = packed_w + panel * pb * kChannelBlock * depth;
       const int64_t obase = img * yplane + panel * pb * pl.pixels * kChannelBlock;
       NchwcEpilogueF32 ep;
-      ep.bias = bias != nullptr ? bias + panel * pb * kChannelBlock : zero_bias;
+      ep.bias = bias + panel * pb * kChannelBlock;
       ep.residual_before_activation = epilogue.residual_before_activation;
       ep.act = act;
       const int64_t q0 = chunk * pl.chunk, q1 = std::min(pl.pixels, q0 + pl.chunk);
       for (int64_t b0 = 0; b0 < pl.cb; b0 += pl.slice_blocks) {
         const int64_t nb = std::min(pl.slice_blocks, pl.cb - b0);
         const bool last = b0 + nb == pl.cb;
-        const float* ws = wpanel + b0 * pl.taps * kChannelBlock * kChannelBlock * nv;
-        const float* xs = xr + img * xplane + b0 * plane;
+        const float* ws = wpanel + b0 * pl.taps * pl.lanes * kChannelBlock * nv;
+        const float* xs = xr + img * xplane + b0 * xblk;
         for (int64_t q = q0; q < q1; q += mr) {
           const int m = static_cast<int>(std::min<int64_t>(mr, q1 - q));
           int64_t pix[16];
           for (int i = 0; i < mr; ++i) {
             const int64_t qq = q + std::min(i, m - 1), oh = qq / p.wo, ow = qq % p.wo;
-            pix[i] = (oh * p.stride_h * pl.wp + ow * p.stride_w) * kChannelBlock;
+            pix[i] = (oh * p.stride_h * pl.wp + ow * p.stride_w) * pl.px;
           }
           float* yt = y + obase + q * kChannelBlock;
           ep.residual = epilogue.residual != nullptr ? epilogue.residual + obase + q * kChannelBlock : nullptr;
           const NchwcEpilogueF32* epp = last ? &ep : nullptr;
           if (uk != nullptr)
-            uk(nb, static_cast<int>(pl.taps), tap_off.data(), xs, pix, plane, ws, yt, pl.pixels * kChannelBlock, m,
-               b0 > 0, epp);
+            uk(nb, static_cast<int>(pl.taps), tap_off.data(), xs, pix, xblk, static_cast<int>(pl.lanes), ldc, ws, yt,
+               pl.pixels * kChannelBlock, m, b0 > 0, epp);
           else
-            nchwc_tile_scalar<4>(nb, static_cast<int>(pl.taps), tap_off.data(), xs, pix, plane, ws, yt,
-                                 pl.pixels * kChannelBlock, nv, m, b0 > 0, epp);
+            nchwc_tile_scalar<4>(nb, static_cast<int>(pl.taps), tap_off.data(), xs, pix, xblk,
+                                 static_cast<int>(pl.lanes), ldc, ws, yt, pl.pixels * kChannelBlock, nv, m, b0 > 0, epp);
         }
       }
+    }
+  });
+}
+
+// Note [Blocked depthwise]
+// A depthwise convolution on blocked channels is 16 independent lanes: each output vector is the
+// sum over taps of an input vector times the tap's 16 filters, with nothing to broadcast. Rows of
+// the output plane (image, block, output row) are the work items; a row runs 8 outputs at a time
+// in registers, the block's filters packed [C/16][tap][16] (zeros past C).
+size_t depthwise_nchwc_packed_weight_f32_floats(const Conv2dParams& p) {
+  return static_cast<size_t>(blocks_of(p.c) * p.r * p.s * kChannelBlock);
+}
+
+void pack_depthwise_nchwc_weight_f32(const Conv2dParams& p, const float* w, float* out) {
+  const int64_t taps = p.r * p.s;
+  for (int64_t blk = 0; blk < blocks_of(p.c); ++blk)
+    for (int64_t t = 0; t < taps; ++t)
+      for (int64_t l = 0; l < kChannelBlock; ++l) {
+        const int64_t c = blk * kChannelBlock + l;
+        *out++ = c < p.c ? w[c * taps + t] : 0.0f;
+      }
+}
+
+void depthwise_conv2d_nchwc_f32(const Conv2dParams& p, const float* x, const float* packed_w, const float* bias,
+                                float* y, const Conv2dEpilogue& epilogue) {
+  KILN_CHECK(p.groups == p.c && p.k == p.c, "depthwise_conv2d_nchwc_f32: needs groups = C = K, got C=", p.c,
+             " K=", p.k, " groups=", p.groups);
+  const Plan pl = plan(p, NchwcInput::blocked);
+  const int64_t plane = pl.hp * pl.wp * kChannelBlock;
+  const float* xr = padded_input(p, pl, x);
+  std::vector<float> bias_storage;
+  bias = padded_bias(bias, p.k, bias_storage);
+  std::vector<int64_t> tap_off(static_cast<size_t>(pl.taps));
+  for (int64_t r = 0; r < p.r; ++r)
+    for (int64_t s = 0; s < p.s; ++s)
+      tap_off[static_cast<size_t>(r * p.s + s)] = (r * p.dil_h * pl.wp + s * p.dil_w) * kChannelBlock;
+  NchwcEpilogueF32 ep;
+  ep.act = blocked_act(epilogue.activation);
+  ep.residual_before_activation = epilogue.residual_before_activation;
+  const bool avx512 = active_isa() == Isa::avx512;
+  const int64_t cb = pl.cb, orow = p.wo * kChannelBlock;
+  parallel_for(0, p.n * cb * p.ho, 4, [&](int64_t r0, int64_t r1) {
+    for (int64_t row = r0; row < r1; ++row) {
+      const int64_t nb = row / p.ho, oh = row % p.ho, blk = nb % cb;
+      const float* xrow = xr + nb * plane + oh * p.stride_h * pl.wp * kChannelBlock;
+      const float* w = packed_w + blk * pl.taps * kChannelBlock;
+      float* yrow = y + row * orow;
+      NchwcEpilogueF32 e = ep;
+      e.bias = bias + blk * kChannelBlock;
+      e.residual = epilogue.residual != nullptr ? epilogue.residual + row * orow : nullptr;
+      if (avx512) {
+        depthwise_nchwc_row_avx512(static_cast<int>(pl.taps), tap_off.data(), xrow, p.stride_w * kChannelBlock, w,
+                                   yrow, p.wo, e);
+        continue;
+      }
+      for (int64_t ow = 0; ow < p.wo; ++ow)
+        for (int64_t l = 0; l < kChannelBlock; ++l) {
+          float acc = e.bias[l];
+          for (int64_t t = 0; t < pl.taps; ++t)
+            acc += xrow[ow * p.stride_w * kChannelBlock + tap_off[static_cast<size_t>(t)] + l] * w[t * kChannelBlock + l];
+          const float res = e.residual != nullptr ? e.residual[ow * kChannelBlock + l] : 0.0f;
+          using Act = NchwcEpilogueF32::Act;
+          if (e.residual_before_activation) acc += res;
+          if (e.act == Act::relu) acc = std::max(acc, 0.0f);
+          else if (e.act == Act::relu6) acc = std::min(std::max(acc, 0.0f), 6.0f);
+          else if (e.act == Act::hardswish) acc = acc * std::min(std::max(acc + 3.0f, 0.0f), 6.0f) / 6.0f;
+          if (!e.residual_before_activation) acc += res;
+          yrow[ow * kChannelBlock + l] = acc;
+        }
     }
   });
 }

@@ -8,6 +8,7 @@
 #include <cstdint>
 
 #include "kernels/cpu/conv.h"
+#include "kernels/cpu/pool.h"
 
 namespace kiln::kernels::cpu {
 
@@ -18,16 +19,33 @@ void nchw_to_nchwc_f32(int64_t n, int64_t c, int64_t hw, const float* x, float* 
 // [n, ceil(c / 16), hw, 16] -> [n, c, hw] (lanes past c are dropped).
 void nchwc_to_nchw_f32(int64_t n, int64_t c, int64_t hw, const float* x, float* y);
 
-// What the blocked convolution takes: one group, C and K multiples of 16 (the compiler's layout
-// pass only blocks such convolutions), any filter size, stride, padding and dilation.
-bool conv2d_nchwc_supported(const Conv2dParams& p);
-// Filters [K, C, R, S] packed per panel of up to 64 output channels: [panel][C/16][R*S][16][width].
-size_t conv2d_nchwc_packed_weight_f32_floats(const Conv2dParams& p);
-void pack_conv2d_nchwc_weight_f32(const Conv2dParams& p, const float* w, float* out);
-// y = act(conv(x, w) + bias (+ residual)) (+ residual), all of x, y and the residual blocked; bias
-// [K] or nullptr. Activations: none, relu, relu6, hardswish.
+// The input of a blocked convolution: blocked, or plain NCHW (a network's stem, whose 3 input
+// channels would waste 13 of a block's 16 lanes: its output starts a blocked region).
+enum class NchwcInput { blocked, plain };
+// What the blocked convolution takes: one group, any C and K (a partial last block's lanes are
+// zero in x and come out zero in y), at most 16 channels of plain input; any filter size, stride,
+// padding and dilation.
+bool conv2d_nchwc_supported(const Conv2dParams& p, NchwcInput input = NchwcInput::blocked);
+// Filters [K, C, R, S] packed per panel of up to 4 output blocks: [panel][C/16][R*S][16][width]
+// for blocked input, [panel][R*S][C][width] for plain input; zeros for channels past C and K.
+size_t conv2d_nchwc_packed_weight_f32_floats(const Conv2dParams& p, NchwcInput input = NchwcInput::blocked);
+void pack_conv2d_nchwc_weight_f32(const Conv2dParams& p, const float* w, float* out,
+                                  NchwcInput input = NchwcInput::blocked);
+// y = act(conv(x, w) + bias (+ residual)) (+ residual), y and the residual blocked, x as `input`
+// says; bias [K] or nullptr. Activations: none, relu, relu6, hardswish.
 void conv2d_nchwc_f32(const Conv2dParams& p, const float* x, const float* packed_w, const float* bias, float* y,
-                      const Conv2dEpilogue& epilogue = {});
+                      const Conv2dEpilogue& epilogue = {}, NchwcInput input = NchwcInput::blocked);
+
+// A depthwise convolution (groups = C = K, filters [C, 1, R, S]) on blocked x and y (Note [Blocked
+// depthwise] in conv_nchwc.cc), with the same epilogue; filters packed [C/16][R*S][16].
+size_t depthwise_nchwc_packed_weight_f32_floats(const Conv2dParams& p);
+void pack_depthwise_nchwc_weight_f32(const Conv2dParams& p, const float* w, float* out);
+void depthwise_conv2d_nchwc_f32(const Conv2dParams& p, const float* x, const float* packed_w, const float* bias,
+                                float* y, const Conv2dEpilogue& epilogue = {});
+
+// Max pooling on blocked planes: x [p.planes, H, W, 16] -> y [p.planes, Ho, Wo, 16] (planes =
+// N * C/16), as max_pool2d on NCHW: NaN propagates; a window with no element inside gives -inf.
+void max_pool2d_nchwc_f32(const Pool2dParams& p, const float* x, float* y);
 
 // The blocked convolution's register tiles (Note [Blocked tiles] in conv_nchwc.cc): panels of
 // `panel_blocks` output blocks, and the pixels of a tile `blocks` wide (tests pick odd shapes
@@ -47,13 +65,20 @@ struct NchwcEpilogueF32 {
   bool residual_before_activation = false;
   Act act = Act::none;
 };
-// Sums over `blocks` input blocks (xblk floats apart) and `taps` filter taps (tap_off[t] floats from
-// a pixel's base, pix[i] for pixel i) into m <= MR pixels of the panel's output blocks (y, blocks
-// yblk floats apart, pixels 16 floats apart), adding y's contents when `accumulate`, finished with
-// `ep` when given. w: the panel's packed filters from the first block on.
+// Sums over `blocks` input blocks (xblk floats apart), `taps` filter taps (tap_off[t] floats from
+// a pixel's base, pix[i] for pixel i) and `lanes` channels a block (ldc floats apart: 16 and 1 for
+// blocked input, C and a plane for plain input) into m <= MR pixels of the panel's output blocks
+// (y, blocks yblk floats apart, pixels 16 floats apart), adding y's contents when `accumulate`,
+// finished with `ep` when given. w: the panel's packed filters from the first block on.
 using NchwcUkernelF32 = void (*)(int64_t blocks, int taps, const int64_t* tap_off, const float* x, const int64_t* pix,
-                                 int64_t xblk, const float* w, float* y, int64_t yblk, int m, bool accumulate,
-                                 const NchwcEpilogueF32* ep);
+                                 int64_t xblk, int lanes, int64_t ldc, const float* w, float* y, int64_t yblk, int m,
+                                 bool accumulate, const NchwcEpilogueF32* ep);
+// Rows [row0, row1) of max_pool2d_nchwc_f32's output (row = plane * Ho + oh) under AVX-512.
+void max_pool2d_nchwc_rows_avx512(const Pool2dParams& p, const float* x, float* y, int64_t row0, int64_t row1);
+// One output row of the blocked depthwise convolution under AVX-512: wo outputs, output ow reading
+// x + ow * xstep + tap_off[t] for each tap, finished with ep (bias at the block, residual at the row).
+void depthwise_nchwc_row_avx512(int taps, const int64_t* tap_off, const float* x, int64_t xstep, const float* w,
+                                float* y, int64_t wo, const NchwcEpilogueF32& ep);
 // The AVX-512 kernel for tiles of mr pixels by nv blocks (NchwcTiling::pixels), or nullptr.
 NchwcUkernelF32 nchwc_ukernel_f32_avx512(int nv, int mr);
 

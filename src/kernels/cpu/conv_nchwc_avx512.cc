@@ -16,12 +16,34 @@
 namespace kiln::kernels::cpu {
 namespace {
 
+// The epilogue after the bias: the residual on its side of the activation, the activation.
+struct Finish {
+  __m512 lo, hi;
+  bool hswish, before;
+  explicit Finish(const NchwcEpilogueF32& ep)
+      : lo(_mm512_set1_ps(ep.act == NchwcEpilogueF32::Act::relu || ep.act == NchwcEpilogueF32::Act::relu6
+                              ? 0.0f
+                              : -__builtin_inff())),
+        hi(_mm512_set1_ps(ep.act == NchwcEpilogueF32::Act::relu6 ? 6.0f : __builtin_inff())),
+        hswish(ep.act == NchwcEpilogueF32::Act::hardswish),
+        before(ep.residual_before_activation) {}
+  // res: the residual vector's address, or nullptr.
+  __m512 operator()(__m512 r, const float* res) const {
+    if (res != nullptr && before) r = _mm512_add_ps(r, _mm512_loadu_ps(res));
+    r = hswish ? avx512::hardswish(r) : avx512::clamp(r, lo, hi);
+    if (res != nullptr && !before) r = _mm512_add_ps(r, _mm512_loadu_ps(res));
+    return r;
+  }
+};
+
 // Each step broadcasts input channel c of each of the MR pixels (16 floats apart within a block,
 // so a tap's 16 steps read one cache line per pixel) and loads the NV filter vectors of (tap, c):
-// the packed filters are read once, in order.
+// the packed filters are read once, in order. A plain (NCHW) input steps `lanes` channels a plane
+// apart instead (a stem's 3, unrolled as in Note [Three channels a tap] in gemm_f32_avx512.cc).
 template <int MR, int NV>
 void nchwc_tile(int64_t blocks, int taps, const int64_t* tap_off, const float* x, const int64_t* pix, int64_t xblk,
-                const float* w, float* y, int64_t yblk, int m, bool accumulate, const NchwcEpilogueF32* ep) {
+                int lanes, int64_t ldc, const float* w, float* y, int64_t yblk, int m, bool accumulate,
+                const NchwcEpilogueF32* ep) {
   static_assert(MR * NV <= 28);
   __m512 acc[MR][NV];
   int64_t off[MR];
@@ -37,7 +59,7 @@ void nchwc_tile(int64_t blocks, int taps, const int64_t* tap_off, const float* x
     _mm_prefetch(reinterpret_cast<const char*>(w + 8 * 16 * NV), _MM_HINT_T0);
     __m512 wv[NV];
 #pragma GCC unroll 4
-    for (int v = 0; v < NV; ++v) wv[v] = _mm512_load_ps(w + 16 * v);
+    for (int v = 0; v < NV; ++v) wv[v] = _mm512_loadu_ps(w + 16 * v);
 #pragma GCC unroll 16
     for (int i = 0; i < MR; ++i) {
       const __m512 xi = _mm512_set1_ps(xc[off[i]]);
@@ -46,12 +68,28 @@ void nchwc_tile(int64_t blocks, int taps, const int64_t* tap_off, const float* x
     }
     w += 16 * NV;
   };
-  for (int64_t b = 0; b < blocks; ++b, x += xblk)
-    for (int t = 0; t < taps; ++t) {
-      const float* xt = x + tap_off[t];
+  if (lanes == 16 && ldc == 1) {
+    for (int64_t b = 0; b < blocks; ++b, x += xblk)
+      for (int t = 0; t < taps; ++t) {
+        const float* xt = x + tap_off[t];
 #pragma GCC unroll 2
-      for (int c = 0; c < 16; ++c) step(xt + c);
-    }
+        for (int c = 0; c < 16; ++c) step(xt + c);
+      }
+  } else if (lanes == 3) {
+    for (int64_t b = 0; b < blocks; ++b, x += xblk)
+      for (int t = 0; t < taps; ++t) {
+        const float* xt = x + tap_off[t];
+        step(xt);
+        step(xt + ldc);
+        step(xt + 2 * ldc);
+      }
+  } else {
+    for (int64_t b = 0; b < blocks; ++b, x += xblk)
+      for (int t = 0; t < taps; ++t) {
+        const float* xt = x + tap_off[t];
+        for (int c = 0; c < lanes; ++c) step(xt + c * ldc);
+      }
+  }
   if (ep == nullptr) {
 #pragma GCC unroll 16
     for (int i = 0; i < MR; ++i) {
@@ -64,12 +102,7 @@ void nchwc_tile(int64_t blocks, int taps, const int64_t* tap_off, const float* x
     }
     return;
   }
-  using Act = NchwcEpilogueF32::Act;
-  const __m512 lo = _mm512_set1_ps(ep->act == Act::relu || ep->act == Act::relu6 ? 0.0f : -__builtin_inff());
-  const __m512 hi = _mm512_set1_ps(ep->act == Act::relu6 ? 6.0f : __builtin_inff());
-  const bool hswish = ep->act == Act::hardswish;
-  const float* res = ep->residual;
-  const bool before = ep->residual_before_activation;
+  const Finish finish(*ep);
 #pragma GCC unroll 4
   for (int v = 0; v < NV; ++v) {
     const __m512 bv = _mm512_loadu_ps(ep->bias + 16 * v);
@@ -79,15 +112,66 @@ void nchwc_tile(int64_t blocks, int taps, const int64_t* tap_off, const float* x
       float* yv = y + v * yblk + 16 * i;
       __m512 r = _mm512_add_ps(acc[i][v], bv);
       if (accumulate) r = _mm512_add_ps(r, _mm512_loadu_ps(yv));
-      if (res != nullptr && before) r = _mm512_add_ps(r, _mm512_loadu_ps(res + v * yblk + 16 * i));
-      r = hswish ? avx512::hardswish(r) : avx512::clamp(r, lo, hi);
-      if (res != nullptr && !before) r = _mm512_add_ps(r, _mm512_loadu_ps(res + v * yblk + 16 * i));
-      _mm512_storeu_ps(yv, r);
+      _mm512_storeu_ps(yv, finish(r, ep->residual != nullptr ? ep->residual + v * yblk + 16 * i : nullptr));
     }
   }
 }
 
 }  // namespace
+
+// Note [Blocked depthwise] (conv_nchwc.cc): 8 outputs a step, the taps' filter vectors loaded
+// once per 8 outputs.
+void depthwise_nchwc_row_avx512(int taps, const int64_t* tap_off, const float* x, int64_t xstep, const float* w,
+                                float* y, int64_t wo, const NchwcEpilogueF32& ep) {
+  const Finish finish(ep);
+  const __m512 bv = _mm512_loadu_ps(ep.bias);
+  int64_t ow = 0;
+  for (; ow + 8 <= wo; ow += 8) {
+    __m512 acc[8];
+#pragma GCC unroll 8
+    for (int i = 0; i < 8; ++i) acc[i] = bv;
+    const float* xo = x + ow * xstep;
+    for (int t = 0; t < taps; ++t) {
+      const __m512 wv = _mm512_loadu_ps(w + 16 * t);
+      const float* xt = xo + tap_off[t];
+#pragma GCC unroll 8
+      for (int i = 0; i < 8; ++i) acc[i] = _mm512_fmadd_ps(_mm512_loadu_ps(xt + i * xstep), wv, acc[i]);
+    }
+#pragma GCC unroll 8
+    for (int i = 0; i < 8; ++i)
+      _mm512_storeu_ps(y + (ow + i) * 16,
+                       finish(acc[i], ep.residual != nullptr ? ep.residual + (ow + i) * 16 : nullptr));
+  }
+  for (; ow < wo; ++ow) {
+    __m512 acc = bv;
+    const float* xo = x + ow * xstep;
+    for (int t = 0; t < taps; ++t) acc = _mm512_fmadd_ps(_mm512_loadu_ps(xo + tap_off[t]), _mm512_loadu_ps(w + 16 * t), acc);
+    _mm512_storeu_ps(y + ow * 16, finish(acc, ep.residual != nullptr ? ep.residual + ow * 16 : nullptr));
+  }
+}
+
+void max_pool2d_nchwc_rows_avx512(const Pool2dParams& p, const float* x, float* y, int64_t row0, int64_t row1) {
+  for (int64_t row = row0; row < row1; ++row) {
+    const int64_t plane = row / p.ho, oh = row % p.ho;
+    const float* xp = x + plane * p.h * p.w * 16;
+    float* yr = y + row * p.wo * 16;
+    for (int64_t ow = 0; ow < p.wo; ++ow) {
+      __m512 o = _mm512_set1_ps(-__builtin_inff());
+      for (int64_t i = 0; i < p.kh; ++i) {
+        const int64_t ih = oh * p.stride_h - p.pad_top + i * p.dil_h;
+        if (ih < 0 || ih >= p.h) continue;
+        for (int64_t j = 0; j < p.kw; ++j) {
+          const int64_t iw = ow * p.stride_w - p.pad_left + j * p.dil_w;
+          if (iw < 0 || iw >= p.w) continue;
+          const __m512 v = _mm512_loadu_ps(xp + (ih * p.w + iw) * 16);
+          // vmaxps keeps its second operand when either is NaN: o's NaN stays, v's is blended in.
+          o = _mm512_mask_blend_ps(_mm512_cmp_ps_mask(v, v, _CMP_UNORD_Q), _mm512_max_ps(v, o), v);
+        }
+      }
+      _mm512_storeu_ps(yr + ow * 16, o);
+    }
+  }
+}
 
 NchwcUkernelF32 nchwc_ukernel_f32_avx512(int nv, int mr) {
   if (mr == 7) {

@@ -4,6 +4,7 @@
 #include <string>
 #include <vector>
 
+#include "kernels/cpu/pool.h"
 #include "kiln/core/tensor.h"
 #include "kiln/ops/op_def.h"
 
@@ -19,6 +20,10 @@ void check_padding(const InferCtx& c);
 // Fails naming op, x's shape and the kernel when the dilated kernel does not fit the padded input.
 int64_t window_out_size(const InferCtx& c, const char* dim, int64_t in, int64_t k, int64_t stride,
                         int64_t pad_begin, int64_t pad_end, int64_t dil, bool ceil_mode);
+
+// The pooling geometry of a call of `op` on x of shape [N, C, H, W] (`max` pools have dilation;
+// stride [] is the kernel).
+kernels::cpu::Pool2dParams pool_params(const std::string& op, const Shape& x, const Attrs& attrs, bool max);
 
 // `t` contiguous and in dtype `to` (t itself when it already is). For kernels: no dispatcher.
 Tensor contiguous_as(const Tensor& t, DType to);

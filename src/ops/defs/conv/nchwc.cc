@@ -2,9 +2,11 @@
 // (src/compiler/passes/layout.cc; Note [Blocked channels] in kernels/cpu/conv_nchwc.cc):
 //   to_nchwc(x)                 [N, C, H, W] -> [N, ceil(C/16), H, W, 16], lanes past C zero
 //   from_nchwc(x, channels)     [N, ceil(channels/16), H, W, 16] -> [N, channels, H, W]
+//   max_pool2d_nchwc(x, ...)    max_pool2d on blocked x
 //   fused_conv2d_nchwc(x, w, bias?, residual?)
 //                               fused_conv2d (src/ops/defs/fused/fused.cc) on blocked x, residual
-//                               and output; w stays [K, C, R, S] (a constant: packed once)
+//                               and output (x may be NCHW with at most 16 channels: a stem);
+//                               w stays [K, C, R, S] (a constant: packed once)
 // Like the other fused ops they exist for engines: no derivative, batching rule or ONNX form.
 #include <functional>
 
@@ -51,7 +53,7 @@ Attrs conv_attrs_of(const Attrs& a) {
   return op("conv2d").bind_attrs({{"stride", a.get_ints("stride")},
                                   {"padding", a.get_ints("padding")},
                                   {"dilation", a.get_ints("dilation")},
-                                  {"groups", int64_t{1}}});
+                                  {"groups", a.get_int("groups")}});
 }
 
 const char* kActs = "none, relu, relu6, hardswish";
@@ -63,20 +65,33 @@ std::vector<TensorMeta> infer_conv_nchwc(const InferCtx& c) {
     c.fail("activation '" + c.attrs.get_string("activation") + "' is not one of the blocked kernel's (" + kActs + ")");
   const Shape& xs = c.in(0).shape;
   const Shape& ws = c.in(1).shape;
-  if (xs.size() != 5 || xs[4] != kChannelBlock)
-    c.fail("x of shape " + shape_str(xs) + " must be blocked, [N, C/16, H, W, 16]");
   if (ws.size() != 4) c.fail("w of shape " + shape_str(ws) + " must be [K, C, R, S]");
-  if (ws[1] != xs[1] * kChannelBlock)
-    c.fail("w of shape " + shape_str(ws) + " has " + std::to_string(ws[1]) + " input channels but x of shape " +
-           shape_str(xs) + " holds " + std::to_string(xs[1] * kChannelBlock));
-  if (ws[0] % kChannelBlock != 0)
-    c.fail("w of shape " + shape_str(ws) + " has " + std::to_string(ws[0]) +
-           " output channels, which the blocked kernel needs in multiples of 16");
-  const TensorMeta plain{DType::f32, {xs[0], ws[1], xs[2], xs[3]}};
+  const int64_t groups = c.attrs.get_int("groups");
+  const int64_t channels = ws[1] * groups;  // the input's
+  const bool plain_x = xs.size() == 4;      // a stem's NCHW input (NchwcInput::plain)
+  if (groups != 1 && !(groups == ws[0] && ws[1] == 1))
+    c.fail("groups = " + std::to_string(groups) + " with w of shape " + shape_str(ws) +
+           ": the blocked kernels take one group or depthwise filters [C, 1, R, S] with groups = C");
+  if (plain_x) {
+    if (groups != 1) c.fail("a depthwise convolution needs blocked x, got x of shape " + shape_str(xs));
+    if (channels != xs[1])
+      c.fail("w of shape " + shape_str(ws) + " has " + std::to_string(ws[1]) + " input channels but x of shape " +
+             shape_str(xs) + " has " + std::to_string(xs[1]));
+    if (xs[1] > kChannelBlock)
+      c.fail("x of shape " + shape_str(xs) + " is NCHW with more than 16 channels; block it first (to_nchwc)");
+  } else {
+    if (xs.size() != 5 || xs[4] != kChannelBlock)
+      c.fail("x of shape " + shape_str(xs) + " must be blocked, [N, C/16, H, W, 16], or NCHW with at most 16 channels");
+    if (blocks_of(channels) != xs[1])
+      c.fail("w of shape " + shape_str(ws) + (groups > 1 ? " (depthwise)" : "") + " reads " + std::to_string(channels) +
+             " input channels but x of shape " + shape_str(xs) + " holds " + std::to_string(xs[1]) +
+             " blocks of 16");
+  }
+  const TensorMeta plain{DType::f32, {xs[0], channels, xs[2], xs[3]}};
   std::vector<std::optional<TensorMeta>> ins{plain, c.in(1), c.has(2) ? c.inputs[2] : std::nullopt};
   auto out = op("conv2d").infer_meta(ins, conv_attrs_of(c.attrs));
   const Shape& o = out[0].shape;
-  TensorMeta y{DType::f32, {o[0], o[1] / kChannelBlock, o[2], o[3], kChannelBlock}};
+  TensorMeta y{DType::f32, {o[0], blocks_of(o[1]), o[2], o[3], kChannelBlock}};
   if (c.has(3) && c.in(3).shape != y.shape)
     c.fail("residual of shape " + shape_str(c.in(3).shape) + " must have the output's shape " + shape_str(y.shape));
   return {y};
@@ -113,27 +128,60 @@ void conv_nchwc_kernel(const KernelCall& k) {
   const auto pad = defs::padding_attr("fused_conv2d_nchwc", k.attrs);
   const auto& stride = k.attrs.get_ints("stride");
   const auto& dil = k.attrs.get_ints("dilation");
+  const auto input = x.dim() == 4 ? kernels::cpu::NchwcInput::plain : kernels::cpu::NchwcInput::blocked;
+  const int64_t groups = k.attrs.get_int("groups");
   kernels::cpu::Conv2dParams p;
-  p.n = x.shape()[0], p.c = x.shape()[1] * kChannelBlock, p.h = x.shape()[2], p.w = x.shape()[3];
+  p.n = x.shape()[0], p.c = w.shape()[1] * groups, p.h = x.shape()[2], p.w = x.shape()[3];
   p.k = w.shape()[0], p.r = w.shape()[2], p.s = w.shape()[3];
   p.ho = out.shape()[2], p.wo = out.shape()[3];
   p.stride_h = stride[0], p.stride_w = stride[1], p.pad_top = pad[0], p.pad_left = pad[1];
-  p.dil_h = dil[0], p.dil_w = dil[1];
-  // Packed once per weight (Note [Prepacked tactics]), keyed by the tiling the packing follows.
-  const kernels::cpu::NchwcTiling tiling = kernels::cpu::conv2d_nchwc_tiling(p);
-  auto packed = cached_packed_weight_f32(w, {3, p.k, p.c, p.r, p.s, tiling.panel_blocks},
-                                         kernels::cpu::conv2d_nchwc_packed_weight_f32_floats(p), [&](float* buf) {
-                                           kernels::cpu::pack_conv2d_nchwc_weight_f32(
-                                               p, static_cast<const float*>(w.data_ptr()), buf);
-                                         });
+  p.dil_h = dil[0], p.dil_w = dil[1], p.groups = groups;
   kernels::cpu::Conv2dEpilogue ep;
   ep.activation = act_of(k.attrs.get_string("activation"));
   ep.residual = res.defined() ? static_cast<const float*>(res.data_ptr()) : nullptr;
   ep.residual_before_activation = k.attrs.get_bool("residual_before_activation");
   Tensor y = out.is_contiguous() ? out : empty(out.shape(), TensorOptions(DType::f32, out.device()));
-  kernels::cpu::conv2d_nchwc_f32(p, static_cast<const float*>(x.data_ptr()), packed.get(),
-                                 bias.defined() ? static_cast<const float*>(bias.data_ptr()) : nullptr,
-                                 static_cast<float*>(y.data_ptr()), ep);
+  const float* xp = static_cast<const float*>(x.data_ptr());
+  const float* bp = bias.defined() ? static_cast<const float*>(bias.data_ptr()) : nullptr;
+  float* yp = static_cast<float*>(y.data_ptr());
+  const float* wp = static_cast<const float*>(w.data_ptr());
+  // Filters packed once per weight (Note [Prepacked tactics]), keyed by what the packing follows.
+  if (groups > 1) {
+    auto packed = cached_packed_weight_f32(w, {4, p.k, p.r, p.s}, kernels::cpu::depthwise_nchwc_packed_weight_f32_floats(p),
+                                           [&](float* buf) { kernels::cpu::pack_depthwise_nchwc_weight_f32(p, wp, buf); });
+    kernels::cpu::depthwise_conv2d_nchwc_f32(p, xp, packed.get(), bp, yp, ep);
+  } else {
+    const kernels::cpu::NchwcTiling tiling = kernels::cpu::conv2d_nchwc_tiling(p);
+    auto packed = cached_packed_weight_f32(
+        w, {3, p.k, p.c, p.r, p.s, tiling.panel_blocks, static_cast<int64_t>(input)},
+        kernels::cpu::conv2d_nchwc_packed_weight_f32_floats(p, input),
+        [&](float* buf) { kernels::cpu::pack_conv2d_nchwc_weight_f32(p, wp, buf, input); });
+    kernels::cpu::conv2d_nchwc_f32(p, xp, packed.get(), bp, yp, ep, input);
+  }
+  if (!y.is_same(out)) kernels::cpu::copy_into(out, y);
+}
+
+std::vector<TensorMeta> infer_max_pool_nchwc(const InferCtx& c) {
+  check_f32(c, 0);
+  const Shape& xs = c.in(0).shape;
+  if (xs.size() != 5 || xs[4] != kChannelBlock)
+    c.fail("x of shape " + shape_str(xs) + " must be blocked, [N, C/16, H, W, 16]");
+  // max_pool2d's own rule on the unblocked shape.
+  auto out = op("max_pool2d").infer_meta({TensorMeta{DType::f32, {xs[0], xs[1] * kChannelBlock, xs[2], xs[3]}}},
+                                         c.attrs);
+  const Shape& o = out[0].shape;
+  return {TensorMeta{DType::f32, {o[0], xs[1], o[2], o[3], kChannelBlock}}};
+}
+
+void max_pool_nchwc_kernel(const KernelCall& k) {
+  const Tensor& out = k.out(0);
+  if (out.numel() == 0) return;
+  Tensor x = k.in(0).contiguous();
+  const Shape& xs = x.shape();
+  auto p = defs::pool_params("max_pool2d_nchwc", {xs[0], xs[1], xs[2], xs[3]}, k.attrs, true);
+  p.ho = out.shape()[2], p.wo = out.shape()[3];
+  Tensor y = out.is_contiguous() ? out : empty(out.shape(), TensorOptions(DType::f32, out.device()));
+  kernels::cpu::max_pool2d_nchwc_f32(p, static_cast<const float*>(x.data_ptr()), static_cast<float*>(y.data_ptr()));
   if (!y.is_same(out)) kernels::cpu::copy_into(out, y);
 }
 
@@ -160,15 +208,24 @@ void register_nchwc_ops(OpRegistry& r) {
       .no_onnx(kNoOnnx)
       .doc("[N, ceil(channels/16), H, W, 16] -> [N, channels, H, W]: to_nchwc's inverse.");
   r.add("fused_conv2d_nchwc(Tensor x, Tensor w, Tensor? bias, Tensor? residual, int[] stride=[1,1], "
-        "int[] padding=[0,0,0,0], int[] dilation=[1,1], str activation=\"none\", "
+        "int[] padding=[0,0,0,0], int[] dilation=[1,1], int groups=1, str activation=\"none\", "
         "bool residual_before_activation=false) -> Tensor")
       .infer(infer_conv_nchwc)
       .kernel(DeviceType::cpu, f32, conv_nchwc_kernel)
       .no_vjp(kNoVjp)
       .no_batch(kNoBatch)
       .no_onnx(kNoOnnx)
-      .doc("fused_conv2d (one group) on channel-blocked x, residual and output [N, K/16, Ho, Wo, 16]; "
-           "w [K, C, R, S] with C and K multiples of 16.");
+      .doc("fused_conv2d on channel-blocked residual and output [N, ceil(K/16), Ho, Wo, 16]; x blocked "
+           "[N, ceil(C/16), H, W, 16], or NCHW with C <= 16 (a stem); w [K, C, R, S] (one group) or [C, 1, R, S] "
+           "(depthwise, groups = C).");
+  r.add("max_pool2d_nchwc(Tensor x, int[] kernel, int[] stride=[], int[] padding=[0,0,0,0], int[] dilation=[1,1], "
+        "bool ceil_mode=false) -> Tensor")
+      .infer(infer_max_pool_nchwc)
+      .kernel(DeviceType::cpu, f32, max_pool_nchwc_kernel)
+      .no_vjp(kNoVjp)
+      .no_batch(kNoBatch)
+      .no_onnx(kNoOnnx)
+      .doc("max_pool2d on channel-blocked x [N, C/16, H, W, 16] -> [N, C/16, Ho, Wo, 16].");
 }
 
 }  // namespace kiln

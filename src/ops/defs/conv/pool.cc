@@ -16,13 +16,7 @@
 
 namespace kiln {
 
-namespace {
-
-void check_floating(const InferCtx& c) {
-  if (!is_floating(c.in(0).dtype))
-    c.fail("x must be floating (f32, f64, f16, bf16), got " + std::string(dtype_name(c.in(0).dtype)) + " of shape " +
-           shape_str(c.in(0).shape));
-}
+namespace defs {
 
 // The pooling geometry of a call; `max` pools have dilation.
 kernels::cpu::Pool2dParams pool_params(const std::string& op, const Shape& x, const Attrs& attrs, bool max) {
@@ -41,6 +35,19 @@ kernels::cpu::Pool2dParams pool_params(const std::string& op, const Shape& x, co
   }
   return p;
 }
+
+}  // namespace defs
+
+namespace {
+
+using defs::pool_params;
+
+void check_floating(const InferCtx& c) {
+  if (!is_floating(c.in(0).dtype))
+    c.fail("x must be floating (f32, f64, f16, bf16), got " + std::string(dtype_name(c.in(0).dtype)) + " of shape " +
+           shape_str(c.in(0).shape));
+}
+
 
 std::vector<TensorMeta> infer_pool2d(const InferCtx& c, bool max) {
   const TensorMeta& x = c.in(0);
