@@ -149,7 +149,7 @@ TEST(Nchwc, StemConvReadsNchwInput) {
 
 // Depthwise convolutions (groups = C, Note [Blocked depthwise]) against the f64 reference: partial
 // blocks, 3x3 and 5x5, strides, dilation, asymmetric padding, rows shorter and longer than 8
-// outputs, every epilogue, every ISA.
+// outputs, a plane smaller than the filter (no interior column), every epilogue, every ISA.
 TEST(Nchwc, DepthwiseMatchesFloat64Reference) {
   struct Dw {
     int64_t n, c, h, w, r;
@@ -157,7 +157,8 @@ TEST(Nchwc, DepthwiseMatchesFloat64Reference) {
   };
   const Dw cases[] = {{1, 16, 9, 9, 3, {1, 1}, {1, 1, 1, 1}, {1, 1}},   {2, 24, 14, 13, 3, {2, 2}, {1, 1, 1, 1}, {1, 1}},
                       {1, 40, 11, 19, 5, {1, 2}, {2, 1, 2, 3}, {1, 1}}, {1, 96, 7, 7, 3, {1, 1}, {2, 2, 2, 2}, {2, 2}},
-                      {1, 8, 3, 5, 3, {1, 1}, {0, 0, 0, 0}, {1, 1}}};
+                      {1, 8, 3, 5, 3, {1, 1}, {0, 0, 0, 0}, {1, 1}},    {1, 16, 2, 2, 5, {1, 1}, {2, 2, 2, 2}, {1, 1}},
+                      {1, 32, 30, 29, 3, {2, 2}, {0, 1, 1, 0}, {1, 1}}};
   int seed = 700;
   for (kernels::cpu::Isa isa : kernels::cpu::supported_isas()) {
     kernels::cpu::IsaOverride on(isa);

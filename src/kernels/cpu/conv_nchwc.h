@@ -75,10 +75,11 @@ using NchwcUkernelF32 = void (*)(int64_t blocks, int taps, const int64_t* tap_of
                                  bool accumulate, const NchwcEpilogueF32* ep);
 // Rows [row0, row1) of max_pool2d_nchwc_f32's output (row = plane * Ho + oh) under AVX-512.
 void max_pool2d_nchwc_rows_avx512(const Pool2dParams& p, const float* x, float* y, int64_t row0, int64_t row1);
-// One output row of the blocked depthwise convolution under AVX-512: wo outputs, output ow reading
-// x + ow * xstep + tap_off[t] for each tap, finished with ep (bias at the block, residual at the row).
-void depthwise_nchwc_row_avx512(int taps, const int64_t* tap_off, const float* x, int64_t xstep, const float* w,
-                                float* y, int64_t wo, const NchwcEpilogueF32& ep);
+// `count` consecutive outputs of a row of the blocked depthwise convolution under AVX-512: output o
+// sums x[o * xstep + tap_off[t]] * the block's filter tap_w[t] over the `taps` listed, finished
+// with ep (bias at the block, residual at the first output) into y + 16 * o.
+void depthwise_nchwc_row_avx512(int taps, const int64_t* tap_off, const int32_t* tap_w, const float* x, int64_t xstep,
+                                const float* w, float* y, int64_t count, const NchwcEpilogueF32& ep);
 // The AVX-512 kernel for tiles of mr pixels by nv blocks (NchwcTiling::pixels), or nullptr.
 NchwcUkernelF32 nchwc_ukernel_f32_avx512(int nv, int mr);
 

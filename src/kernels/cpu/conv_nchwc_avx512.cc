@@ -121,32 +121,32 @@ void nchwc_tile(int64_t blocks, int taps, const int64_t* tap_off, const float* x
 
 // Note [Blocked depthwise] (conv_nchwc.cc): 8 outputs a step, the taps' filter vectors loaded
 // once per 8 outputs.
-void depthwise_nchwc_row_avx512(int taps, const int64_t* tap_off, const float* x, int64_t xstep, const float* w,
-                                float* y, int64_t wo, const NchwcEpilogueF32& ep) {
+void depthwise_nchwc_row_avx512(int taps, const int64_t* tap_off, const int32_t* tap_w, const float* x, int64_t xstep,
+                                const float* w, float* y, int64_t count, const NchwcEpilogueF32& ep) {
   const Finish finish(ep);
   const __m512 bv = _mm512_loadu_ps(ep.bias);
-  int64_t ow = 0;
-  for (; ow + 8 <= wo; ow += 8) {
+  int64_t o = 0;
+  for (; o + 8 <= count; o += 8) {
     __m512 acc[8];
 #pragma GCC unroll 8
     for (int i = 0; i < 8; ++i) acc[i] = bv;
-    const float* xo = x + ow * xstep;
+    const float* xo = x + o * xstep;
     for (int t = 0; t < taps; ++t) {
-      const __m512 wv = _mm512_loadu_ps(w + 16 * t);
+      const __m512 wv = _mm512_loadu_ps(w + 16 * tap_w[t]);
       const float* xt = xo + tap_off[t];
 #pragma GCC unroll 8
       for (int i = 0; i < 8; ++i) acc[i] = _mm512_fmadd_ps(_mm512_loadu_ps(xt + i * xstep), wv, acc[i]);
     }
 #pragma GCC unroll 8
     for (int i = 0; i < 8; ++i)
-      _mm512_storeu_ps(y + (ow + i) * 16,
-                       finish(acc[i], ep.residual != nullptr ? ep.residual + (ow + i) * 16 : nullptr));
+      _mm512_storeu_ps(y + (o + i) * 16, finish(acc[i], ep.residual != nullptr ? ep.residual + (o + i) * 16 : nullptr));
   }
-  for (; ow < wo; ++ow) {
+  for (; o < count; ++o) {
     __m512 acc = bv;
-    const float* xo = x + ow * xstep;
-    for (int t = 0; t < taps; ++t) acc = _mm512_fmadd_ps(_mm512_loadu_ps(xo + tap_off[t]), _mm512_loadu_ps(w + 16 * t), acc);
-    _mm512_storeu_ps(y + ow * 16, finish(acc, ep.residual != nullptr ? ep.residual + ow * 16 : nullptr));
+    const float* xo = x + o * xstep;
+    for (int t = 0; t < taps; ++t)
+      acc = _mm512_fmadd_ps(_mm512_loadu_ps(xo + tap_off[t]), _mm512_loadu_ps(w + 16 * tap_w[t]), acc);
+    _mm512_storeu_ps(y + o * 16, finish(acc, ep.residual != nullptr ? ep.residual + o * 16 : nullptr));
   }
 }
 
