@@ -70,6 +70,14 @@ Tensor act_ref(const Tensor& y, const std::string& act) {
   return y;
 }
 
+// act(ref (+ res)) (+ res) in f64; mode 0: no residual, 1: before the activation, 2: after it.
+Tensor epilogue_ref(Tensor ref, const Tensor& res, int mode, const std::string& act) {
+  if (mode == 1) ref = add(ref, f64(res));
+  ref = act_ref(ref, act);
+  if (mode == 2) ref = add(ref, f64(res));
+  return ref;
+}
+
 TEST(Nchwc, ConvMatchesFloat64ReferenceOnEveryIsa) {
   int seed = 100;
   for (kernels::cpu::Isa isa : kernels::cpu::supported_isas()) {
@@ -96,10 +104,7 @@ TEST(Nchwc, ConvMatchesFloat64ReferenceOnEveryIsa) {
                                   {"dilation", o.dilation},
                                   {"activation", act},
                                   {"residual_before_activation", mode == 1}});
-          Tensor want = ref;
-          if (mode == 1) want = add(want, f64(res));
-          want = act_ref(want, act);
-          if (mode == 2) want = add(want, f64(res));
+          Tensor want = epilogue_ref(ref, res, mode, act);
           ASSERT_EQ(got.shape(), (Shape{ref.shape()[0], (cc.k + 15) / 16, ref.shape()[2], ref.shape()[3], 16}));
           if (cc.k % 16) {  // a partial block's lanes stay zero: the next layer sums them
             Tensor tail = got.slice(1, cc.k / 16, cc.k / 16 + 1).slice(4, cc.k % 16, 16);
@@ -185,10 +190,7 @@ TEST(Nchwc, DepthwiseMatchesFloat64Reference) {
                                   {"groups", d.c},
                                   {"activation", act},
                                   {"residual_before_activation", mode == 1}});
-          Tensor want = ref;
-          if (mode == 1) want = add(want, f64(res));
-          want = act_ref(want, act);
-          if (mode == 2) want = add(want, f64(res));
+          Tensor want = epilogue_ref(ref, res, mode, act);
           EXPECT_TRUE(testing::all_close(from_nchwc(got, d.c), want, {1e-4, 1e-4}));
         }
   }
