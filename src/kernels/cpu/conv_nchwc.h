@@ -1,5 +1,6 @@
 // CPU 2-D convolution on channel-blocked activations ("NCHWc", Note [Blocked channels] in
-// conv_nchwc.cc): x [N, C/16, H, W, 16], y [N, K/16, Ho, Wo, 16], filters packed once. The
+// conv_nchwc.cc): x [N, ceil(C/16), H, W, 16], y [N, ceil(K/16), Ho, Wo, 16], filters packed once;
+// dense, depthwise and a stem's NCHW input; blocked max pooling and the conversions. The
 // compiler's layout pass (src/compiler/passes/layout.cc) puts whole regions of a network in this
 // layout, with conversions only at the region's edges.
 #pragma once

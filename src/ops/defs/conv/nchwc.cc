@@ -5,8 +5,9 @@
 //   max_pool2d_nchwc(x, ...)    max_pool2d on blocked x
 //   fused_conv2d_nchwc(x, w, bias?, residual?)
 //                               fused_conv2d (src/ops/defs/fused/fused.cc) on blocked x, residual
-//                               and output (x may be NCHW with at most 16 channels: a stem);
-//                               w stays [K, C, R, S] (a constant: packed once)
+//                               and output, one group or depthwise (groups = C); x may be NCHW with
+//                               at most 16 channels (a stem); w stays [K, C, R, S] (a constant:
+//                               packed once)
 // Like the other fused ops they exist for engines: no derivative, batching rule or ONNX form.
 #include <functional>
 
