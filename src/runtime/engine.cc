@@ -227,13 +227,18 @@ CompileResult compile(const ir::Graph& source, const CompileOptions& options) {
   ir::verify(source);
   ir::Graph g = source.clone();
   result.passes = compiler::optimize(g, options.passes);
+  Engine& e = result.engine;
+  e.target = options.target ? *options.target : Target::host();
+  if (options.threads > 0) e.target.threads = options.threads;
+  KILN_CHECK(e.target.threads >= 1, "compile graph '", g.name, "': target threads must be >= 1, got ",
+             e.target.threads);
+  e.target.runs_here();
   {
     // Note [Layout choice] (include/kiln/runtime.h): after the fusions, so the convolutions carry
     // their epilogues; CSE and DCE then tidy what the rewrite left.
     using Layout = CompileOptions::Layout;
-    const std::string isa = options.target ? options.target->isa : Target::host().isa;
-    const bool block = options.passes.opt_level >= 2 &&
-                       (options.layout == Layout::nchwc || (options.layout == Layout::automatic && isa == "avx512"));
+    const bool block = options.passes.opt_level >= 2 && (options.layout == Layout::nchwc ||
+                                                         (options.layout == Layout::automatic && e.target.isa == "avx512"));
     if (block) {
       std::vector<std::string> names{options.layout == Layout::nchwc ? "layout_all" : "layout", "cse", "dce"};
       std::erase_if(names, [&](const std::string& n) { return options.passes.disabled.count(n) != 0; });
@@ -241,14 +246,7 @@ CompileResult compile(const ir::Graph& source, const CompileOptions& options) {
     }
   }
   ir::verify(g);
-
-  Engine& e = result.engine;
   e.name = g.name;
-  e.target = options.target ? *options.target : Target::host();
-  if (options.threads > 0) e.target.threads = options.threads;
-  KILN_CHECK(e.target.threads >= 1, "compile graph '", g.name, "': target threads must be >= 1, got ",
-             e.target.threads);
-  e.target.runs_here();
   e.kiln_version = kVersion;
   e.batch.symbol = find_batch_symbol(g);
   if (e.batch.symbol.empty()) {

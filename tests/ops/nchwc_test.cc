@@ -70,6 +70,18 @@ Tensor act_ref(const Tensor& y, const std::string& act) {
   return y;
 }
 
+// fused_conv2d_nchwc with o's geometry and groups; mode 1: the residual before the activation.
+Tensor conv_nchwc(const Tensor& x, const Tensor& w, const Tensor& bias, const Tensor& res, const Conv2dOptions& o,
+                  const std::string& act, int mode) {
+  return dispatch1(op("fused_conv2d_nchwc"), {x, w, bias, res},
+                   {{"stride", o.stride},
+                    {"padding", o.padding},
+                    {"dilation", o.dilation},
+                    {"groups", o.groups},
+                    {"activation", act},
+                    {"residual_before_activation", mode == 1}});
+}
+
 // act(ref (+ res)) (+ res) in f64; mode 0: no residual, 1: before the activation, 2: after it.
 Tensor epilogue_ref(Tensor ref, const Tensor& res, int mode, const std::string& act) {
   if (mode == 1) ref = add(ref, f64(res));
@@ -98,12 +110,7 @@ TEST(Nchwc, ConvMatchesFloat64ReferenceOnEveryIsa) {
           Tensor bias = seed % 3 ? random_tensor({cc.k}, DType::f32, seed + 2000) : Tensor();
           Tensor ref = conv2d(f64(x), f64(w), f64(bias), o);
           Tensor res = mode ? random_tensor(ref.shape(), DType::f32, seed + 3000) : Tensor();
-          Tensor got = dispatch1(op("fused_conv2d_nchwc"), {to_nchwc(x), w, bias, mode ? to_nchwc(res) : Tensor()},
-                                 {{"stride", o.stride},
-                                  {"padding", o.padding},
-                                  {"dilation", o.dilation},
-                                  {"activation", act},
-                                  {"residual_before_activation", mode == 1}});
+          Tensor got = conv_nchwc(to_nchwc(x), w, bias, mode ? to_nchwc(res) : Tensor(), o, act, mode);
           Tensor want = epilogue_ref(ref, res, mode, act);
           ASSERT_EQ(got.shape(), (Shape{ref.shape()[0], (cc.k + 15) / 16, ref.shape()[2], ref.shape()[3], 16}));
           if (cc.k % 16) {  // a partial block's lanes stay zero: the next layer sums them
@@ -143,9 +150,7 @@ TEST(Nchwc, StemConvReadsNchwInput) {
         Tensor bias = random_tensor({st.k}, DType::f32, seed + 2000);
         Tensor ref = conv2d(f64(x), f64(w), f64(bias), o);
         Tensor res = mode ? random_tensor(ref.shape(), DType::f32, seed + 3000) : Tensor();
-        Tensor got = dispatch1(op("fused_conv2d_nchwc"), {x, w, bias, mode ? to_nchwc(res) : Tensor()},
-                               {{"stride", o.stride}, {"padding", o.padding}, {"activation", std::string("relu")},
-                                {"residual_before_activation", true}});
+        Tensor got = conv_nchwc(x, w, bias, mode ? to_nchwc(res) : Tensor(), o, "relu", /*mode=*/1);
         Tensor want = relu(mode ? add(ref, f64(res)) : ref);
         EXPECT_TRUE(testing::all_close(from_nchwc(got, st.k), want, {1e-4, 1e-4}));
       }
@@ -183,13 +188,7 @@ TEST(Nchwc, DepthwiseMatchesFloat64Reference) {
           Tensor bias = seed % 2 ? random_tensor({d.c}, DType::f32, seed + 2000) : Tensor();
           Tensor ref = conv2d(f64(x), f64(w), f64(bias), o);
           Tensor res = mode ? random_tensor(ref.shape(), DType::f32, seed + 3000) : Tensor();
-          Tensor got = dispatch1(op("fused_conv2d_nchwc"), {to_nchwc(x), w, bias, mode ? to_nchwc(res) : Tensor()},
-                                 {{"stride", o.stride},
-                                  {"padding", o.padding},
-                                  {"dilation", o.dilation},
-                                  {"groups", d.c},
-                                  {"activation", act},
-                                  {"residual_before_activation", mode == 1}});
+          Tensor got = conv_nchwc(to_nchwc(x), w, bias, mode ? to_nchwc(res) : Tensor(), o, act, mode);
           Tensor want = epilogue_ref(ref, res, mode, act);
           EXPECT_TRUE(testing::all_close(from_nchwc(got, d.c), want, {1e-4, 1e-4}));
         }

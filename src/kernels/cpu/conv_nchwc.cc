@@ -41,13 +41,23 @@ namespace {
 
 constexpr int64_t kSliceDepth = 768;  // input channels x taps per slice
 
-int64_t blocks_of(int64_t c) { return (c + kChannelBlock - 1) / kChannelBlock; }
+// The scalar kernels' epilogue after the bias: the residual (res, or nullptr) on its side of the
+// activation, the activation (hardswish in f32, as the op).
+float finish_scalar(float r, const float* res, const ConvTileEpilogueF32& ep) {
+  using Act = ConvTileEpilogueF32::Act;
+  if (res != nullptr && ep.residual_before_activation) r += *res;
+  if (ep.act == Act::relu) r = std::max(r, 0.0f);
+  else if (ep.act == Act::relu6) r = std::min(std::max(r, 0.0f), 6.0f);
+  else if (ep.act == Act::hardswish) r = r * std::min(std::max(r + 3.0f, 0.0f), 6.0f) / 6.0f;
+  if (res != nullptr && !ep.residual_before_activation) r += *res;
+  return r;
+}
 
 // The scalar micro-kernel (any ISA): the same contract as the AVX-512 one, 4 pixels a tile.
 template <int MR>
 void nchwc_tile_scalar(int64_t blocks, int taps, const int64_t* tap_off, const float* x, const int64_t* pix,
                        int64_t xblk, int lanes, int64_t ldc, const float* w, float* y, int64_t yblk, int nv, int m,
-                       bool accumulate, const NchwcEpilogueF32* ep) {
+                       bool accumulate, const ConvTileEpilogueF32* ep) {
   float acc[MR][64] = {};
   const int width = 16 * nv;
   for (int64_t b = 0; b < blocks; ++b, x += xblk)
@@ -57,21 +67,11 @@ void nchwc_tile_scalar(int64_t blocks, int taps, const int64_t* tap_off, const f
           const float xi = x[tap_off[t] + pix[i] + c * ldc];
           for (int j = 0; j < width; ++j) acc[i][j] += xi * w[j];
         }
-  using Act = NchwcEpilogueF32::Act;
   for (int i = 0; i < m; ++i)
     for (int j = 0; j < width; ++j) {
-      float* yv = y + (j / 16) * yblk + 16 * i + j % 16;
-      float r = acc[i][j] + (accumulate ? *yv : 0.0f);
-      if (ep != nullptr) {
-        const float* res = ep->residual != nullptr ? ep->residual + (j / 16) * yblk + 16 * i + j % 16 : nullptr;
-        r += ep->bias[j];
-        if (res && ep->residual_before_activation) r += *res;
-        if (ep->act == Act::relu) r = std::max(r, 0.0f);
-        else if (ep->act == Act::relu6) r = std::min(std::max(r, 0.0f), 6.0f);
-        else if (ep->act == Act::hardswish) r = r * std::min(std::max(r + 3.0f, 0.0f), 6.0f) / 6.0f;
-        if (res && !ep->residual_before_activation) r += *res;
-      }
-      *yv = r;
+      const int64_t at = (j / 16) * yblk + 16 * i + j % 16;
+      const float r = acc[i][j] + (accumulate ? y[at] : 0.0f);
+      y[at] = ep == nullptr ? r : finish_scalar(r + ep->bias[j], ep->residual != nullptr ? ep->residual + at : nullptr, *ep);
     }
 }
 
@@ -93,8 +93,8 @@ struct Plan {
 Plan plan(const Conv2dParams& p, NchwcInput input) {
   Plan pl;
   pl.plain = input == NchwcInput::plain;
-  pl.kb = blocks_of(p.k);
-  pl.cb = blocks_of(p.c);
+  pl.kb = nchwc_blocks(p.k);
+  pl.cb = nchwc_blocks(p.c);
   pl.lanes = pl.plain ? p.c : kChannelBlock;
   pl.px = pl.plain ? 1 : kChannelBlock;
   pl.taps = p.r * p.s;
@@ -157,8 +157,8 @@ const float* padded_input(const Conv2dParams& p, const Plan& pl, const float* x)
   return xp;
 }
 
-NchwcEpilogueF32::Act blocked_act(GemmActivation a) {
-  using Act = NchwcEpilogueF32::Act;
+ConvTileEpilogueF32::Act blocked_act(GemmActivation a) {
+  using Act = ConvTileEpilogueF32::Act;
   switch (a) {
     case GemmActivation::none: return Act::none;
     case GemmActivation::relu: return Act::relu;
@@ -172,7 +172,7 @@ NchwcEpilogueF32::Act blocked_act(GemmActivation a) {
 // a multiple of 16 (zeros without a bias).
 const float* padded_bias(const float* bias, int64_t k, std::vector<float>& storage) {
   if (bias != nullptr && k % kChannelBlock == 0) return bias;
-  storage.assign(static_cast<size_t>(blocks_of(k) * kChannelBlock), 0.0f);
+  storage.assign(static_cast<size_t>(nchwc_blocks(k) * kChannelBlock), 0.0f);
   if (bias != nullptr) std::copy(bias, bias + k, storage.begin());
   return storage.data();
 }
@@ -180,7 +180,7 @@ const float* padded_bias(const float* bias, int64_t k, std::vector<float>& stora
 }  // namespace
 
 void nchw_to_nchwc_f32(int64_t n, int64_t c, int64_t hw, const float* x, float* y) {
-  const int64_t cb = blocks_of(c);
+  const int64_t cb = nchwc_blocks(c);
   parallel_for(0, n * cb, 1, [&](int64_t b0, int64_t b1) {
     for (int64_t nb = b0; nb < b1; ++nb) {
       const int64_t img = nb / cb, blk = nb % cb;
@@ -201,7 +201,7 @@ void nchw_to_nchwc_f32(int64_t n, int64_t c, int64_t hw, const float* x, float* 
 }
 
 void nchwc_to_nchw_f32(int64_t n, int64_t c, int64_t hw, const float* x, float* y) {
-  const int64_t cb = blocks_of(c);
+  const int64_t cb = nchwc_blocks(c);
   parallel_for(0, n * cb, 1, [&](int64_t b0, int64_t b1) {
     for (int64_t nb = b0; nb < b1; ++nb) {
       const int64_t img = nb / cb, blk = nb % cb;
@@ -290,7 +290,7 @@ void conv2d_nchwc_f32(const Conv2dParams& p, const float* x, const float* packed
              input == NchwcInput::plain ? " and at most 16 channels of plain input" : "", ", got C=", p.c, " K=", p.k,
              " groups=", p.groups);
   const Plan pl = plan(p, input);
-  const NchwcEpilogueF32::Act act = blocked_act(epilogue.activation);
+  const ConvTileEpilogueF32::Act act = blocked_act(epilogue.activation);
   // A block's plane (blocked input) or a channel's (plain input), and an image's planes.
   const int64_t plane = pl.hp * pl.wp * pl.px, planes = pl.plain ? p.c : pl.cb;
   const float* xr = padded_input(p, pl, x);
@@ -320,7 +320,7 @@ void conv2d_nchwc_f32(const Conv2dParams& p, const float* x, const float* packed
       const int64_t pb = pl.tiling.panel_blocks;
       const float* wpanel = packed_w + panel * pb * kChannelBlock * depth;
       const int64_t obase = img * yplane + panel * pb * pl.pixels * kChannelBlock;
-      NchwcEpilogueF32 ep;
+      ConvTileEpilogueF32 ep;
       ep.bias = bias + panel * pb * kChannelBlock;
       ep.residual_before_activation = epilogue.residual_before_activation;
       ep.act = act;
@@ -339,7 +339,7 @@ void conv2d_nchwc_f32(const Conv2dParams& p, const float* x, const float* packed
           }
           float* yt = y + obase + q * kChannelBlock;
           ep.residual = epilogue.residual != nullptr ? epilogue.residual + obase + q * kChannelBlock : nullptr;
-          const NchwcEpilogueF32* epp = last ? &ep : nullptr;
+          const ConvTileEpilogueF32* epp = last ? &ep : nullptr;
           if (uk != nullptr)
             uk(nb, static_cast<int>(pl.taps), tap_off.data(), xs, pix, xblk, static_cast<int>(pl.lanes), ldc, ws, yt,
                pl.pixels * kChannelBlock, m, b0 > 0, epp);
@@ -361,12 +361,12 @@ void conv2d_nchwc_f32(const Conv2dParams& p, const float* x, const float* packed
 // stride-2 layers, was 4x the output and made them 2x ONNX Runtime's time). Filters are packed
 // [C/16][tap][16] (zeros past C).
 size_t depthwise_nchwc_packed_weight_f32_floats(const Conv2dParams& p) {
-  return static_cast<size_t>(blocks_of(p.c) * p.r * p.s * kChannelBlock);
+  return static_cast<size_t>(nchwc_blocks(p.c) * p.r * p.s * kChannelBlock);
 }
 
 void pack_depthwise_nchwc_weight_f32(const Conv2dParams& p, const float* w, float* out) {
   const int64_t taps = p.r * p.s;
-  for (int64_t blk = 0; blk < blocks_of(p.c); ++blk)
+  for (int64_t blk = 0; blk < nchwc_blocks(p.c); ++blk)
     for (int64_t t = 0; t < taps; ++t)
       for (int64_t l = 0; l < kChannelBlock; ++l) {
         const int64_t c = blk * kChannelBlock + l;
@@ -378,19 +378,13 @@ namespace {
 
 // depthwise_nchwc_row_avx512's contract, for any ISA.
 void depthwise_nchwc_row_scalar(int taps, const int64_t* tap_off, const int32_t* tap_w, const float* x, int64_t xstep,
-                                const float* w, float* y, int64_t count, const NchwcEpilogueF32& ep) {
-  using Act = NchwcEpilogueF32::Act;
+                                const float* w, float* y, int64_t count, const ConvTileEpilogueF32& ep) {
   for (int64_t o = 0; o < count; ++o)
     for (int64_t l = 0; l < kChannelBlock; ++l) {
       float acc = ep.bias[l];
       for (int t = 0; t < taps; ++t) acc += x[o * xstep + tap_off[t] + l] * w[tap_w[t] * kChannelBlock + l];
-      const float res = ep.residual != nullptr ? ep.residual[o * kChannelBlock + l] : 0.0f;
-      if (ep.residual_before_activation) acc += res;
-      if (ep.act == Act::relu) acc = std::max(acc, 0.0f);
-      else if (ep.act == Act::relu6) acc = std::min(std::max(acc, 0.0f), 6.0f);
-      else if (ep.act == Act::hardswish) acc = acc * std::min(std::max(acc + 3.0f, 0.0f), 6.0f) / 6.0f;
-      if (!ep.residual_before_activation) acc += res;
-      y[o * kChannelBlock + l] = acc;
+      const int64_t at = o * kChannelBlock + l;
+      y[at] = finish_scalar(acc, ep.residual != nullptr ? ep.residual + at : nullptr, ep);
     }
 }
 
@@ -400,7 +394,7 @@ void depthwise_conv2d_nchwc_f32(const Conv2dParams& p, const float* x, const flo
                                 float* y, const Conv2dEpilogue& epilogue) {
   KILN_CHECK(p.groups == p.c && p.k == p.c, "depthwise_conv2d_nchwc_f32: needs groups = C = K, got C=", p.c,
              " K=", p.k, " groups=", p.groups);
-  const int64_t cb = blocks_of(p.c), taps = p.r * p.s, plane = p.h * p.w * kChannelBlock;
+  const int64_t cb = nchwc_blocks(p.c), taps = p.r * p.s, plane = p.h * p.w * kChannelBlock;
   std::vector<float> bias_storage;
   bias = padded_bias(bias, p.k, bias_storage);
   // Columns whose every tap lies inside the input: ow in [lo, hi).
@@ -409,7 +403,7 @@ void depthwise_conv2d_nchwc_f32(const Conv2dParams& p, const float* x, const flo
   const int64_t hi = p.w - 1 - span + p.pad_left < 0
                          ? lo
                          : std::clamp((p.w - 1 - span + p.pad_left) / p.stride_w + 1, lo, p.wo);
-  NchwcEpilogueF32 ep;
+  ConvTileEpilogueF32 ep;
   ep.act = blocked_act(epilogue.activation);
   ep.residual_before_activation = epilogue.residual_before_activation;
   const auto row_kernel = active_isa() == Isa::avx512 ? depthwise_nchwc_row_avx512 : depthwise_nchwc_row_scalar;
@@ -422,7 +416,7 @@ void depthwise_conv2d_nchwc_f32(const Conv2dParams& p, const float* x, const flo
       const float* xp = x + nb * plane;
       const float* w = packed_w + blk * taps * kChannelBlock;
       float* yrow = y + row * orow;
-      NchwcEpilogueF32 e = ep;
+      ConvTileEpilogueF32 e = ep;
       e.bias = bias + blk * kChannelBlock;
       const float* res = epilogue.residual != nullptr ? epilogue.residual + row * orow : nullptr;
       // The taps of output (oh, ow) inside the input, as offsets from column ow's first input

@@ -9,11 +9,14 @@
 #include <cstdint>
 
 #include "kernels/cpu/conv.h"
+#include "kernels/cpu/gemm_ukernel.h"
 #include "kernels/cpu/pool.h"
 
 namespace kiln::kernels::cpu {
 
 inline constexpr int64_t kChannelBlock = 16;
+// The blocks of 16 that c channels take.
+inline constexpr int64_t nchwc_blocks(int64_t c) { return (c + kChannelBlock - 1) / kChannelBlock; }
 
 // [n, c, hw] -> [n, ceil(c / 16), hw, 16]; lanes past c are written as zeros.
 void nchw_to_nchwc_f32(int64_t n, int64_t c, int64_t hw, const float* x, float* y);
@@ -58,14 +61,9 @@ struct NchwcTiling {
 NchwcTiling conv2d_nchwc_tiling(const Conv2dParams& p);
 
 // ---- the micro-kernel, per ISA ----
-// Finishing a tile: bias at the panel's first channel, residual laid out as y, the activation.
-struct NchwcEpilogueF32 {
-  enum class Act { none, relu, relu6, hardswish };
-  const float* bias = nullptr;      // 16 * blocks floats, never nullptr
-  const float* residual = nullptr;  // at the tile's first pixel, or nullptr
-  bool residual_before_activation = false;
-  Act act = Act::none;
-};
+// A tile is finished with the NCHW tiles' ConvTileEpilogueF32 (gemm_ukernel.h): bias at the
+// panel's first channel (never nullptr here: 16 floats a block), the residual at the tile's first
+// pixel and laid out as y (its ldr unused), the residual's side and the activation.
 // Sums over `blocks` input blocks (xblk floats apart), `taps` filter taps (tap_off[t] floats from
 // a pixel's base, pix[i] for pixel i) and `lanes` channels a block (ldc floats apart: 16 and 1 for
 // blocked input, C and a plane for plain input) into m <= MR pixels of the panel's output blocks
@@ -73,14 +71,14 @@ struct NchwcEpilogueF32 {
 // finished with `ep` when given. w: the panel's packed filters from the first block on.
 using NchwcUkernelF32 = void (*)(int64_t blocks, int taps, const int64_t* tap_off, const float* x, const int64_t* pix,
                                  int64_t xblk, int lanes, int64_t ldc, const float* w, float* y, int64_t yblk, int m,
-                                 bool accumulate, const NchwcEpilogueF32* ep);
+                                 bool accumulate, const ConvTileEpilogueF32* ep);
 // Rows [row0, row1) of max_pool2d_nchwc_f32's output (row = plane * Ho + oh) under AVX-512.
 void max_pool2d_nchwc_rows_avx512(const Pool2dParams& p, const float* x, float* y, int64_t row0, int64_t row1);
 // `count` consecutive outputs of a row of the blocked depthwise convolution under AVX-512: output o
 // sums x[o * xstep + tap_off[t]] * the block's filter tap_w[t] over the `taps` listed, finished
 // with ep (bias at the block, residual at the first output) into y + 16 * o.
 void depthwise_nchwc_row_avx512(int taps, const int64_t* tap_off, const int32_t* tap_w, const float* x, int64_t xstep,
-                                const float* w, float* y, int64_t count, const NchwcEpilogueF32& ep);
+                                const float* w, float* y, int64_t count, const ConvTileEpilogueF32& ep);
 // The AVX-512 kernel for tiles of mr pixels by nv blocks (NchwcTiling::pixels), or nullptr.
 NchwcUkernelF32 nchwc_ukernel_f32_avx512(int nv, int mr);
 

@@ -20,12 +20,12 @@ namespace {
 struct Finish {
   __m512 lo, hi;
   bool hswish, before;
-  explicit Finish(const NchwcEpilogueF32& ep)
-      : lo(_mm512_set1_ps(ep.act == NchwcEpilogueF32::Act::relu || ep.act == NchwcEpilogueF32::Act::relu6
+  explicit Finish(const ConvTileEpilogueF32& ep)
+      : lo(_mm512_set1_ps(ep.act == ConvTileEpilogueF32::Act::relu || ep.act == ConvTileEpilogueF32::Act::relu6
                               ? 0.0f
                               : -__builtin_inff())),
-        hi(_mm512_set1_ps(ep.act == NchwcEpilogueF32::Act::relu6 ? 6.0f : __builtin_inff())),
-        hswish(ep.act == NchwcEpilogueF32::Act::hardswish),
+        hi(_mm512_set1_ps(ep.act == ConvTileEpilogueF32::Act::relu6 ? 6.0f : __builtin_inff())),
+        hswish(ep.act == ConvTileEpilogueF32::Act::hardswish),
         before(ep.residual_before_activation) {}
   // res: the residual vector's address, or nullptr.
   __m512 operator()(__m512 r, const float* res) const {
@@ -43,7 +43,7 @@ struct Finish {
 template <int MR, int NV>
 void nchwc_tile(int64_t blocks, int taps, const int64_t* tap_off, const float* x, const int64_t* pix, int64_t xblk,
                 int lanes, int64_t ldc, const float* w, float* y, int64_t yblk, int m, bool accumulate,
-                const NchwcEpilogueF32* ep) {
+                const ConvTileEpilogueF32* ep) {
   static_assert(MR * NV <= 28);
   __m512 acc[MR][NV];
   int64_t off[MR];
@@ -122,7 +122,7 @@ void nchwc_tile(int64_t blocks, int taps, const int64_t* tap_off, const float* x
 // Note [Blocked depthwise] (conv_nchwc.cc): 8 outputs a step, the taps' filter vectors loaded
 // once per 8 outputs.
 void depthwise_nchwc_row_avx512(int taps, const int64_t* tap_off, const int32_t* tap_w, const float* x, int64_t xstep,
-                                const float* w, float* y, int64_t count, const NchwcEpilogueF32& ep) {
+                                const float* w, float* y, int64_t count, const ConvTileEpilogueF32& ep) {
   const Finish finish(ep);
   const __m512 bv = _mm512_loadu_ps(ep.bias);
   int64_t o = 0;

@@ -22,8 +22,7 @@ namespace kiln {
 namespace {
 
 using kernels::cpu::kChannelBlock;
-
-int64_t blocks_of(int64_t c) { return (c + kChannelBlock - 1) / kChannelBlock; }
+using kernels::cpu::nchwc_blocks;
 
 void check_f32(const InferCtx& c, size_t i) {
   if (c.has(i) && c.in(i).dtype != DType::f32)
@@ -34,7 +33,7 @@ std::vector<TensorMeta> infer_to_nchwc(const InferCtx& c) {
   check_f32(c, 0);
   const Shape& s = c.in(0).shape;
   if (s.size() != 4) c.fail("x of shape " + shape_str(s) + " must be [N, C, H, W]");
-  return {TensorMeta{DType::f32, {s[0], blocks_of(s[1]), s[2], s[3], kChannelBlock}}};
+  return {TensorMeta{DType::f32, {s[0], nchwc_blocks(s[1]), s[2], s[3], kChannelBlock}}};
 }
 
 std::vector<TensorMeta> infer_from_nchwc(const InferCtx& c) {
@@ -43,7 +42,7 @@ std::vector<TensorMeta> infer_from_nchwc(const InferCtx& c) {
   const int64_t ch = c.attrs.get_int("channels");
   if (s.size() != 5 || s[4] != kChannelBlock)
     c.fail("x of shape " + shape_str(s) + " must be blocked, [N, C/16, H, W, 16]");
-  if (ch < 1 || blocks_of(ch) != s[1])
+  if (ch < 1 || nchwc_blocks(ch) != s[1])
     c.fail("channels = " + std::to_string(ch) + " does not fit x of shape " + shape_str(s) + ", which holds " +
            std::to_string(s[1]) + " blocks of 16 (channels " + std::to_string(16 * s[1] - 15) + " to " +
            std::to_string(16 * s[1]) + ")");
@@ -83,7 +82,7 @@ std::vector<TensorMeta> infer_conv_nchwc(const InferCtx& c) {
   } else {
     if (xs.size() != 5 || xs[4] != kChannelBlock)
       c.fail("x of shape " + shape_str(xs) + " must be blocked, [N, C/16, H, W, 16], or NCHW with at most 16 channels");
-    if (blocks_of(channels) != xs[1])
+    if (nchwc_blocks(channels) != xs[1])
       c.fail("w of shape " + shape_str(ws) + (groups > 1 ? " (depthwise)" : "") + " reads " + std::to_string(channels) +
              " input channels but x of shape " + shape_str(xs) + " holds " + std::to_string(xs[1]) +
              " blocks of 16");
@@ -92,7 +91,7 @@ std::vector<TensorMeta> infer_conv_nchwc(const InferCtx& c) {
   std::vector<std::optional<TensorMeta>> ins{plain, c.in(1), c.has(2) ? c.inputs[2] : std::nullopt};
   auto out = op("conv2d").infer_meta(ins, conv_attrs_of(c.attrs));
   const Shape& o = out[0].shape;
-  TensorMeta y{DType::f32, {o[0], blocks_of(o[1]), o[2], o[3], kChannelBlock}};
+  TensorMeta y{DType::f32, {o[0], nchwc_blocks(o[1]), o[2], o[3], kChannelBlock}};
   if (c.has(3) && c.in(3).shape != y.shape)
     c.fail("residual of shape " + shape_str(c.in(3).shape) + " must have the output's shape " + shape_str(y.shape));
   return {y};
