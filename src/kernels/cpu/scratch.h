@@ -2,17 +2,23 @@
 // matrices, packed panels). Note [Reused workspace]: a fresh multi-megabyte std::vector per call
 // costs a zero fill plus, in this VM, ~14 us of page faults per 4 KiB page when the allocator hands
 // the pages back in between; a thread keeps its buffer instead (one per thread and slot, never
-// shrunk, uninitialized: callers write before they read).
+// shrunk, uninitialized: callers write before they read). From 512 KiB up a buffer is 2 MiB-aligned
+// and advised MADV_HUGEPAGE: the blocked convolution's padded copy of a 56 x 56 x 64 input (861 KB)
+// on 4 KiB pages made ResNet-18's 56 x 56 layers about 4% slower.
 #pragma once
 
 #include <cstddef>
 #include <cstdlib>
 #include <new>
 
+#include <sys/mman.h>
+
 namespace kiln::kernels::cpu {
 
 enum class ScratchSlot { im2col, conv_nhwc, packed_weight, direct_conv_x, direct_conv_y, depthwise_block, pixel_stage,
                          nchwc_pad };
+
+inline constexpr size_t kHugeScratch = size_t{512} << 10;
 
 template <class T, ScratchSlot Slot>
 T* thread_scratch(size_t n) {
@@ -26,8 +32,11 @@ T* thread_scratch(size_t n) {
     std::free(buf.p);
     buf.p = nullptr;
     buf.cap = 0;
-    const size_t bytes = (n * sizeof(T) + 63) / 64 * 64;
-    buf.p = static_cast<T*>(std::aligned_alloc(64, bytes));
+    // Large buffers on huge pages (Note [Reused workspace]): 2 MiB-aligned and advised.
+    const size_t align = n * sizeof(T) >= kHugeScratch ? (size_t{2} << 20) : 64;
+    const size_t bytes = (n * sizeof(T) + align - 1) / align * align;
+    buf.p = static_cast<T*>(std::aligned_alloc(align, bytes));
+    if (buf.p != nullptr && align > 64) madvise(buf.p, bytes, MADV_HUGEPAGE);
     if (buf.p == nullptr) throw std::bad_alloc();
     buf.cap = n;
   }

@@ -35,6 +35,7 @@
 #include "kernels/cpu/gemm.h"
 #include "kernels/cpu/isa.h"
 #include "kernels/cpu/loops.h"
+#include "kiln/core/allocator.h"
 #include "kiln/core/thread_pool.h"
 #include "kiln/ops/op_def.h"
 #include "ops/defs/conv/conv_common.h"
@@ -382,8 +383,12 @@ void matmul_openblas_kernel(const KernelCall& k) {
 std::shared_ptr<const float> cached_packed_weight_f32(const Tensor& w, std::vector<int64_t> layout, size_t floats,
                                                       const std::function<void(float*)>& pack) {
   return cached_pack<float>(w, std::move(layout), [&] {
-    float* buf = static_cast<float*>(::operator new(std::max<size_t>(floats, 1) * sizeof(float), std::align_val_t{64}));
-    std::shared_ptr<float> owned(buf, [](float* q) { ::operator delete(q, std::align_val_t{64}); });
+    // From the CPU allocator: large filters on huge pages, which the kernels' prefetches into L2
+    // walk without a page walk every 4 KiB (Note [Filters fetched ahead] in conv_nchwc.cc).
+    const size_t bytes = std::max<size_t>(floats, 1) * sizeof(float);
+    Allocator& cpu = allocator_for(Device::cpu());
+    float* buf = static_cast<float*>(cpu.allocate(bytes));
+    std::shared_ptr<float> owned(buf, [&cpu, bytes](float* q) { cpu.deallocate(q, bytes); });
     pack(buf);
     return std::shared_ptr<const float>(std::move(owned));
   });
