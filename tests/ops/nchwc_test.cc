@@ -57,7 +57,8 @@ const ConvCase kCases[] = {
     {1, 16, 64, 14, 7, 5, 3, {1, 2}, {2, 0, 3, 1}, {1, 1}},    // asymmetric padding and stride
     {2, 16, 32, 12, 12, 3, 3, {1, 1}, {2, 2, 2, 2}, {2, 2}},   // dilation 2
     {1, 32, 16, 1, 1, 3, 3, {1, 1}, {1, 1, 1, 1}, {1, 1}},     // a 1 x 1 plane: every tap but one is padding
-    {1, 160, 64, 6, 6, 3, 3, {1, 1}, {1, 1, 1, 1}, {1, 1}},    // 10 input blocks: two slices
+    {1, 160, 64, 6, 6, 3, 3, {1, 1}, {1, 1, 1, 1}, {1, 1}},    // 10 input blocks: ten slices of one
+    {2, 176, 32, 5, 5, 1, 1, {1, 1}, {0, 0, 0, 0}, {1, 1}},    // 1x1, 11 blocks: slices of 6 and 5
     {2, 24, 40, 9, 8, 1, 1, {1, 1}, {0, 0, 0, 0}, {1, 1}},     // partial blocks in and out
     {1, 8, 24, 7, 7, 3, 3, {1, 1}, {1, 1, 1, 1}, {1, 1}},      // one partial block in, 7-pixel tiles
     {1, 144, 24, 10, 10, 1, 1, {1, 1}, {0, 0, 0, 0}, {1, 1}},  // MobileNetV2's projection to 24
