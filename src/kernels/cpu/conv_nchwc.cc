@@ -375,15 +375,17 @@ void conv2d_nchwc_f32(const Conv2dParams& p, const float* x, const float* packed
         const bool last = b0 + nb == pl.cb;
         const float* ws = wpanel + b0 * pl.taps * pl.lanes * kChannelBlock * nv;
         const float* xs = xr + img * xplane + b0 * xblk;
-        const int64_t steps = nb * pl.taps * pl.lanes;  // the kernel's steps, a line of `ahead` each
-        // (the last of them may lie past the filters' end: prefetches do not fault)
-        const float* ahead = !last ? ws + steps * kChannelBlock * nv
-                                   : next_panel ? packed_w + npanel * pb * kChannelBlock * depth : nullptr;
+        // The kernel's steps, a line of `ahead` each; as an address, since the last lines may lie
+        // past the filters' end (kernels/cpu/prefetch.h).
+        const int64_t steps = nb * pl.taps * pl.lanes;
+        const uintptr_t ahead =
+            !last ? reinterpret_cast<uintptr_t>(ws + steps * kChannelBlock * nv)
+                  : next_panel ? reinterpret_cast<uintptr_t>(packed_w + npanel * pb * kChannelBlock * depth) : 0;
         for (int64_t q = q0; q < q1; q += mr) {
           const int m = static_cast<int>(std::min<int64_t>(mr, q1 - q));
           const int64_t* pix = poff + (q - q0);
           const int64_t tile = (q - q0) / mr;
-          const float* pf = ahead != nullptr && tile < nv ? ahead + tile * steps * kChannelBlock : nullptr;
+          const uintptr_t pf = ahead != 0 && tile < nv ? ahead + static_cast<uintptr_t>(tile * steps * 64) : 0;
           float* yt = y + obase + q * kChannelBlock;
           ep.residual = epilogue.residual != nullptr ? epilogue.residual + obase + q * kChannelBlock : nullptr;
           const ConvTileEpilogueF32* epp = last ? &ep : nullptr;

@@ -69,10 +69,10 @@ NchwcTiling conv2d_nchwc_tiling(const Conv2dParams& p);
 // blocked input, C and a plane for plain input) into m <= MR pixels of the panel's output blocks
 // (y, blocks yblk floats apart, pixels 16 floats apart), adding y's contents when `accumulate`,
 // finished with `ep` when given. w: the panel's packed filters from the first block on.
-// prefetch: filters to fetch into L2 as it runs, a line a step (Note [Filters fetched ahead] in
-// conv_nchwc.cc), or nullptr to fetch w's own ahead into L1.
+// prefetch: the address of filters to fetch into L2 as it runs, a line a step (Note [Filters
+// fetched ahead] in conv_nchwc.cc), or 0 to fetch w's own ahead into L1.
 using NchwcUkernelF32 = void (*)(int64_t blocks, int taps, const int64_t* tap_off, const float* x, const int64_t* pix,
-                                 int64_t xblk, int lanes, int64_t ldc, const float* w, const float* prefetch, float* y,
+                                 int64_t xblk, int lanes, int64_t ldc, const float* w, uintptr_t prefetch, float* y,
                                  int64_t yblk, int m, bool accumulate, const ConvTileEpilogueF32* ep);
 // Rows [row0, row1) of max_pool2d_nchwc_f32's output (row = plane * Ho + oh) under AVX-512.
 void max_pool2d_nchwc_rows_avx512(const Pool2dParams& p, const float* x, float* y, int64_t row0, int64_t row1);

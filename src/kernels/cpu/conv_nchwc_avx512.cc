@@ -42,13 +42,14 @@ struct Finish {
 // apart instead (a stem's 3, unrolled as in Note [Three channels a tap] in gemm_f32_avx512.cc).
 template <int MR, int NV>
 void nchwc_tile(int64_t blocks, int taps, const int64_t* tap_off, const float* x, const int64_t* pix, int64_t xblk,
-                int lanes, int64_t ldc, const float* w, const float* prefetch, float* y, int64_t yblk, int m,
+                int lanes, int64_t ldc, const float* w, uintptr_t prefetch, float* y, int64_t yblk, int m,
                 bool accumulate, const ConvTileEpilogueF32* ep) {
   // One line fetched a step: the `prefetch` stream into L2, or this tile's own filters 8 steps
   // ahead into L1.
-  const char* pf = reinterpret_cast<const char*>(prefetch != nullptr ? prefetch : w + 8 * 16 * NV);
-  const int64_t pf_step = prefetch != nullptr ? 64 : 64 * NV;
-  const int hint = prefetch != nullptr ? 1 : 0;
+  // Addresses as integers: either stream may run past its buffer (prefetch/.h).
+  uintptr_t pf = prefetch != 0 ? prefetch : reinterpret_cast<uintptr_t>(w) + 8 * 64 * NV;
+  const uintptr_t pf_step = prefetch != 0 ? 64 : 64 * NV;
+  const bool to_l2 = prefetch != 0;
   static_assert(MR * NV <= 28);
   __m512 acc[MR][NV];
   int64_t off[MR];
@@ -61,8 +62,8 @@ void nchwc_tile(int64_t blocks, int taps, const int64_t* tap_off, const float* x
   // The steps of a tap unrolled by two only, as in the NCHW pixel kernel (pixel_steps in
   // gemm_f32_avx512.cc): unrolled by 16, GCC precomputed and spilled every pixel's offset per step.
   auto step = [&](const float* xc) {
-    if (hint) _mm_prefetch(pf, _MM_HINT_T1);
-    else _mm_prefetch(pf, _MM_HINT_T0);
+    if (to_l2) _mm_prefetch(reinterpret_cast<const char*>(pf), _MM_HINT_T1);
+    else _mm_prefetch(reinterpret_cast<const char*>(pf), _MM_HINT_T0);
     pf += pf_step;
     __m512 wv[NV];
 #pragma GCC unroll 4

@@ -9,6 +9,7 @@
 #include "kernels/cpu/gemm.h"
 #include "kernels/cpu/gemm_ukernel.h"
 #include "kernels/cpu/prefetch.h"
+#include "kernels/cpu/scratch.h"
 #include "kernels/cpu/vmath.h"
 #include "kiln/core/error.h"
 #include "kiln/core/thread_pool.h"
@@ -386,8 +387,9 @@ PackedGemmB pack_gemm_b_f32(int64_t k, int64_t n, const float* b, int64_t b_rs, 
   out.n_ = n;
   out.isa_ = static_cast<int>(isa);
   out.size_ = packed_b_f32_floats(k, n);
-  out.data_.reset(static_cast<float*>(std::aligned_alloc(64, static_cast<size_t>(round_up(
-                                                                 static_cast<int64_t>(out.size_ * sizeof(float)), 64)))));
+  // Huge pages for large weights: a layer's prefetches and streams walk them without a TLB miss
+  // every 4 KiB.
+  out.data_.reset(static_cast<float*>(aligned_alloc_large(out.size_ * sizeof(float))));
   KILN_CHECK(out.data_ != nullptr, "pack_gemm_b_f32: out of memory for ", out.size_ * sizeof(float), " bytes");
   pack_b_f32(k, n, b, b_rs, b_cs, out.data_.get());
   return out;
