@@ -166,6 +166,10 @@ struct LayerTime {
   std::string tactic;  // of the last profiled run (empty: the op's first kernel)
   double ms = 0;  // summed over the profiled runs
   int64_t runs = 0;
+  std::vector<double> run_ms;  // each profiled run's time, in order
+  // The median of run_ms (0 before any run): on a shared machine a mean takes in every run a
+  // neighbour slowed.
+  double median_ms() const;
 };
 
 class Executor {

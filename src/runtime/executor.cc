@@ -1,4 +1,5 @@
 // The executor: one arena per instance, every step's kernel into arena views (Note [Resolved steps]).
+#include <algorithm>
 #include <chrono>
 #include <cstring>
 
@@ -30,9 +31,17 @@ Executor::Executor(std::shared_ptr<const Engine> engine) : engine_(std::move(eng
   reset_profile();
 }
 
+double LayerTime::median_ms() const {
+  if (run_ms.empty()) return 0;
+  std::vector<double> sorted = run_ms;
+  const auto mid = sorted.begin() + static_cast<std::ptrdiff_t>(sorted.size() / 2);
+  std::nth_element(sorted.begin(), mid, sorted.end());
+  return *mid;
+}
+
 void Executor::reset_profile() {
   profile_.clear();
-  for (const EngineStep& st : engine_->steps) profile_.push_back(LayerTime{st.name, st.op->name(), st.tactic, 0, 0});
+  for (const EngineStep& st : engine_->steps) profile_.push_back(LayerTime{st.name, st.op->name(), st.tactic, 0, 0, {}});
 }
 
 std::vector<Tensor> Executor::run(const std::map<std::string, Tensor>& inputs) {
@@ -148,7 +157,9 @@ std::vector<Tensor> Executor::run(const std::vector<Tensor>& inputs) {
                outs.size(), " outputs, the engine has ", st.outputs.size());
     for (size_t k = 0; k < outs.size(); ++k) env_[static_cast<size_t>(st.outputs[k])] = std::move(outs[k]);
     if (profiling_) {
-      profile_[s].ms += std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
+      const double step_ms = std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
+      profile_[s].ms += step_ms;
+      profile_[s].run_ms.push_back(step_ms);
       profile_[s].tactic = st.tactic_at(batch);
       ++profile_[s].runs;
     }

@@ -1,6 +1,7 @@
 // Engines: compile -> execute equals the reference executor (every -O level, every batch in the
 // range, repeated runs on one arena), serialization round trips, and damaged files (every
 // truncation, every single-bit flip, a version bump, another target) fail with a kiln::Error.
+#include <algorithm>
 #include <gtest/gtest.h>
 
 #include <cstring>
@@ -219,12 +220,19 @@ TEST(Engine, ProfilerTimesEveryStep) {
     EXPECT_EQ(l.runs, 3) << l.name;
     EXPECT_GE(l.ms, 0) << l.name;
     EXPECT_FALSE(l.op.empty());
+    ASSERT_EQ(l.run_ms.size(), 3u) << l.name;
+    std::vector<double> sorted = l.run_ms;
+    std::sort(sorted.begin(), sorted.end());
+    EXPECT_EQ(l.median_ms(), sorted[1]) << l.name;
+    EXPECT_NEAR(sorted[0] + sorted[1] + sorted[2], l.ms, 1e-9 * (1 + l.ms)) << l.name;
     total += l.ms;
   }
   EXPECT_GT(total, 0);
   EXPECT_EQ(ex.profile()[0].op, "conv2d");
   ex.reset_profile();
   EXPECT_EQ(ex.profile()[0].runs, 0);
+  EXPECT_TRUE(ex.profile()[0].run_ms.empty());
+  EXPECT_EQ(ex.profile()[0].median_ms(), 0);
 }
 
 // A small engine (one constant) so every truncation and every bit flip is cheap to try.

@@ -138,7 +138,8 @@ int run_bench_command(const BenchOptions& opt) {
     for (size_t i = 0; i < ex.profile().size(); ++i) {
       const auto& l = ex.profile()[i];
       os << (i ? ", " : "") << "{\"name\": " << json_string(l.name) << ", \"op\": " << json_string(l.op)
-         << ", \"tactic\": " << json_string(l.tactic) << ", \"ms\": " << per_run(l) << ", \"percent\": " << percent(l) << "}";
+         << ", \"tactic\": " << json_string(l.tactic) << ", \"ms\": " << per_run(l)
+         << ", \"median_ms\": " << l.median_ms() << ", \"percent\": " << percent(l) << "}";
     }
     os << "]}\n";
     std::cout << os.str();
