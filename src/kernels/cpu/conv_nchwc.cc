@@ -352,10 +352,19 @@ void conv2d_nchwc_f32(const Conv2dParams& p, const float* x, const float* packed
       const int64_t q0 = chunk * pl.chunk, q1 = std::min(pl.pixels, q0 + pl.chunk);
       // Each pixel's input offset, once per item; past q1 the last one again (a short tile's
       // spare rows recompute it and are not stored).
+      // Walked a column at a time: two divisions a pixel cost more than a light layer's
+      // arithmetic (MobileNetV2's 32 -> 16 1x1 layer ran at 0.6x ONNX Runtime's speed).
       int64_t poff[kMaxChunk + 16];
-      for (int64_t i = 0; i < q1 - q0 + mr; ++i) {
-        const int64_t qq = std::min(q0 + i, q1 - 1), oh = qq / p.wo, ow = qq % p.wo;
-        poff[i] = (oh * p.stride_h * pl.wp + ow * p.stride_w) * pl.px;
+      {
+        int64_t oh = q0 / p.wo, ow = q0 % p.wo;
+        const int64_t row_step = p.stride_h * pl.wp * pl.px, col_step = p.stride_w * pl.px;
+        int64_t at = oh * row_step + ow * col_step;
+        for (int64_t i = 0; i < q1 - q0; ++i) {
+          poff[i] = at;
+          if (++ow == p.wo) ow = 0, at += row_step - (p.wo - 1) * col_step;
+          else at += col_step;
+        }
+        for (int64_t i = q1 - q0; i < q1 - q0 + mr; ++i) poff[i] = poff[q1 - q0 - 1];
       }
       // Note [Filters fetched ahead]
       // At batch 1 a layer's filters are read once, and the late layers' are megabytes (ResNet's
