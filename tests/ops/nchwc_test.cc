@@ -62,7 +62,36 @@ const ConvCase kCases[] = {
     {2, 24, 40, 9, 8, 1, 1, {1, 1}, {0, 0, 0, 0}, {1, 1}},     // partial blocks in and out
     {1, 8, 24, 7, 7, 3, 3, {1, 1}, {1, 1, 1, 1}, {1, 1}},      // one partial block in, 7-pixel tiles
     {1, 144, 24, 10, 10, 1, 1, {1, 1}, {0, 0, 0, 0}, {1, 1}},  // MobileNetV2's projection to 24
+    // Large enough planes to be cut into rectangles instead of copied (Note [Borders without a
+    // copy]): stride 1, stride 2 (no bottom or right border), asymmetric padding with dilation.
+    {1, 16, 32, 48, 48, 3, 3, {1, 1}, {1, 1, 1, 1}, {1, 1}},
+    {2, 16, 24, 56, 56, 3, 3, {2, 2}, {1, 1, 1, 1}, {1, 1}},
+    {1, 16, 16, 70, 61, 5, 3, {1, 1}, {3, 0, 1, 2}, {2, 1}},
 };
+
+kernels::cpu::Conv2dParams params_of(const ConvCase& cc) {
+  kernels::cpu::Conv2dParams p;
+  p.n = cc.n, p.c = cc.c, p.k = cc.k, p.h = cc.h, p.w = cc.w, p.r = cc.r, p.s = cc.s;
+  p.stride_h = cc.stride[0], p.stride_w = cc.stride[1];
+  p.pad_top = cc.padding[0], p.pad_left = cc.padding[1];
+  p.dil_h = cc.dilation[0], p.dil_w = cc.dilation[1];
+  p.ho = (cc.h + cc.padding[0] + cc.padding[2] - cc.dilation[0] * (cc.r - 1) - 1) / cc.stride[0] + 1;
+  p.wo = (cc.w + cc.padding[1] + cc.padding[3] - cc.dilation[1] * (cc.s - 1) - 1) / cc.stride[1] + 1;
+  return p;
+}
+
+// The cases cover both ways of reading a padded input.
+TEST(Nchwc, CasesCoverCopiedAndRectangleBorders) {
+  int copied = 0, cut = 0;
+  for (const ConvCase& cc : kCases) {
+    const kernels::cpu::Conv2dParams p = params_of(cc);
+    const bool padded = cc.padding[0] + cc.padding[1] + cc.padding[2] + cc.padding[3] > 0;
+    if (!padded) continue;
+    (kernels::cpu::conv2d_nchwc_copies_input(p) ? copied : cut) += 1;
+  }
+  EXPECT_GE(copied, 3);
+  EXPECT_GE(cut, 3);
+}
 
 Tensor act_ref(const Tensor& y, const std::string& act) {
   if (act == "relu") return relu(y);

@@ -30,6 +30,9 @@ enum class NchwcInput { blocked, plain };
 // zero in x and come out zero in y), at most 16 channels of plain input; any filter size, stride,
 // padding and dilation.
 bool conv2d_nchwc_supported(const Conv2dParams& p, NchwcInput input = NchwcInput::blocked);
+// Whether conv2d_nchwc_f32 reads a zero-bordered copy of a padded input rather than cutting the
+// output into rectangles of the same taps (Note [Borders without a copy] in conv_nchwc.cc).
+bool conv2d_nchwc_copies_input(const Conv2dParams& p, NchwcInput input = NchwcInput::blocked);
 // Filters [K, C, R, S] packed per panel of up to 4 output blocks: [panel][C/16][R*S][16][width]
 // for blocked input, [panel][R*S][C][width] for plain input; zeros for channels past C and K.
 size_t conv2d_nchwc_packed_weight_f32_floats(const Conv2dParams& p, NchwcInput input = NchwcInput::blocked);
@@ -61,19 +64,40 @@ struct NchwcTiling {
 NchwcTiling conv2d_nchwc_tiling(const Conv2dParams& p);
 
 // ---- the micro-kernel, per ISA ----
-// A tile is finished with the NCHW tiles' ConvTileEpilogueF32 (gemm_ukernel.h): bias at the
-// panel's first channel (never nullptr here: 16 floats a block), the residual at the tile's first
-// pixel and laid out as y (its ldr unused), the residual's side and the activation.
-// Sums over `blocks` input blocks (xblk floats apart), `taps` filter taps (tap_off[t] floats from
-// a pixel's base, pix[i] for pixel i) and `lanes` channels a block (ldc floats apart: 16 and 1 for
-// blocked input, C and a plane for plain input) into m <= MR pixels of the panel's output blocks
-// (y, blocks yblk floats apart, pixels 16 floats apart), adding y's contents when `accumulate`,
-// finished with `ep` when given. w: the panel's packed filters from the first block on.
-// prefetch: the address of filters to fetch into L2 as it runs, a line a step (Note [Filters
-// fetched ahead] in conv_nchwc.cc), or 0 to fetch w's own ahead into L1.
-using NchwcUkernelF32 = void (*)(int64_t blocks, int taps, const int64_t* tap_off, const float* x, const int64_t* pix,
-                                 int64_t xblk, int lanes, int64_t ldc, const float* w, uintptr_t prefetch, float* y,
-                                 int64_t yblk, int m, bool accumulate, const ConvTileEpilogueF32* ep);
+// One tile: m <= MR output pixels of a panel's output blocks, summed over `blocks` input blocks
+// (xblk floats apart) and, in each, the `taps` filter taps listed and `lanes` channels (ldc floats
+// apart: 16 and 1 for blocked input, C and a plane for plain input). Pixel i reads
+// x[pix[i] + tap_off[t] + c * ldc] for listed tap t (never outside the input: a border pixel's
+// list leaves out the taps that would fall in the padding, Note [Borders without a copy] in
+// conv_nchwc.cc) with filter tap tap_w[t] of the block_taps packed per block, and its outputs are
+// y + v * yblk + yoff[i] for output block v (pixels past m repeat the last one and are not
+// stored). Adds y's contents when `accumulate`; finished with `ep` when given: the NCHW tiles'
+// ConvTileEpilogueF32 (gemm_ukernel.h) with the bias at the panel's first channel (never nullptr:
+// 16 floats a block) and the residual laid out as y (its ldr unused). w: the panel's packed
+// filters from the first block on. prefetch: the address of filters to fetch into L2 as it runs,
+// a line a step (Note [Filters fetched ahead] in conv_nchwc.cc), or 0 to fetch w's own ahead
+// into L1.
+struct NchwcTileArgs {
+  int64_t blocks = 0;
+  int taps = 0;
+  const int64_t* tap_off = nullptr;
+  const int32_t* tap_w = nullptr;
+  int64_t block_taps = 0;
+  const float* x = nullptr;
+  const int64_t* pix = nullptr;
+  int64_t xblk = 0;
+  int lanes = 0;
+  int64_t ldc = 0;
+  const float* w = nullptr;
+  uintptr_t prefetch = 0;
+  float* y = nullptr;
+  const int64_t* yoff = nullptr;
+  int64_t yblk = 0;
+  int m = 0;
+  bool accumulate = false;
+  const ConvTileEpilogueF32* ep = nullptr;
+};
+using NchwcUkernelF32 = void (*)(const NchwcTileArgs& a);
 // Rows [row0, row1) of max_pool2d_nchwc_f32's output (row = plane * Ho + oh) under AVX-512.
 void max_pool2d_nchwc_rows_avx512(const Pool2dParams& p, const float* x, float* y, int64_t row0, int64_t row1);
 // `count` consecutive outputs of a row of the blocked depthwise convolution under AVX-512: output o
@@ -82,6 +106,8 @@ void max_pool2d_nchwc_rows_avx512(const Pool2dParams& p, const float* x, float* 
 void depthwise_nchwc_row_avx512(int taps, const int64_t* tap_off, const int32_t* tap_w, const float* x, int64_t xstep,
                                 const float* w, float* y, int64_t count, const ConvTileEpilogueF32& ep);
 // The AVX-512 kernel for tiles of mr pixels by nv blocks (NchwcTiling::pixels), or nullptr.
-NchwcUkernelF32 nchwc_ukernel_f32_avx512(int nv, int mr);
+// Unless `listed`, the kernel takes every tap in order (tap_w unused) and pixel i's outputs at
+// y + yoff[0] + 16 i: a rectangle of whole rows with every tap inside the input.
+NchwcUkernelF32 nchwc_ukernel_f32_avx512(int nv, int mr, bool listed);
 
 }  // namespace kiln::kernels::cpu

@@ -6,6 +6,7 @@
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
 #include <immintrin.h>
 
+
 #include "kernels/cpu/conv_nchwc.h"
 
 #pragma GCC push_options
@@ -38,24 +39,33 @@ struct Finish {
 
 // Each step broadcasts input channel c of each of the MR pixels (16 floats apart within a block,
 // so a tap's 16 steps read one cache line per pixel) and loads the NV filter vectors of (tap, c):
-// the packed filters are read once, in order. A plain (NCHW) input steps `lanes` channels a plane
-// apart instead (a stem's 3, unrolled as in Note [Three channels a tap] in gemm_f32_avx512.cc).
-template <int MR, int NV>
-void nchwc_tile(int64_t blocks, int taps, const int64_t* tap_off, const float* x, const int64_t* pix, int64_t xblk,
-                int lanes, int64_t ldc, const float* w, uintptr_t prefetch, float* y, int64_t yblk, int m,
-                bool accumulate, const ConvTileEpilogueF32* ep) {
-  // One line fetched a step: the `prefetch` stream into L2, or this tile's own filters 8 steps
-  // ahead into L1.
-  // Addresses as integers: either stream may run past its buffer (prefetch/.h).
-  uintptr_t pf = prefetch != 0 ? prefetch : reinterpret_cast<uintptr_t>(w) + 8 * 64 * NV;
-  const uintptr_t pf_step = prefetch != 0 ? 64 : 64 * NV;
-  const bool to_l2 = prefetch != 0;
+// a tap's filters are read in order. A plain (NCHW) input steps `lanes` channels a plane apart
+// instead (a stem's 3, unrolled as in Note [Three channels a tap] in gemm_f32_avx512.cc).
+// Listed: the tile's taps are a rectangle's list (tap_w, the filters' taps) and its outputs are
+// scattered (yoff); otherwise every tap in order and outputs 16 floats apart from y + yoff[0]. Two
+// instantiations, so the common one carries nothing of the other: with both in one body, light
+// 1x1 tiles ran 10% slower.
+template <int MR, int NV, bool Listed>
+void nchwc_tile(const NchwcTileArgs& a) {
   static_assert(MR * NV <= 28);
+  const int64_t blocks = a.blocks, xblk = a.xblk, ldc = a.ldc, yblk = a.yblk, block_taps = a.block_taps;
+  const int taps = a.taps, lanes = a.lanes, m = a.m;
+  const int64_t* const tap_off = a.tap_off;
+  const int32_t* const tap_w = a.tap_w;
+  const bool accumulate = a.accumulate;
+  const ConvTileEpilogueF32* const ep = a.ep;
+  const float* x = a.x;
+  const float* w = a.w;
+  // One line fetched a step: the `prefetch` stream into L2, or this tile's own filters 8 steps
+  // ahead into L1. Addresses as integers: either stream may run past its buffer (prefetch.h).
+  uintptr_t pf = a.prefetch != 0 ? a.prefetch : reinterpret_cast<uintptr_t>(w) + 8 * 64 * NV;
+  const uintptr_t pf_step = a.prefetch != 0 ? 64 : 64 * NV;
+  const bool to_l2 = a.prefetch != 0;
   __m512 acc[MR][NV];
   int64_t off[MR];
 #pragma GCC unroll 16
   for (int i = 0; i < MR; ++i) {
-    off[i] = pix[i];
+    off[i] = a.pix[i];
 #pragma GCC unroll 4
     for (int v = 0; v < NV; ++v) acc[i][v] = _mm512_setzero_ps();
   }
@@ -76,10 +86,19 @@ void nchwc_tile(int64_t blocks, int taps, const int64_t* tap_off, const float* x
     }
     w += 16 * NV;
   };
+  // A listed tap's filters: w from the block's start (w0), at its filter tap.
+  const float* const w0 = w;
+  const int64_t tap_floats = lanes * 16 * NV;
+  auto tap_filters = [&](int64_t b, int t) {
+    if constexpr (Listed) w = w0 + (b * block_taps + tap_w[t]) * tap_floats;
+  };
+  // x + tap_off[t] stays inside the input: every listed tap of every pixel does, and offsets count
+  // from a rectangle's first valid tap (Note [Borders without a copy] in conv_nchwc.cc).
   if (lanes == 16 && ldc == 1) {
     for (int64_t b = 0; b < blocks; ++b, x += xblk)
       for (int t = 0; t < taps; ++t) {
         const float* xt = x + tap_off[t];
+        tap_filters(b, t);
 #pragma GCC unroll 2
         for (int c = 0; c < 16; ++c) step(xt + c);
       }
@@ -87,6 +106,7 @@ void nchwc_tile(int64_t blocks, int taps, const int64_t* tap_off, const float* x
     for (int64_t b = 0; b < blocks; ++b, x += xblk)
       for (int t = 0; t < taps; ++t) {
         const float* xt = x + tap_off[t];
+        tap_filters(b, t);
         step(xt);
         step(xt + ldc);
         step(xt + 2 * ldc);
@@ -95,32 +115,41 @@ void nchwc_tile(int64_t blocks, int taps, const int64_t* tap_off, const float* x
     for (int64_t b = 0; b < blocks; ++b, x += xblk)
       for (int t = 0; t < taps; ++t) {
         const float* xt = x + tap_off[t];
+        tap_filters(b, t);
         for (int c = 0; c < lanes; ++c) step(xt + c * ldc);
       }
   }
+  // Pixel i's output: y + yoff[i] (listed), or y + yoff[0] + 16 i.
+  float* const y = Listed ? a.y : a.y + a.yoff[0];
+  const int64_t* const yoff = a.yoff;
+  auto at_of = [&](int v, int i) -> int64_t {
+    if constexpr (Listed) return v * yblk + yoff[i];
+    else return v * yblk + 16 * i;
+  };
   if (ep == nullptr) {
 #pragma GCC unroll 16
     for (int i = 0; i < MR; ++i) {
       if (i >= m) break;
 #pragma GCC unroll 4
       for (int v = 0; v < NV; ++v) {
-        float* yv = y + v * yblk + 16 * i;
+        float* yv = y + at_of(v, i);
         _mm512_storeu_ps(yv, accumulate ? _mm512_add_ps(acc[i][v], _mm512_loadu_ps(yv)) : acc[i][v]);
       }
     }
     return;
   }
   const Finish finish(*ep);
+  const float* const res = ep->residual == nullptr ? nullptr : Listed ? ep->residual : ep->residual + a.yoff[0];
 #pragma GCC unroll 4
   for (int v = 0; v < NV; ++v) {
     const __m512 bv = _mm512_loadu_ps(ep->bias + 16 * v);
 #pragma GCC unroll 16
     for (int i = 0; i < MR; ++i) {
       if (i >= m) break;
-      float* yv = y + v * yblk + 16 * i;
+      const int64_t at = at_of(v, i);
       __m512 r = _mm512_add_ps(acc[i][v], bv);
-      if (accumulate) r = _mm512_add_ps(r, _mm512_loadu_ps(yv));
-      _mm512_storeu_ps(yv, finish(r, ep->residual != nullptr ? ep->residual + v * yblk + 16 * i : nullptr));
+      if (accumulate) r = _mm512_add_ps(r, _mm512_loadu_ps(y + at));
+      _mm512_storeu_ps(y + at, finish(r, res != nullptr ? res + at : nullptr));
     }
   }
 }
@@ -181,20 +210,23 @@ void max_pool2d_nchwc_rows_avx512(const Pool2dParams& p, const float* x, float* 
   }
 }
 
-NchwcUkernelF32 nchwc_ukernel_f32_avx512(int nv, int mr) {
+NchwcUkernelF32 nchwc_ukernel_f32_avx512(int nv, int mr, bool listed) {
+  auto pick = [&]<int MR, int NV>() -> NchwcUkernelF32 {
+    return listed ? nchwc_tile<MR, NV, true> : nchwc_tile<MR, NV, false>;
+  };
   if (mr == 7) {
     switch (nv) {
-      case 3: return nchwc_tile<7, 3>;
-      case 2: return nchwc_tile<7, 2>;
-      case 1: return nchwc_tile<7, 1>;
+      case 3: return pick.operator()<7, 3>();
+      case 2: return pick.operator()<7, 2>();
+      case 1: return pick.operator()<7, 1>();
       default: return nullptr;
     }
   }
   switch (nv) {
-    case 4: return mr == 6 ? nchwc_tile<6, 4> : nullptr;
-    case 3: return mr == 8 ? nchwc_tile<8, 3> : nullptr;
-    case 2: return mr == 12 ? nchwc_tile<12, 2> : nullptr;
-    case 1: return mr == 12 ? nchwc_tile<12, 1> : nullptr;
+    case 4: return mr == 6 ? pick.operator()<6, 4>() : nullptr;
+    case 3: return mr == 8 ? pick.operator()<8, 3>() : nullptr;
+    case 2: return mr == 12 ? pick.operator()<12, 2>() : nullptr;
+    case 1: return mr == 12 ? pick.operator()<12, 1>() : nullptr;
     default: return nullptr;
   }
 }
