@@ -115,6 +115,7 @@ struct Rect {
 std::vector<std::array<int64_t, 4>> bands(int64_t out, int64_t stride, int64_t pad, int64_t dil, int64_t in,
                                            int64_t k) {
   std::vector<std::array<int64_t, 4>> b;
+  b.reserve(static_cast<size_t>(std::min<int64_t>(out, 2 * k + 1)));
   for (int64_t o = 0; o < out; ++o) {
     const int64_t start = o * stride - pad;  // input index of kernel index 0
     int64_t lo = start >= 0 ? 0 : (-start + dil - 1) / dil;
@@ -164,9 +165,8 @@ Plan plan(const Conv2dParams& p, NchwcInput input) {
   // waits: 1.1 ms on two threads against 1.3 on one. Each candidate is a multiple of every
   // panel's tile (6, 8 or 12 pixels; 7 with panels of 3 blocks).
   const bool all_six = pl.kb % 4 == 0;
-  const std::vector<int64_t> candidates =
-      pl.tiling.panel_blocks == 3 ? std::vector<int64_t>{49, 28, 14, 7}
-                                  : all_six ? std::vector<int64_t>{48, 24, 12, 6} : std::vector<int64_t>{48, 24};
+  static constexpr std::array<int64_t, 4> kBy7{49, 28, 14, 7}, kBy6{48, 24, 12, 6}, kBy12{48, 24, 24, 24};  // 12-pixel tiles: no smaller chunks
+  const std::array<int64_t, 4>& candidates = pl.tiling.panel_blocks == 3 ? kBy7 : all_six ? kBy6 : kBy12;
   const int64_t want = 4 * static_cast<int64_t>(get_num_threads());
   for (int64_t chunk : candidates) {
     pl.chunk = chunk;
@@ -186,6 +186,10 @@ Plan plan(const Conv2dParams& p, NchwcInput input) {
     pl.copy = static_cast<double>(rect_tiles) > 1.02 * static_cast<double>((pl.pixels + mr - 1) / mr);
   }
   pl.hp = p.h, pl.wp = p.w, pl.oy = -p.pad_top, pl.ox = -p.pad_left;
+  const size_t nrects = pl.copy ? 1 : row_bands.size() * col_bands.size();
+  pl.rects.reserve(nrects);
+  pl.tap_off.reserve(nrects * static_cast<size_t>(pl.taps));
+  pl.tap_w.reserve(nrects * static_cast<size_t>(pl.taps));
   auto add_rect = [&](const std::array<int64_t, 4>& rb, const std::array<int64_t, 4>& cb) {
     Rect rc{rb[0], rb[1] - rb[0], cb[0], cb[1] - cb[0], rb[2] * p.dil_h, cb[2] * p.dil_w,
             static_cast<int64_t>(pl.tap_off.size()), 0, 0};
@@ -368,8 +372,9 @@ NchwcTiling conv2d_nchwc_tiling(const Conv2dParams& p) {
 }
 
 size_t conv2d_nchwc_packed_weight_f32_floats(const Conv2dParams& p, NchwcInput input) {
-  const Plan pl = plan(p, input);
-  return static_cast<size_t>(pl.kb * kChannelBlock * pl.cb * pl.lanes * pl.taps);
+  // As plan()'s kb, cb, lanes and taps, without the rest of a plan (this runs on every call).
+  const int64_t lanes = input == NchwcInput::plain ? p.c : kChannelBlock;
+  return static_cast<size_t>(nchwc_blocks(p.k) * kChannelBlock * nchwc_blocks(p.c) * lanes * p.r * p.s);
 }
 
 void pack_conv2d_nchwc_weight_f32(const Conv2dParams& p, const float* w, float* out, NchwcInput input) {
