@@ -62,6 +62,7 @@ const ConvCase kCases[] = {
     {2, 24, 40, 9, 8, 1, 1, {1, 1}, {0, 0, 0, 0}, {1, 1}},     // partial blocks in and out
     {1, 8, 24, 7, 7, 3, 3, {1, 1}, {1, 1, 1, 1}, {1, 1}},      // one partial block in, 7-pixel tiles
     {1, 144, 24, 10, 10, 1, 1, {1, 1}, {0, 0, 0, 0}, {1, 1}},  // MobileNetV2's projection to 24
+    {1, 32, 48, 40, 40, 1, 1, {1, 1}, {0, 0, 0, 0}, {1, 1}},   // a light 1x1 layer: 192-pixel chunks
     // Large enough planes to be cut into rectangles instead of copied (Note [Borders without a
     // copy]): stride 1, stride 2 (no bottom or right border), asymmetric padding with dilation.
     {1, 16, 32, 48, 48, 3, 3, {1, 1}, {1, 1, 1, 1}, {1, 1}},
