@@ -63,6 +63,7 @@ const ConvCase kCases[] = {
     {1, 8, 24, 7, 7, 3, 3, {1, 1}, {1, 1, 1, 1}, {1, 1}},      // one partial block in, 7-pixel tiles
     {1, 144, 24, 10, 10, 1, 1, {1, 1}, {0, 0, 0, 0}, {1, 1}},  // MobileNetV2's projection to 24
     {1, 32, 48, 40, 40, 1, 1, {1, 1}, {0, 0, 0, 0}, {1, 1}},   // a light 1x1 layer: 192-pixel chunks
+    {1, 32, 384, 7, 14, 1, 1, {1, 1}, {0, 0, 0, 0}, {1, 1}},   // and with 7-pixel tiles: 196
     // Large enough planes to be cut into rectangles instead of copied (Note [Borders without a
     // copy]): stride 1, stride 2 (no bottom or right border), asymmetric padding with dilation.
     {1, 16, 32, 48, 48, 3, 3, {1, 1}, {1, 1, 1, 1}, {1, 1}},

@@ -45,10 +45,9 @@ namespace kiln::kernels::cpu {
 
 namespace {
 
-constexpr int64_t kMaxChunk = 192;     // pixels a work item at most (Note [Chunks for every thread])
+constexpr int64_t kMaxChunk = 4 * 49;  // pixels a work item at most (Note [Chunks for every thread])
 // A work item's pixels with each rectangle's part rounded up to whole tiles (of at most 12).
-constexpr int64_t kMaxTilePixels = 2304;
-static_assert(kMaxTilePixels >= kMaxChunk * 12);
+constexpr int64_t kMaxTilePixels = kMaxChunk * 12;
 constexpr double kNearBytes = 1 << 20;  // what a thread's share of L2 holds across a layer
 constexpr int64_t kSliceDepth = 144;  // input channels x taps per slice (Note [Blocked channels])
 
@@ -178,7 +177,7 @@ Plan plan(const Conv2dParams& p, NchwcInput input) {
   // spends a tile's few steps against the item's fixed costs (its offsets, its tile list, a queue
   // take): chunks 4x as large while there are still `want` items. MobileNetV2 at batch 1 ran 2-5%
   // faster, its 112 x 112 1x1 layers 4-6%; ResNets unchanged.
-  if (pl.taps == 1 && pl.cb * pl.lanes <= 160) {
+  if (pl.taps == 1 && pl.cb * pl.lanes <= 160 && pl.chunks > 1) {
     const int64_t big = 4 * pl.chunk, chunks = (pl.pixels + big - 1) / big;
     if (p.n * pl.panels * chunks >= want) pl.chunk = big, pl.chunks = chunks;
   }
