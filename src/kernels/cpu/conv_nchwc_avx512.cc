@@ -164,29 +164,28 @@ void depthwise_nchwc_row_avx512(int taps, const int64_t* tap_off, const int32_t*
                                 const float* w, float* y, int64_t count, const ConvTileEpilogueF32& ep) {
   const Finish finish(ep);
   const __m512 bv = _mm512_loadu_ps(ep.bias);
-  int64_t o = 0;
-  for (; o + 8 <= count; o += 8) {
-    __m512 acc[8];
+  // N outputs from o on, each tap's filters loaded once for all N.
+  auto run = [&]<int N>(int64_t o) {
+    __m512 acc[N];
 #pragma GCC unroll 8
-    for (int i = 0; i < 8; ++i) acc[i] = bv;
+    for (int i = 0; i < N; ++i) acc[i] = bv;
     const float* xo = x + o * xstep;
     for (int t = 0; t < taps; ++t) {
       const __m512 wv = _mm512_loadu_ps(w + 16 * tap_w[t]);
       const float* xt = xo + tap_off[t];
 #pragma GCC unroll 8
-      for (int i = 0; i < 8; ++i) acc[i] = _mm512_fmadd_ps(_mm512_loadu_ps(xt + i * xstep), wv, acc[i]);
+      for (int i = 0; i < N; ++i) acc[i] = _mm512_fmadd_ps(_mm512_loadu_ps(xt + i * xstep), wv, acc[i]);
     }
 #pragma GCC unroll 8
-    for (int i = 0; i < 8; ++i)
+    for (int i = 0; i < N; ++i)
       _mm512_storeu_ps(y + (o + i) * 16, finish(acc[i], ep.residual != nullptr ? ep.residual + (o + i) * 16 : nullptr));
-  }
-  for (; o < count; ++o) {
-    __m512 acc = bv;
-    const float* xo = x + o * xstep;
-    for (int t = 0; t < taps; ++t)
-      acc = _mm512_fmadd_ps(_mm512_loadu_ps(xo + tap_off[t]), _mm512_loadu_ps(w + 16 * tap_w[t]), acc);
-    _mm512_storeu_ps(y + o * 16, finish(acc, ep.residual != nullptr ? ep.residual + o * 16 : nullptr));
-  }
+  };
+  // 8 at a time, then 4 (a 7 x 7 plane's 5 interior columns), then one: one at a time, every tap
+  // loaded its filters again, and MobileNetV2's 7 x 7 layers ran 1.2-1.4x ONNX Runtime's time.
+  int64_t o = 0;
+  for (; o + 8 <= count; o += 8) run.operator()<8>(o);
+  for (; o + 4 <= count; o += 4) run.operator()<4>(o);
+  for (; o < count; ++o) run.operator()<1>(o);
 }
 
 // The columns whose window lies inside the input run without bounds checks, over the window rows
