@@ -582,11 +582,7 @@ void depthwise_conv2d_nchwc_f32(const Conv2dParams& p, const float* x, const flo
   std::vector<float> bias_storage;
   bias = padded_bias(bias, p.k, bias_storage);
   // Columns whose every tap lies inside the input: ow in [lo, hi).
-  const int64_t span = (p.s - 1) * p.dil_w;
-  const int64_t lo = std::min(p.wo, (p.pad_left + p.stride_w - 1) / p.stride_w);
-  const int64_t hi = p.w - 1 - span + p.pad_left < 0
-                         ? lo
-                         : std::clamp((p.w - 1 - span + p.pad_left) / p.stride_w + 1, lo, p.wo);
+  const auto [lo, hi] = nchwc_inside_columns(p.wo, p.stride_w, p.pad_left, p.dil_w, p.w, p.s);
   ConvTileEpilogueF32 ep;
   ep.act = blocked_act(epilogue.activation);
   ep.residual_before_activation = epilogue.residual_before_activation;

@@ -5,8 +5,10 @@
 // layout, with conversions only at the region's edges.
 #pragma once
 
+#include <algorithm>
 #include <cstddef>
 #include <cstdint>
+#include <utility>
 
 #include "kernels/cpu/conv.h"
 #include "kernels/cpu/gemm_ukernel.h"
@@ -17,6 +19,17 @@ namespace kiln::kernels::cpu {
 inline constexpr int64_t kChannelBlock = 16;
 // The blocks of 16 that c channels take.
 inline constexpr int64_t nchwc_blocks(int64_t c) { return (c + kChannelBlock - 1) / kChannelBlock; }
+
+// The output columns [first, second) of `out` whose k taps (dil apart, stride between outputs,
+// `pad` columns of padding on the left) all lie inside an input row of `in` columns: the ones the
+// depthwise convolution and the max pool run without bounds checks.
+inline std::pair<int64_t, int64_t> nchwc_inside_columns(int64_t out, int64_t stride, int64_t pad, int64_t dil,
+                                                        int64_t in, int64_t k) {
+  const int64_t last = in - 1 - (k - 1) * dil + pad;  // the last first-tap column that fits, padded
+  const int64_t lo = std::min(out, (pad + stride - 1) / stride);
+  const int64_t hi = last < 0 ? lo : std::clamp(last / stride + 1, lo, out);
+  return {lo, hi};
+}
 
 // [n, c, hw] -> [n, ceil(c / 16), hw, 16]; lanes past c are written as zeros.
 void nchw_to_nchwc_f32(int64_t n, int64_t c, int64_t hw, const float* x, float* y);

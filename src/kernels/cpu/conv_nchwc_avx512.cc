@@ -195,11 +195,7 @@ void depthwise_nchwc_row_avx512(int taps, const int64_t* tap_off, const int32_t*
 void max_pool2d_nchwc_rows_avx512(const Pool2dParams& p, const float* x, float* y, int64_t row0, int64_t row1) {
   const __m512 lowest = _mm512_set1_ps(-__builtin_inff());
   // Columns [lo, hi): every tap inside the input.
-  const int64_t span = (p.kw - 1) * p.dil_w;
-  const int64_t lo = std::min(p.wo, (p.pad_left + p.stride_w - 1) / p.stride_w);
-  const int64_t hi = p.w - 1 - span + p.pad_left < 0
-                         ? lo
-                         : std::clamp((p.w - 1 - span + p.pad_left) / p.stride_w + 1, lo, p.wo);
+  const auto [lo, hi] = nchwc_inside_columns(p.wo, p.stride_w, p.pad_left, p.dil_w, p.w, p.kw);
   for (int64_t row = row0; row < row1; ++row) {
     const int64_t plane = row / p.ho, oh = row % p.ho;
     const float* xp = x + plane * p.h * p.w * 16;
