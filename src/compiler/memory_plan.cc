@@ -5,7 +5,6 @@
 #include <cstdio>
 #include <limits>
 #include <numeric>
-#include <set>
 
 namespace kiln::compiler {
 
@@ -13,10 +12,12 @@ namespace kiln::compiler {
 // Every non-view node output gets a buffer live from its node to its last use; graph outputs live
 // to the end. View ops (OpDef::is_view: reshape, transpose, slice, ...) alias their input, so they
 // get no buffer of their own: their uses extend the source buffer's lifetime (computed backwards,
-// so a chain of views reaches its root). A pointwise op whose input 0 dies at the op, is the
-// buffer's own (contiguous) value, has the output's dtype and shape and is read by no other input
-// of the node writes its output in place into that buffer (eager runs the same kernels in place:
-// add_, relu_, ...). Buffers are then placed largest first, each into the smallest gap between
+// so a chain of views reaches its root). An op whose kernel may write over one of its inputs
+// (OpDef::writes_over) writes its output in place into that input's buffer when the input dies at
+// the op, is the buffer's own (contiguous) value, has the output's dtype and shape and is read by
+// no other input of the node: pointwise ops over input 0 (eager runs the same kernels in place:
+// add_, relu_, ...), and the blocked convolution over its residual (Note [Residual in place] in
+// conv_nchwc.cc). Buffers are then placed largest first, each into the smallest gap between
 // buffers whose lifetimes intersect its own (best fit), or above them all. Sizes are taken at the
 // symbols' largest values, so the plan holds for every smaller batch.
 
@@ -93,11 +94,6 @@ int64_t value_bytes(const ir::ValueType& t, const std::map<std::string, int64_t>
   return n * elem;
 }
 
-bool op_allows_inplace(const std::string& op_name) {
-  static const std::set<std::string> ops = {"add", "sub", "mul", "div", "relu", "sigmoid", "tanh", "clip"};
-  return ops.count(op_name) != 0;
-}
-
 GraphMemoryPlan plan_memory(const ir::Graph& g, const std::map<std::string, int64_t>& symbol_max) {
   GraphMemoryPlan plan;
   auto nodes = g.nodes();
@@ -142,16 +138,19 @@ GraphMemoryPlan plan_memory(const ir::Graph& g, const std::map<std::string, int6
       int64_t bytes = value_bytes(o->type(), symbol_max);
       int own_last = std::max(i, last_use.count(o) ? last_use.at(o) : i);
       ValuePlacement p{ValuePlacement::Kind::arena, -1, 0, bytes, false};
-      // In place over input 0 (Note [Memory planning]).
-      const ir::Value* x = n->inputs().empty() ? nullptr : n->inputs()[0];
-      if (k == 0 && n->outputs().size() == 1 && x && op_allows_inplace(n->op().name())) {
+      // In place over the input the op's kernel may write over (Note [Memory planning]).
+      std::vector<bool> present;
+      for (const ir::Value* v : n->inputs()) present.push_back(v != nullptr);
+      const int w = k == 0 && n->outputs().size() == 1 ? n->op().writable_input(n->attrs(), present) : -1;
+      const ir::Value* x = w >= 0 ? n->inputs()[static_cast<size_t>(w)] : nullptr;
+      if (x) {
         const ValuePlacement& xp = plan.values.at(x);
         bool ok = xp.kind == ValuePlacement::Kind::arena && x->type() == o->type() && xp.bytes == bytes &&
                   buffer_root[static_cast<size_t>(xp.buffer)] == x &&
                   plan.buffers[static_cast<size_t>(xp.buffer)].last == i;
-        for (size_t j = 1; ok && j < n->inputs().size(); ++j) {
+        for (size_t j = 0; ok && j < n->inputs().size(); ++j) {
           const ir::Value* y = n->inputs()[j];
-          ok = !y || plan.values.at(y).buffer != xp.buffer;
+          ok = j == static_cast<size_t>(w) || !y || plan.values.at(y).buffer != xp.buffer;
         }
         if (ok) {
           p.buffer = xp.buffer;

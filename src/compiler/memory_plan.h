@@ -61,7 +61,4 @@ GraphMemoryPlan plan_memory(const ir::Graph& g, const std::map<std::string, int6
 // Bytes of a value's type with symbols replaced by their sizes.
 int64_t value_bytes(const ir::ValueType& t, const std::map<std::string, int64_t>& symbol_max);
 
-// Ops whose kernels may write their output over input 0 (eager has their in-place forms).
-bool op_allows_inplace(const std::string& op_name);
-
 }  // namespace kiln::compiler

@@ -240,6 +240,12 @@ OpDef& OpDef::batch_pending(std::string reason) {
   batch_status_ = {RuleStatus::Kind::pending, std::move(reason)};
   return *this;
 }
+OpDef& OpDef::writes_over(int input) {
+  return writes_over([input](const Attrs&, const std::vector<bool>& present) {
+    return static_cast<size_t>(input) < present.size() && present[static_cast<size_t>(input)] ? input : -1;
+  });
+}
+
 OpDef& OpDef::onnx(OnnxMapping m) {
   onnx_ = std::move(m);
   onnx_status_ = {RuleStatus::Kind::provided, ""};

@@ -2,7 +2,8 @@
 // kernels/cpu/conv_nchwc.cc): to_nchwc / from_nchwc round trips, and fused_conv2d_nchwc against a
 // float64 reference (kiln's conv2d and unfused epilogue on f64 copies) for every panel width and
 // both tilings, strides, dilations, asymmetric padding, 1x1 filters, batches, every epilogue, on
-// every ISA (the scalar kernel too); bad inputs are errors naming the problem.
+// every ISA (the scalar kernel too), also written over its own residual; bad inputs are errors
+// naming the problem.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -152,6 +153,50 @@ TEST(Nchwc, ConvMatchesFloat64ReferenceOnEveryIsa) {
           EXPECT_TRUE(testing::all_close(from_nchwc(got, cc.k), want, {1e-4, 1e-4}));
         }
     }
+  }
+}
+
+// Note [Residual in place]: the output written over its residual (the memory planner's choice
+// when the residual dies at the layer) is the sum with the residual kept apart, over one slice of
+// input blocks or several; a residual added after the activation cannot be overwritten.
+TEST(Nchwc, ConvWritesOverItsResidual) {
+  int seed = 900;
+  for (kernels::cpu::Isa isa : kernels::cpu::supported_isas()) {
+    kernels::cpu::IsaOverride on(isa);
+    for (const ConvCase& cc : kCases)
+      for (const kernels::cpu::GemmActivation act : {kernels::cpu::GemmActivation::none, kernels::cpu::GemmActivation::relu}) {
+        seed += 4;
+        const bool relu = act == kernels::cpu::GemmActivation::relu;
+        SCOPED_TRACE(std::string(kernels::cpu::isa_name(isa)) + " C=" + std::to_string(cc.c) +
+                     " K=" + std::to_string(cc.k) + " " + std::to_string(cc.h) + "x" + std::to_string(cc.w) +
+                     (relu ? " relu" : ""));
+        const kernels::cpu::Conv2dParams p = params_of(cc);
+        Conv2dOptions o;
+        o.stride = cc.stride;
+        o.padding = cc.padding;
+        o.dilation = cc.dilation;
+        Tensor x = random_tensor({cc.n, cc.c, cc.h, cc.w}, DType::f32, seed, -1, 1);
+        Tensor w = random_tensor({cc.k, cc.c, cc.r, cc.s}, DType::f32, seed + 1, -0.3, 0.3);
+        Tensor bias = random_tensor({cc.k}, DType::f32, seed + 2);
+        Tensor ref = conv2d(f64(x), f64(w), f64(bias), o);
+        Tensor res = random_tensor(ref.shape(), DType::f32, seed + 3);
+        Tensor xb = to_nchwc(x), y = to_nchwc(res).clone();
+        std::vector<float> packed(kernels::cpu::conv2d_nchwc_packed_weight_f32_floats(p));
+        kernels::cpu::pack_conv2d_nchwc_weight_f32(p, static_cast<const float*>(w.data_ptr()), packed.data());
+        kernels::cpu::Conv2dEpilogue ep;
+        ep.activation = act;
+        ep.residual = static_cast<const float*>(y.data_ptr());
+        ep.residual_before_activation = relu;
+        kernels::cpu::conv2d_nchwc_f32(p, static_cast<const float*>(xb.data_ptr()), packed.data(),
+                                       static_cast<const float*>(bias.data_ptr()), static_cast<float*>(y.data_ptr()), ep);
+        EXPECT_TRUE(testing::all_close(from_nchwc(y, cc.k), epilogue_ref(ref, res, 1, relu ? "relu" : "none"), {1e-4, 1e-4}));
+        if (relu) {
+          ep.residual_before_activation = false;
+          EXPECT_KILN_ERROR(kernels::cpu::conv2d_nchwc_f32(p, static_cast<const float*>(xb.data_ptr()), packed.data(),
+                                                           nullptr, static_cast<float*>(y.data_ptr()), ep),
+                            "residual in place of the output", "before the activation");
+        }
+      }
   }
 }
 

@@ -1,6 +1,6 @@
 // The memory planner: offsets never overlap for buffers alive at once, views extend their
-// source's lifetime, pointwise ops go in place, and ResNet-50 fits in well under the sum of its
-// intermediates.
+// source's lifetime, pointwise ops and the blocked convolution (over its residual) go in place,
+// and ResNet-50 fits in well under the sum of its intermediates.
 #include <gtest/gtest.h>
 
 #include <random>
@@ -124,6 +124,34 @@ TEST(PlanMemory, NoInPlaceOverAViewOfTheSameBuffer) {
   EXPECT_FALSE(plan.values.at(g.find("d")).inplace);
   EXPECT_EQ(plan.values.at(g.find("t")).kind, ValuePlacement::Kind::view);
   EXPECT_EQ(plan.values.at(g.find("t")).buffer, plan.values.at(g.find("a")).buffer);
+}
+
+// The blocked convolution writes over a residual it adds before its activation (Note [Residual in
+// place] in conv_nchwc.cc); never over one still read later, one added after the activation, or a
+// depthwise layer's.
+TEST(PlanMemory, BlockedConvolutionWritesOverItsResidual) {
+  ir::Graph g = parse_graph(R"(graph f(%x: f32[2, 4, 8, 8, 16], %w: f32[64, 64, 1, 1], %dw: f32[64, 1, 3, 3], %b: f32[64]) {
+  %r: f32[2, 4, 8, 8, 16] = relu(%x)
+  %s: f32[2, 4, 8, 8, 16] = exp(%x)
+  %a: f32[2, 4, 8, 8, 16] = fused_conv2d_nchwc(%x, %w, %b, %r) {activation="relu", residual_before_activation=true}
+  %c: f32[2, 4, 8, 8, 16] = fused_conv2d_nchwc(%a, %w, _, %s) {activation="relu", residual_before_activation=false}
+  %d: f32[2, 4, 8, 8, 16] = fused_conv2d_nchwc(%c, %dw, %b, %a) {groups=64, padding=[1, 1, 1, 1]}
+  %e: f32[2, 4, 8, 8, 16] = fused_conv2d_nchwc(%d, %w, _, %d)
+  %f: f32[2, 4, 8, 8, 16] = fused_conv2d_nchwc(%x, %w, _, %e)
+  %h: f32[2, 4, 8, 8, 16] = add(%f, %e)
+  return %h
+})");
+  auto plan = plan_memory(g, {});
+  const auto& at = [&](const char* name) { return plan.values.at(g.find(name)); };
+  EXPECT_TRUE(at("a").inplace);  // %r dies at %a, added before the relu
+  EXPECT_EQ(at("a").buffer, at("r").buffer);
+  EXPECT_FALSE(at("c").inplace);  // %s is added after the relu
+  EXPECT_FALSE(at("d").inplace);  // depthwise
+  EXPECT_FALSE(at("e").inplace);  // %d is also the convolution's input
+  EXPECT_FALSE(at("f").inplace);  // %e is read again by %h
+  EXPECT_TRUE(at("h").inplace);
+  EXPECT_EQ(plan.inplace_count, 2);
+  expect_valid_placement(plan.buffers, plan.offsets, plan.arena_bytes);
 }
 
 TEST(PlanMemory, ViewsExtendTheirSourcesLifetime) {

@@ -136,6 +136,11 @@ struct OnnxMapping {
   std::string domain;  // "" = ai.onnx
 };
 
+// The input a kernel may write its output over, for the memory planner (Note [Memory planning] in
+// src/compiler/memory_plan.cc): given the node's attributes and which inputs it has, an input's
+// index, or -1 for none.
+using WritesOverFn = std::function<int(const Attrs&, const std::vector<bool>& present)>;
+
 // ---- the definition -----------------------------------------------------------------------------------
 class OpDef {
  public:
@@ -166,6 +171,9 @@ class OpDef {
   OpDef& no_onnx(std::string reason);
   OpDef& onnx_pending(std::string reason);
   OpDef& doc(std::string text) { doc_ = std::move(text); return *this; }
+  // The kernel may write its output over input `input` (same dtype and shape, dying at the node).
+  OpDef& writes_over(int input);
+  OpDef& writes_over(WritesOverFn fn) { writes_over_ = std::move(fn); return *this; }
 
   // Readers.
   const InferFn& infer_fn() const { return infer_; }
@@ -184,6 +192,10 @@ class OpDef {
   const RuleStatus& batch_status() const { return batch_status_; }
   const RuleStatus& onnx_status() const { return onnx_status_; }
   const std::string& doc_text() const { return doc_; }
+  // writes_over's input for a node with these attributes and inputs, or -1.
+  int writable_input(const Attrs& attrs, const std::vector<bool>& present) const {
+    return writes_over_ ? writes_over_(attrs, present) : -1;
+  }
 
   // Fills attribute defaults, checks names and types (an int is accepted for a float), and
   // returns the complete set; kiln::Error naming the op and the attribute otherwise.
@@ -205,6 +217,7 @@ class OpDef {
   std::optional<OnnxMapping> onnx_;
   RuleStatus vjp_status_, batch_status_, onnx_status_;
   std::string doc_;
+  WritesOverFn writes_over_;
 };
 
 // ---- registry --------------------------------------------------------------------------------------------

@@ -52,7 +52,8 @@ size_t conv2d_nchwc_packed_weight_f32_floats(const Conv2dParams& p, NchwcInput i
 void pack_conv2d_nchwc_weight_f32(const Conv2dParams& p, const float* w, float* out,
                                   NchwcInput input = NchwcInput::blocked);
 // y = act(conv(x, w) + bias (+ residual)) (+ residual), y and the residual blocked, x as `input`
-// says; bias [K] or nullptr. Activations: none, relu, relu6, hardswish.
+// says; bias [K] or nullptr. Activations: none, relu, relu6, hardswish. The residual may be y itself
+// when it is added before the activation (Note [Residual in place] in conv_nchwc.cc).
 void conv2d_nchwc_f32(const Conv2dParams& p, const float* x, const float* packed_w, const float* bias, float* y,
                       const Conv2dEpilogue& epilogue = {}, NchwcInput input = NchwcInput::blocked);
 

@@ -189,16 +189,19 @@ void register_binary_arith_ops(OpRegistry& r) {
               [](const KernelCall& k) { kernels::cuda::add_f32(k.out(0), k.in(0), k.in(1)); })
 #endif
       .vjp(binary_rule({}, [](const Tensor& g, const VjpCtx&) { return g; }, [](const Tensor& g, const VjpCtx&) { return g; }))
+      .writes_over(0)
       .doc("a + b (bool: logical or)");
   binary_def(r, "sub(Tensor a, Tensor b) -> Tensor", "Sub", 7)
       .kernel(DeviceType::cpu, kArith,
               arith_kernel(kernels::cpu::VmathBinOp::sub, [](auto a, auto b) { return static_cast<decltype(a)>(a - b); }))
       .vjp(binary_rule({}, [](const Tensor& g, const VjpCtx&) { return g; }, [](const Tensor& g, const VjpCtx&) { return neg(g); }))
+      .writes_over(0)
       .doc("a - b");
   binary_def(r, "mul(Tensor a, Tensor b) -> Tensor", "Mul", 7)
       .kernel(DeviceType::cpu, DTypeSet::all(),
               arith_kernel(kernels::cpu::VmathBinOp::mul, [](auto a, auto b) { return static_cast<decltype(a)>(a * b); }))
       .vjp(binary_rule({0, 1}, [](const Tensor& g, const VjpCtx& c) { return g * c.inputs[1]; }, [](const Tensor& g, const VjpCtx& c) { return g * c.inputs[0]; }))
+      .writes_over(0)
       .doc("a * b (bool: logical and)");
   binary_def(r, "div(Tensor a, Tensor b) -> Tensor", "Div", 7)
       .kernel(DeviceType::cpu, kArith, [](const KernelCall& k) {
@@ -211,6 +214,7 @@ void register_binary_arith_ops(OpRegistry& r) {
       })
       .vjp(binary_rule({0, 1}, [](const Tensor& g, const VjpCtx& c) { return g / c.inputs[1]; },
                         [](const Tensor& g, const VjpCtx& c) { return -(g * c.inputs[0] / (c.inputs[1] * c.inputs[1])); }))
+      .writes_over(0)
       .doc("a / b; integers truncate toward zero (ONNX Div, C), integer division by zero is an error");
   binary_def(r, "pow(Tensor a, Tensor b) -> Tensor", "Pow", 7)
       .kernel(DeviceType::cpu, kArith, same_type_kernel([](auto a, auto b) {

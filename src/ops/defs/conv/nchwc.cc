@@ -215,6 +215,11 @@ void register_nchwc_ops(OpRegistry& r) {
       .no_vjp(kNoVjp)
       .no_batch(kNoBatch)
       .no_onnx(kNoOnnx)
+      // Note [Residual in place] (conv_nchwc.cc): one group, the residual added before the activation.
+      .writes_over([](const Attrs& a, const std::vector<bool>& present) {
+        const bool before = a.get_bool("residual_before_activation") || a.get_string("activation") == "none";
+        return present.size() > 3 && present[3] && a.get_int("groups") == 1 && before ? 3 : -1;
+      })
       .doc("fused_conv2d on channel-blocked residual and output [N, ceil(K/16), Ho, Wo, 16]; x blocked "
            "[N, ceil(C/16), H, W, 16], or NCHW with C <= 16 (a stem); w [K, C, R, S] (one group) or [C, 1, R, S] "
            "(depthwise, groups = C).");

@@ -69,6 +69,7 @@ void register_unary_activation_ops(OpRegistry& r) {
         else return x < C(0) ? C(0) : x;  // NaN passes through
       }))
       .vjp(defs::unary_rule_y([](const Tensor& g, const Tensor& y, const Attrs&) { return defs::mask_grad(gt(y, defs::scalar_like(0, y)), g); }))
+      .writes_over(0)
       .doc("max(x, 0); keeps integer dtypes; NaN stays NaN");
   activation_def(r, "leaky_relu(Tensor x, float negative_slope=0.01) -> Tensor", "LeakyRelu", 6)
       .kernel(DeviceType::cpu, DTypeSet::floating(), [](const KernelCall& k) {

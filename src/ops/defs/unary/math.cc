@@ -201,6 +201,7 @@ void register_unary_math_ops(OpRegistry& r) {
   floating_def(r, "tanh(Tensor x) -> Tensor", "Tanh", 6)
       .vjp(defs::unary_rule_y([](const Tensor& g, const Tensor& y, const Attrs&) { return g * (1.0 - y * y); }))
       .kernel(DeviceType::cpu, kFloating, vmath_kernel(VmathFn::tanh, [](auto x) { return std::tanh(x); }))
+      .writes_over(0)
       .doc("hyperbolic tangent");
   // Note [Stable sigmoid]: 1 / (1 + e^-x) needs no branch: for x -> -inf, e^-x overflows to inf
   // and the result is 0 (correctly, with full relative precision before that); for x -> +inf it
@@ -211,6 +212,7 @@ void register_unary_math_ops(OpRegistry& r) {
         using C = decltype(x);
         return C(1) / (C(1) + std::exp(-x));
       }))
+      .writes_over(0)
       .doc("1 / (1 + e^-x), stable for large |x| (Note [Stable sigmoid])");
   floating_def(r, "erf(Tensor x) -> Tensor", "Erf", 9)
       .vjp(defs::unary_rule_x([](const Tensor& g, const Tensor& x, const Attrs&) { return g * exp(-(x * x)) * (2.0 / std::sqrt(std::numbers::pi)); }))
@@ -247,6 +249,7 @@ void register_unary_math_ops(OpRegistry& r) {
         }
         return inside.defined() ? defs::mask_grad(inside, g) : g;
       }))
+      .writes_over(0)
       .doc("min(max(x, min), max); absent bounds are unbounded; integer inputs need whole bounds");
   rules_pending(r.add("logical_not(Tensor x) -> Tensor"), "Not", 1)
       .infer([](const InferCtx& c) { return std::vector<TensorMeta>{{DType::boolean, c.in(0).shape}}; })
