@@ -28,7 +28,8 @@ namespace kiln::runtime {
 // 2: the full Target (ISA, cores, caches, threads, budget, objective) and a tactic per step.
 // 3: a second tactic per step for the small batches (Note [Tactics per batch bucket]), and arena
 // slots per unit of batch (Note [Arena slots scale with the batch]).
-inline constexpr uint32_t kEngineFormatVersion = 3;
+// 4: a blocked convolution's output may share its residual's slot (Note [Residual in place]).
+inline constexpr uint32_t kEngineFormatVersion = 4;
 
 // A value the steps read or write.
 struct EngineValue {

@@ -25,8 +25,10 @@ namespace kiln::runtime {
 // objective); each step ends with its tactic (empty: the op's first kernel). Version 3: then the
 // tactic for small batches (empty: none) and, when there is one, i64 the largest batch it runs
 // (Note [Tactics per batch bucket]), and an arena value's offset and bytes are per unit of batch
-// when the engine has a batch symbol (Note [Arena slots scale with the batch]). Files of another
-// version are refused with "recompile the model".
+// when the engine has a batch symbol (Note [Arena slots scale with the batch]). Version 4: the
+// same bytes, but a blocked convolution's output may share its residual's arena slot (Note
+// [Residual in place] in conv_nchwc.cc), which an older kiln's kernel would overwrite before its
+// last slice read it. Files of another version are refused with "recompile the model".
 
 namespace {
 
