@@ -108,6 +108,52 @@ void BM_conv(benchmark::State& state) {
                                                 benchmark::Counter::kIsIterationInvariantRate);
 }
 
+// Note [Residual in place] (conv_nchwc.cc): a blocked 1x1 expansion with a residual added before
+// the ReLU, the residual in a buffer of its own or the output's own buffer (as the memory planner
+// places it when the residual dies at the layer). Before each run every buffer is pushed out of
+// the caches (256 MiB written, untimed), as the layers between do in an engine.
+//   ./build/bench/kiln_bench_conv_layout --benchmark_filter=BM_conv_nchwc_residual
+template <bool InPlace>
+void BM_conv_nchwc_residual(benchmark::State& state) {
+  namespace cpu = kiln::kernels::cpu;
+  kiln::set_num_threads(static_cast<int>(state.range(6)));
+  const Conv2dParams p = params(state);
+  const int64_t xn = p.n * ((p.c + 15) / 16 * 16) * p.h * p.w, yn = p.n * ((p.k + 15) / 16 * 16) * p.ho * p.wo;
+  std::vector<float> w = random_floats(p.k * p.c * p.r * p.s, 2), bias = random_floats(p.k, 3);
+  std::vector<float> packed(cpu::conv2d_nchwc_packed_weight_f32_floats(p));
+  cpu::pack_conv2d_nchwc_weight_f32(p, w.data(), packed.data());
+  kiln::Tensor x = kiln::empty({xn}), res = kiln::empty({yn}), y = kiln::empty({yn});
+  kiln::Tensor flush = kiln::empty({int64_t{64} << 20});
+  const std::vector<float> x_init = random_floats(xn, 1), res_init = random_floats(yn, 4);
+  std::copy(x_init.begin(), x_init.end(), x.data<float>());
+  std::copy(res_init.begin(), res_init.end(), res.data<float>());
+  cpu::Conv2dEpilogue ep;
+  ep.activation = kiln::kernels::cpu::GemmActivation::relu;
+  ep.residual_before_activation = true;
+  ep.residual = InPlace ? y.data<float>() : res.data<float>();
+  for (auto _ : state) {
+    state.PauseTiming();
+    if (InPlace) std::copy(res.data<float>(), res.data<float>() + yn, y.data<float>());
+    std::fill(flush.data<float>(), flush.data<float>() + flush.numel(), 1.0f);
+    state.ResumeTiming();
+    cpu::conv2d_nchwc_f32(p, x.data<float>(), packed.data(), bias.data(), y.data<float>(), ep);
+    benchmark::DoNotOptimize(y.data<float>());
+  }
+  state.counters["GFLOPS"] = benchmark::Counter(2.0 * static_cast<double>(p.n * p.k * p.ho * p.wo * p.c * p.r * p.s),
+                                                benchmark::Counter::kIsIterationInvariantRate);
+}
+
+void residual_shapes(benchmark::internal::Benchmark* b) {
+  // ResNet-50's 1x1 expansions, each closing a bottleneck block with its residual.
+  const std::vector<std::vector<int64_t>> layers = {{64, 56, 256}, {128, 28, 512}, {256, 14, 1024}, {512, 7, 2048}};
+  for (int64_t n : {1, 8})
+    for (const auto& l : layers)
+      for (int64_t t : {1, 2}) b->Args({n, l[0], l[1], l[2], 1, 1, t});
+  b->ArgNames({"n", "c", "hw", "k", "r", "stride", "threads"})->Unit(benchmark::kMillisecond)->UseRealTime()->Iterations(20);
+}
+BENCHMARK(BM_conv_nchwc_residual<false>)->Name("BM_conv_nchwc_residual_apart")->Apply(residual_shapes);
+BENCHMARK(BM_conv_nchwc_residual<true>)->Name("BM_conv_nchwc_residual_in_place")->Apply(residual_shapes);
+
 void shapes(benchmark::internal::Benchmark* b) {
   // {C, HW, K, kernel, stride}: ResNet-50's stem, its 3x3s per stage, 1x1 expand/reduce, a stride-2
   // 3x3 and a stride-2 1x1 projection.
