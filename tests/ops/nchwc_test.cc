@@ -83,6 +83,19 @@ kernels::cpu::Conv2dParams params_of(const ConvCase& cc) {
   return p;
 }
 
+Conv2dOptions options_of(const ConvCase& cc) {
+  Conv2dOptions o;
+  o.stride = cc.stride;
+  o.padding = cc.padding;
+  o.dilation = cc.dilation;
+  return o;
+}
+
+std::string name_of(kernels::cpu::Isa isa, const ConvCase& cc) {
+  return std::string(kernels::cpu::isa_name(isa)) + " C=" + std::to_string(cc.c) + " K=" + std::to_string(cc.k) + " " +
+         std::to_string(cc.h) + "x" + std::to_string(cc.w);
+}
+
 // The cases cover both ways of reading a padded input.
 TEST(Nchwc, CasesCoverCopiedAndRectangleBorders) {
   int copied = 0, cut = 0;
@@ -131,13 +144,8 @@ TEST(Nchwc, ConvMatchesFloat64ReferenceOnEveryIsa) {
       for (const std::string act : {"none", "relu", "relu6", "hardswish"})
         for (int mode = 0; mode < 3; ++mode) {  // residual: none, before, after the activation
           ++seed;
-          SCOPED_TRACE(std::string(kernels::cpu::isa_name(isa)) + " C=" + std::to_string(cc.c) +
-                       " K=" + std::to_string(cc.k) + " " + std::to_string(cc.h) + "x" + std::to_string(cc.w) +
-                       " act=" + act + " mode=" + std::to_string(mode));
-          Conv2dOptions o;
-          o.stride = cc.stride;
-          o.padding = cc.padding;
-          o.dilation = cc.dilation;
+          SCOPED_TRACE(name_of(isa, cc) + " act=" + act + " mode=" + std::to_string(mode));
+          const Conv2dOptions o = options_of(cc);
           Tensor x = random_tensor({cc.n, cc.c, cc.h, cc.w}, DType::f32, seed, -1, 1);
           Tensor w = random_tensor({cc.k, cc.c, cc.r, cc.s}, DType::f32, seed + 1000, -0.3, 0.3);
           Tensor bias = seed % 3 ? random_tensor({cc.k}, DType::f32, seed + 2000) : Tensor();
@@ -167,14 +175,9 @@ TEST(Nchwc, ConvWritesOverItsResidual) {
       for (const kernels::cpu::GemmActivation act : {kernels::cpu::GemmActivation::none, kernels::cpu::GemmActivation::relu}) {
         seed += 4;
         const bool relu = act == kernels::cpu::GemmActivation::relu;
-        SCOPED_TRACE(std::string(kernels::cpu::isa_name(isa)) + " C=" + std::to_string(cc.c) +
-                     " K=" + std::to_string(cc.k) + " " + std::to_string(cc.h) + "x" + std::to_string(cc.w) +
-                     (relu ? " relu" : ""));
+        SCOPED_TRACE(name_of(isa, cc) + (relu ? " relu" : ""));
         const kernels::cpu::Conv2dParams p = params_of(cc);
-        Conv2dOptions o;
-        o.stride = cc.stride;
-        o.padding = cc.padding;
-        o.dilation = cc.dilation;
+        const Conv2dOptions o = options_of(cc);
         Tensor x = random_tensor({cc.n, cc.c, cc.h, cc.w}, DType::f32, seed, -1, 1);
         Tensor w = random_tensor({cc.k, cc.c, cc.r, cc.s}, DType::f32, seed + 1, -0.3, 0.3);
         Tensor bias = random_tensor({cc.k}, DType::f32, seed + 2);
