@@ -133,15 +133,19 @@ GraphMemoryPlan plan_memory(const ir::Graph& g, const std::map<std::string, int6
       }
       continue;
     }
+    // The input a single-output node's kernel may write over (Note [Memory planning]), or -1.
+    int w = -1;
+    if (n->outputs().size() == 1) {
+      std::vector<bool> present;
+      for (const ir::Value* v : n->inputs()) present.push_back(v != nullptr);
+      w = n->op().writable_input(n->attrs(), present);
+    }
     for (size_t k = 0; k < n->outputs().size(); ++k) {
       const ir::Value* o = n->outputs()[k];
       int64_t bytes = value_bytes(o->type(), symbol_max);
       int own_last = std::max(i, last_use.count(o) ? last_use.at(o) : i);
       ValuePlacement p{ValuePlacement::Kind::arena, -1, 0, bytes, false};
-      // In place over the input the op's kernel may write over (Note [Memory planning]).
-      std::vector<bool> present;
-      for (const ir::Value* v : n->inputs()) present.push_back(v != nullptr);
-      const int w = k == 0 && n->outputs().size() == 1 ? n->op().writable_input(n->attrs(), present) : -1;
+      // In place over that input.
       const ir::Value* x = w >= 0 ? n->inputs()[static_cast<size_t>(w)] : nullptr;
       if (x) {
         const ValuePlacement& xp = plan.values.at(x);

@@ -8,7 +8,6 @@
 
 #include <algorithm>
 
-
 #include "kernels/cpu/conv_nchwc.h"
 
 #pragma GCC push_options
