@@ -41,13 +41,26 @@ Conv2dParams params(const benchmark::State& s) {
   return p;
 }
 
-enum class Kernel { im2col, im2col_prepacked, direct_prepacked, direct_columns, direct_pixels, nhwc, nchwc };
+enum class Kernel {
+  im2col,
+  im2col_prepacked,
+  direct_prepacked,
+  direct_columns,
+  direct_pixels,
+  nhwc,
+  nchwc,
+  nchwc_panels3,
+  nchwc_panels4,
+};
 
 template <Kernel K>
 void BM_conv(benchmark::State& state) {
   namespace cpu = kiln::kernels::cpu;
   kiln::set_num_threads(static_cast<int>(state.range(6)));
-  const Conv2dParams p = params(state);
+  Conv2dParams p = params(state);
+  // The blocked kernel with its output blocks in panels of 3 or 4 (Note [Panels as tactics]).
+  constexpr bool blocked = K == Kernel::nchwc || K == Kernel::nchwc_panels3 || K == Kernel::nchwc_panels4;
+  p.nchwc_panel_blocks = K == Kernel::nchwc_panels3 ? 3 : K == Kernel::nchwc_panels4 ? 4 : 0;
   std::vector<float> w = random_floats(p.k * p.c * p.r * p.s, 2), bias = random_floats(p.k, 3);
   // Activations and output from kiln's allocator, as an engine's arena holds them (64-byte aligned,
   // 2 MiB pages from 1 MiB up): in std::vector's 4 KiB pages a memory-bound layer ran slower (16 ->
@@ -78,7 +91,7 @@ void BM_conv(benchmark::State& state) {
   // Blocked: x converted once (a region's layers read and write blocked tensors), filters packed.
   const cpu::NchwcInput input = p.c < 16 ? cpu::NchwcInput::plain : cpu::NchwcInput::blocked;
   kiln::Tensor xb_t;
-  if constexpr (K == Kernel::nchwc) {
+  if constexpr (blocked) {
     if (!cpu::conv2d_nchwc_supported(p, input)) {
       state.SkipWithError("not blockable (channels)");
       return;
@@ -96,7 +109,7 @@ void BM_conv(benchmark::State& state) {
   }
   for (auto _ : state) {
     if constexpr (K == Kernel::nhwc) cpu::conv2d_nhwc_f32(p, x, w.data(), bias.data(), y);
-    else if constexpr (K == Kernel::nchwc) cpu::conv2d_nchwc_f32(p, x, packed.data(), bias.data(), y, {}, input);
+    else if constexpr (blocked) cpu::conv2d_nchwc_f32(p, x, packed.data(), bias.data(), y, {}, input);
     else if constexpr (K == Kernel::im2col) cpu::conv2d_nchw_f32(p, x, w.data(), bias.data(), y);
     else if constexpr (K == Kernel::im2col_prepacked)
       cpu::conv2d_nchw_f32_prepacked(p, x, packed.data(), bias.data(), y);
@@ -182,6 +195,22 @@ BENCHMARK(BM_conv<Kernel::direct_columns>)->Name("BM_conv_direct_columns")->Appl
 BENCHMARK(BM_conv<Kernel::direct_pixels>)->Name("BM_conv_direct_pixels")->Apply(shapes);
 BENCHMARK(BM_conv<Kernel::nhwc>)->Name("BM_conv_nhwc")->Apply(shapes);
 BENCHMARK(BM_conv<Kernel::nchwc>)->Name("BM_conv_nchwc")->Apply(shapes);
+
+// Note [Panels as tactics] (conv_nchwc.cc): blocked layers whose K is not a multiple of 64, their
+// output blocks in panels of 3 or of 4 (a narrower last panel either way).
+//   ./build/bench/kiln_bench_conv_layout --benchmark_filter=BM_conv_nchwc_panels
+void panel_shapes(benchmark::internal::Benchmark* b) {
+  // {C, HW, K}, 1x1: MobileNetV2's projections to 96 and 160 channels and its expansions to 144;
+  // 16 -> 96 at 112 x 112; K = 160 at 28 x 28.
+  const std::vector<std::vector<int64_t>> layers = {{576, 14, 96}, {384, 14, 96}, {960, 7, 160}, {24, 56, 144},
+                                                    {256, 56, 144}, {16, 112, 96}, {256, 28, 160}};
+  for (int64_t n : {1, 8})
+    for (const auto& l : layers)
+      for (int64_t t : {1, 2}) b->Args({n, l[0], l[1], l[2], 1, 1, t});
+  b->ArgNames({"n", "c", "hw", "k", "r", "stride", "threads"})->Unit(benchmark::kMillisecond)->UseRealTime();
+}
+BENCHMARK(BM_conv<Kernel::nchwc_panels3>)->Name("BM_conv_nchwc_panels3")->Apply(panel_shapes);
+BENCHMARK(BM_conv<Kernel::nchwc_panels4>)->Name("BM_conv_nchwc_panels4")->Apply(panel_shapes);
 
 }  // namespace
 

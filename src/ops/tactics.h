@@ -17,7 +17,8 @@ namespace kiln {
 bool tactic_packs_weight(const std::string& tactic);
 // Whether `tactic` of `op` (with bound `attrs`) has a fast path for a weight (input 1) of this
 // shape, or would only run the op's default kernel (depthwise convolutions: the packed tactics
-// are GEMM-shaped); the tuner offers only tactics that fit.
+// are GEMM-shaped; the blocked convolution's panel widths where K is a multiple of 64); the tuner
+// offers only tactics that fit.
 bool tactic_fits(const OpDef& op, const std::string& tactic, const Attrs& attrs, const Shape& weight);
 // Packs `weight` (the step's input 1, a constant) for `tactic` of `op` with bound `attrs`, so the
 // first run finds it packed (Note [Prepacked tactics]). False when the tactic packs nothing or the

@@ -203,6 +203,39 @@ TEST(Nchwc, ConvWritesOverItsResidual) {
   }
 }
 
+// Note [Panels as tactics]: the output blocks in panels of 3 or 4 whatever the plane prefers, the
+// filters packed to match, every case on every ISA (narrower last panels of 1-3 blocks, partial
+// blocks, both tilings of 7 x 7 planes), with a residual before the activation, against float64.
+TEST(Nchwc, EitherPanelWidthMatchesFloat64Reference) {
+  int seed = 1300;
+  for (kernels::cpu::Isa isa : kernels::cpu::supported_isas()) {
+    kernels::cpu::IsaOverride on(isa);
+    for (const ConvCase& cc : kCases)
+      for (int panel_blocks : {3, 4}) {
+        seed += 4;
+        SCOPED_TRACE(name_of(isa, cc) + " panels of " + std::to_string(panel_blocks));
+        kernels::cpu::Conv2dParams p = params_of(cc);
+        p.nchwc_panel_blocks = panel_blocks;
+        ASSERT_EQ(kernels::cpu::conv2d_nchwc_tiling(p).panel_blocks, panel_blocks);
+        Tensor x = random_tensor({cc.n, cc.c, cc.h, cc.w}, DType::f32, seed, -1, 1);
+        Tensor w = random_tensor({cc.k, cc.c, cc.r, cc.s}, DType::f32, seed + 1, -0.3, 0.3);
+        Tensor bias = random_tensor({cc.k}, DType::f32, seed + 2);
+        Tensor ref = conv2d(f64(x), f64(w), f64(bias), options_of(cc));
+        Tensor res = random_tensor(ref.shape(), DType::f32, seed + 3);
+        Tensor xb = to_nchwc(x), rb = to_nchwc(res), y = empty_like(rb);
+        std::vector<float> packed(kernels::cpu::conv2d_nchwc_packed_weight_f32_floats(p));
+        kernels::cpu::pack_conv2d_nchwc_weight_f32(p, static_cast<const float*>(w.data_ptr()), packed.data());
+        kernels::cpu::Conv2dEpilogue ep;
+        ep.activation = kernels::cpu::GemmActivation::relu;
+        ep.residual = static_cast<const float*>(rb.data_ptr());
+        ep.residual_before_activation = true;
+        kernels::cpu::conv2d_nchwc_f32(p, static_cast<const float*>(xb.data_ptr()), packed.data(),
+                                       static_cast<const float*>(bias.data_ptr()), static_cast<float*>(y.data_ptr()), ep);
+        EXPECT_TRUE(testing::all_close(from_nchwc(y, cc.k), epilogue_ref(ref, res, 1, "relu"), {1e-4, 1e-4}));
+      }
+  }
+}
+
 // A stem reads its NCHW input as it is (NchwcInput::plain) and writes blocked output.
 TEST(Nchwc, StemConvReadsNchwInput) {
   struct Stem {
@@ -313,6 +346,21 @@ TEST(Nchwc, TilingFollowsThePlane) {
   EXPECT_EQ(kernels::cpu::conv2d_nchwc_tiling(p).panel_blocks, 4);
   p.ho = p.wo = 14;
   EXPECT_EQ(kernels::cpu::conv2d_nchwc_tiling(p).panel_blocks, 4);  // 196 = 33 tiles of 6, 1% spare
+  // Note [Panels as tactics]: a last panel of one or two blocks, where panels of 3 leave none or
+  // two, takes panels of 3.
+  for (const auto& [k, blocks] : std::vector<std::pair<int64_t, int>>{
+           {64, 4}, {96, 3}, {144, 3}, {160, 4}, {240, 4}, {32, 3}, {80, 3}, {112, 4}, {16, 4}, {1024, 4}}) {
+    p.k = k;
+    EXPECT_EQ(kernels::cpu::conv2d_nchwc_tiling(p).panel_blocks, blocks) << "K=" << k;
+  }
+  // An engine's tactic sets the width (Note [Panels as tactics]); nothing but 3 or 4 is one.
+  p.nchwc_panel_blocks = 3;
+  EXPECT_EQ(kernels::cpu::conv2d_nchwc_tiling(p).panel_blocks, 3);
+  p.ho = p.wo = 7;
+  p.nchwc_panel_blocks = 4;
+  EXPECT_EQ(kernels::cpu::conv2d_nchwc_tiling(p).panel_blocks, 4);
+  p.nchwc_panel_blocks = 2;
+  EXPECT_KILN_ERROR(kernels::cpu::conv2d_nchwc_tiling(p), "panels of 2 blocks", "expected 3 or 4");
 }
 
 TEST(Nchwc, RejectsWhatTheBlockedLayoutCannotHold) {

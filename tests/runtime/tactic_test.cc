@@ -550,9 +550,11 @@ TEST(Tactics, DirectConvFiltersFollowTheImageSize) {
 }
 
 // Forces every step that can take tactic `t` onto it and checks the engine's outputs.
-void expect_engines_agree(const ir::Graph& g, const Shape& in_shape, int level) {
+void expect_engines_agree(const ir::Graph& g, const Shape& in_shape, int level,
+                          CompileOptions::Layout layout = CompileOptions::Layout::automatic) {
   CompileOptions o = tuned("none", level);
   o.autotune = false;
+  o.layout = layout;
   auto base = std::make_shared<Engine>(compile(g, o).engine);
   Executor ref(base);
   for (int64_t batch : {1, 4}) {
@@ -669,6 +671,87 @@ TEST(Tactics, EveryTacticGivesTheDefaultsResultsThroughEngines) {
     expect_engines_agree(mlp(), {1, 13}, level);
     expect_engines_agree(small_cnn(), {1, 3, 9, 7}, level);
   }
+}
+
+// ---- the blocked convolution's panel widths (Note [Panels as tactics] in conv_nchwc.cc) -------------
+
+Tensor blocked(const Tensor& x) {
+  return run_kernel(OpCall{op("to_nchwc"), {x}, Attrs{}, KILN_HERE, Tensor(), nullptr})[0];
+}
+
+TEST(Tactics, BlockedConvolutionPanelWidthsMatchTheDefault) {
+  struct Case {
+    Shape x, w;
+    int64_t pad;
+  };
+  // K = 96 (4 + 2 blocks or 3 + 3), 40 (one panel of 3, partial), 144 (4 + 4 + 1 or 3 + 3 + 3);
+  // a stem reading 3 NCHW channels.
+  const std::vector<Case> cases = {{{1, 32, 14, 14}, {96, 32, 1, 1}, 0},
+                                   {{2, 16, 9, 11}, {40, 16, 3, 3}, 1},
+                                   {{1, 24, 8, 8}, {144, 24, 3, 3}, 1},
+                                   {{1, 3, 15, 15}, {40, 3, 3, 3}, 1}};
+  uint64_t seed = 700;
+  for (const Case& c : cases) {
+    Tensor x = random_tensor(c.x, DType::f32, seed++), w = random_tensor(c.w, DType::f32, seed++, -0.3, 0.3);
+    Tensor b = random_tensor({c.w[0]}, DType::f32, seed++);
+    const Tensor xin = c.x[1] > 16 ? blocked(x) : x;
+    Attrs at;
+    at.set("padding", std::vector<int64_t>(4, c.pad));
+    at.set("activation", std::string("relu"));
+    OpCall call{op("fused_conv2d_nchwc"), {xin, w, b, Tensor()}, op("fused_conv2d_nchwc").bind_attrs(at), KILN_HERE,
+                Tensor(), nullptr};
+    Tensor res = random_tensor(run_kernel(call)[0].shape(), DType::f32, seed++);
+    for (bool before : {false, true}) {
+      at.set("residual_before_activation", before);
+      expect_tactics_agree("fused_conv2d_nchwc", {xin, w, b, res}, at);
+    }
+    EXPECT_TRUE(tactic_fits(op("fused_conv2d_nchwc"), "panels3", op("fused_conv2d_nchwc").bind_attrs(at), c.w));
+  }
+  const Attrs one = op("fused_conv2d_nchwc").bind_attrs({});
+  Attrs depthwise = one;
+  depthwise.set("groups", int64_t{96});
+  for (const char* t : {"panels3", "panels4"}) {
+    EXPECT_TRUE(tactic_fits(op("fused_conv2d_nchwc"), t, one, {96, 32, 1, 1}));
+    EXPECT_FALSE(tactic_fits(op("fused_conv2d_nchwc"), t, one, {64, 32, 1, 1})) << "whole panels of 4";
+    EXPECT_FALSE(tactic_fits(op("fused_conv2d_nchwc"), t, one, {256, 32, 3, 3}));
+    EXPECT_FALSE(tactic_fits(op("fused_conv2d_nchwc"), t, depthwise, {96, 1, 3, 3})) << "depthwise: no panels";
+  }
+}
+
+// x -> conv 16 -> 96 (a narrower last panel: tuned over panel widths) -> relu -> conv 96 -> 64
+// (whole panels: not) -> relu, blocked when compiled with Layout::nchwc.
+ir::Graph blocked_pair() {
+  ir::Graph g;
+  g.name = "blocked_pair";
+  uint64_t seed = 800;
+  auto cst = [&](const std::string& n, const Shape& s) {
+    return g.add_constant(n, random_tensor(s, DType::f32, seed++, -0.3, 0.3));
+  };
+  const Attrs pad{{"padding", std::vector<int64_t>{1, 1, 1, 1}}};
+  ir::Value* x = g.add_input("x", ir::ValueType{DType::f32, {ir::Dim::sym("batch"), 16, 14, 14}});
+  ir::Value* c = g.add_node(op("conv2d"), {x, cst("w96", {96, 16, 3, 3}), cst("b96", {96})}, pad)->output();
+  c = g.add_node(op("relu"), {c})->output();
+  c = g.add_node(op("conv2d"), {c, cst("w64", {64, 96, 1, 1}), cst("b64", {64})})->output();
+  g.add_output(g.add_node(op("relu"), {c})->output());
+  ir::verify(g);
+  return g;
+}
+
+TEST(Tactics, PanelWidthsAreTunedWhereKLeavesANarrowerPanel) {
+  CompileOptions o = tuned("none", 2);
+  o.layout = CompileOptions::Layout::nchwc;
+  CompileResult r = compile(blocked_pair(), o);
+  int narrower = 0, whole = 0;
+  for (const std::string& c : r.tuning.choices) {
+    if (c.find("fused_conv2d_nchwc") == std::string::npos) continue;
+    const bool panels = c.find("panels3=") != std::string::npos && c.find("panels4=") != std::string::npos;
+    (panels ? narrower : whole) += 1;
+  }
+  EXPECT_EQ(narrower, 1) << r.tuning.summary();
+  EXPECT_EQ(whole, 0) << "the 96 -> 64 layer has one panel width to offer: not tuned\n" << r.tuning.summary();
+  // Either width, forced on every blocked convolution and through the engine file, gives the
+  // untuned engine's results.
+  expect_engines_agree(blocked_pair(), {1, 16, 14, 14}, 2, CompileOptions::Layout::nchwc);
 }
 
 // ---- targets, budgets, files ------------------------------------------------------------------------

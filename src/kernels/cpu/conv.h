@@ -22,6 +22,9 @@ struct Conv2dParams {
   // The direct convolution's tiling (an engine's "direct_columns" / "direct_pixels" tactics, timed
   // at compile time); the other kernels ignore it. Pixels where no pixel tile fits: columns.
   DirectConvTiling tiling = DirectConvTiling::automatic;
+  // The blocked convolution's panel width in output blocks, 3 or 4 (an engine's "panels3" /
+  // "panels4" tactics: Note [Panels as tactics] in conv_nchwc.cc); 0: conv2d_nchwc_tiling's choice.
+  int nchwc_panel_blocks = 0;
 };
 
 // x, w, y contiguous; bias [K] or nullptr. Workspace is one im2col matrix per worker

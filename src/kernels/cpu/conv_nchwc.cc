@@ -371,11 +371,34 @@ bool conv2d_nchwc_supported(const Conv2dParams& p, NchwcInput input) {
 // 7 x 7 plane into 9 tiles for 49 pixels (10% of the work wasted: ResNet's last stage ran 8-13%
 // slower than the NCHW kernel with its 7-pixel tiles). Planes that 7-pixel tiles split with 3% less
 // waste take panels of 3 blocks and 7 x 48 tiles (7 x 32, 7 x 16 for the last panel).
+//
+// Note [Panels as tactics]
+// The waste is not all that decides. Where K is not a multiple of 64 the last panel is narrower,
+// and its tiles (12 x 32, 12 x 16) leave spare pixels of their own; its items are also cheaper
+// than the others', which splits the work unevenly between the threads. Layers alone, batch 1,
+// 2 threads (BM_conv_nchwc_panels in bench/conv_layout_bench.cc): MobileNetV2's 576 -> 96 1x1 at
+// 14 x 14 ran 0.082 ms in panels of 4 + 2 blocks and 0.077 in 3 + 3 (7 x 48 tiles, 196 = 28 x 7);
+// 256 -> 144 at 56 x 56 0.778 in 4 + 4 + 1 and 0.742 in 3 + 3 + 3. But 256 -> 160 at 28 x 28 ran
+// 0.213 in 4 + 4 + 2 and 0.238 in 3 + 3 + 3 + 1, and by how much either wins moves with the plane,
+// batch and threads. So for K that is not a multiple of 64, an engine times both widths (the
+// "panels3" and "panels4" tactics of fused_conv2d_nchwc set p.nchwc_panel_blocks). Untuned,
+// panels of 3 are taken where panels of 4 would leave one or two blocks over and panels of 3
+// none or two (the same benchmark at batch 1 and 8, 1 and 2 threads: 3 + 3 ran 0.90-0.99x the
+// time of 4 + 2, 3 + 3 + 3 0.92-1.0x that of 4 + 4 + 1, and 4 + 4 + 2 0.90-0.99x that of
+// 3 + 3 + 3 + 1).
 NchwcTiling conv2d_nchwc_tiling(const Conv2dParams& p) {
-  const int64_t pixels = p.ho * p.wo;
-  const int64_t by6 = (pixels + 5) / 6 * 6, by7 = (pixels + 6) / 7 * 7;
+  KILN_CHECK(p.nchwc_panel_blocks == 0 || p.nchwc_panel_blocks == 3 || p.nchwc_panel_blocks == 4,
+             "conv2d_nchwc: panels of ", p.nchwc_panel_blocks, " blocks; expected 3 or 4 (0: chosen by the plane)");
   NchwcTiling t;
-  if (static_cast<double>(by7) < 0.97 * static_cast<double>(by6)) t.panel_blocks = 3;
+  if (p.nchwc_panel_blocks != 0) {
+    t.panel_blocks = p.nchwc_panel_blocks;
+    return t;
+  }
+  const int64_t pixels = p.ho * p.wo, kb = nchwc_blocks(p.k);
+  const int64_t by6 = (pixels + 5) / 6 * 6, by7 = (pixels + 6) / 7 * 7;
+  const bool less_waste = static_cast<double>(by7) < 0.97 * static_cast<double>(by6);
+  const bool narrow_last_panel = (kb % 4 == 1 || kb % 4 == 2) && kb % 3 != 1;
+  if (less_waste || narrow_last_panel) t.panel_blocks = 3;
   return t;
 }
 

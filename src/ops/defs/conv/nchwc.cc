@@ -119,7 +119,9 @@ kernels::cpu::GemmActivation act_of(const std::string& a) {
   return GemmActivation::none;
 }
 
-void conv_nchwc_kernel(const KernelCall& k) {
+// panel_blocks: the blocked convolution's panel width (Note [Panels as tactics] in
+// conv_nchwc.cc), 0 for its own choice; depthwise layers have no panels.
+void conv_nchwc(const KernelCall& k, int panel_blocks) {
   const Tensor& out = k.out(0);
   if (out.numel() == 0) return;
   Tensor x = k.in(0).contiguous(), w = k.in(1).contiguous();
@@ -136,6 +138,7 @@ void conv_nchwc_kernel(const KernelCall& k) {
   p.ho = out.shape()[2], p.wo = out.shape()[3];
   p.stride_h = stride[0], p.stride_w = stride[1], p.pad_top = pad[0], p.pad_left = pad[1];
   p.dil_h = dil[0], p.dil_w = dil[1], p.groups = groups;
+  p.nchwc_panel_blocks = groups == 1 ? panel_blocks : 0;
   kernels::cpu::Conv2dEpilogue ep;
   ep.activation = act_of(k.attrs.get_string("activation"));
   ep.residual = res.defined() ? static_cast<const float*>(res.data_ptr()) : nullptr;
@@ -159,6 +162,12 @@ void conv_nchwc_kernel(const KernelCall& k) {
     kernels::cpu::conv2d_nchwc_f32(p, xp, packed.get(), bp, yp, ep, input);
   }
   if (!y.is_same(out)) kernels::cpu::copy_into(out, y);
+}
+
+void conv_nchwc_kernel(const KernelCall& k) { conv_nchwc(k, 0); }
+template <int PanelBlocks>
+void conv_nchwc_panels_kernel(const KernelCall& k) {
+  conv_nchwc(k, PanelBlocks);
 }
 
 std::vector<TensorMeta> infer_max_pool_nchwc(const InferCtx& c) {
@@ -212,6 +221,10 @@ void register_nchwc_ops(OpRegistry& r) {
         "bool residual_before_activation=false) -> Tensor")
       .infer(infer_conv_nchwc)
       .kernel(DeviceType::cpu, f32, conv_nchwc_kernel)
+      // Note [Panels as tactics] (conv_nchwc.cc): offered where K is not a multiple of 64
+      // (tactic_fits in src/ops/defs/linalg/matmul_tactics.cc).
+      .kernel(DeviceType::cpu, f32, conv_nchwc_panels_kernel<3>, "panels3")
+      .kernel(DeviceType::cpu, f32, conv_nchwc_panels_kernel<4>, "panels4")
       .no_vjp(kNoVjp)
       .no_batch(kNoBatch)
       .no_onnx(kNoOnnx)

@@ -400,6 +400,10 @@ bool tactic_packs_weight(const std::string& tactic) {
 
 bool tactic_fits(const OpDef& op, const std::string& tactic, const Attrs& attrs, const Shape& weight) {
   const std::string& name = op.name();
+  // Note [Panels as tactics] in conv_nchwc.cc: the panel width matters where K leaves a narrower
+  // last panel; a depthwise layer has no panels.
+  if (name == "fused_conv2d_nchwc" && (tactic == "panels3" || tactic == "panels4"))
+    return weight.size() == 4 && attrs.get_int("groups") == 1 && (weight[0] + 15) / 16 % 4 != 0;
   if (!tactic_packs_weight(tactic) || (name != "conv2d" && name != "fused_conv2d")) return true;
   // Depthwise (one input channel per group): conv_params sends it to the default kernel.
   return !(weight.size() == 4 && attrs.get_int("groups") > 1 && weight[1] == 1);
