@@ -1,9 +1,10 @@
 // The layout pass (src/compiler/passes/layout.cc, Note [Layout regions]): regions of blockable
 // convolutions become fused_conv2d_nchwc with one to_nchwc per value read from outside and one
 // from_nchwc per value read outside (graph outputs too); engines with blocked regions match the
-// reference executor and the NCHW engine at every batch; a stem and a max pool join the region,
-// and so do depthwise convolutions and channel counts that are not multiples of 16; the cost
-// model keeps a small region in NCHW and blocks a deep chain; what cannot be blocked stays as it is.
+// reference executor and the NCHW engine at every batch; a stem, a max pool and a global average
+// pool join the region, and so do depthwise convolutions and channel counts that are not multiples
+// of 16; the cost model keeps a small region in NCHW and blocks a deep chain; what cannot be
+// blocked stays as it is.
 #include <gtest/gtest.h>
 
 #include "kiln/compiler.h"
@@ -132,6 +133,41 @@ TEST(Layout, CostModelBlocksDeepChainsAndKeepsSmallRegionsPlain) {
   }
 }
 
+// A global average pool of the last convolution's output runs blocked (Note [Blocked global pool]):
+// the region hands out the pooled [N, C, 1, 1] (40 channels: a partial block) instead of the whole
+// activation.
+TEST(Layout, GlobalAveragePoolJoinsTheRegion) {
+  Builder b;
+  b.g.name = "pooled";
+  ir::Value* x = b.g.add_input("x", ir::ValueType{DType::f32, {ir::Dim::sym("batch"), 24, 10, 9}});
+  ir::Value* c = b.relu(b.conv(b.relu(b.conv(x, 32, 3, 1, "c1")), 40, 3, 1, "c2"));
+  ir::Value* pooled = b.g.add_node(op("global_avg_pool"), {c})->output();
+  ir::Value* flat = b.g.add_node(op("reshape"), {pooled}, {{"shape", std::vector<int64_t>{-1, 40}}})->output();
+  b.g.add_output(b.g.add_node(op("gemm"), {flat, b.cst("fc_w", {5, 40}), b.cst("fc_b", {5})}, {{"trans_b", true}})
+                     ->output());
+  ir::verify(b.g);
+  using Layout = runtime::CompileOptions::Layout;
+  runtime::CompileResult r = runtime::compile(b.g, opts(Layout::nchwc, 3));
+  auto n = op_counts(r.engine);
+  EXPECT_EQ(n["fused_conv2d_nchwc"], 2);
+  EXPECT_EQ(n["global_avg_pool_nchwc"], 1);
+  EXPECT_EQ(n["global_avg_pool"], 0);
+  EXPECT_EQ(n["to_nchwc"], 1);
+  ASSERT_EQ(n["from_nchwc"], 1);
+  for (const runtime::EngineStep& st : r.engine.steps)
+    if (st.op->name() == "from_nchwc") {
+      EXPECT_EQ(st.attrs.get_int("channels"), 40);
+      EXPECT_EQ(r.engine.values[static_cast<size_t>(st.inputs[0])].shape.size(), 5u);
+      EXPECT_EQ(r.engine.values[static_cast<size_t>(st.inputs[0])].shape[2].size, 1) << "the pooled output";
+    }
+  runtime::Executor ex(std::make_shared<runtime::Engine>(r.engine));
+  for (int64_t batch : {1, 3}) {
+    SCOPED_TRACE("batch " + std::to_string(batch));
+    Tensor xin = random_tensor({batch, 24, 10, 9}, DType::f32, 60 + static_cast<uint64_t>(batch));
+    EXPECT_TRUE(testing::all_close(ex.run({xin})[0], ir::run(b.g, {xin})[0], {1e-4, 1e-4}));
+  }
+}
+
 // A stem (3 input channels) reads the NCHW input as it is and its max pool runs blocked: the region
 // starts at the graph input without a conversion. A plain reader of the pool (a graph output) gets
 // one back.
@@ -158,7 +194,7 @@ TEST(Layout, StemAndMaxPoolJoinTheRegion) {
   EXPECT_EQ(n["from_nchwc"], 2);  // y and the pool: both graph outputs
   bool reported = false;
   for (const auto& p : r.passes)
-    reported = reported || p.report.find("3 convolution(s) and 1 max pool(s) in 1 region(s), 0 to_nchwc, 2 from_nchwc") !=
+    reported = reported || p.report.find("3 convolution(s) and 1 pool(s) in 1 region(s), 0 to_nchwc, 2 from_nchwc") !=
                                std::string::npos;
   EXPECT_TRUE(reported);
   runtime::Executor ex(std::make_shared<runtime::Engine>(r.engine));

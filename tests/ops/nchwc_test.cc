@@ -338,6 +338,28 @@ TEST(Nchwc, MaxPoolMatchesNchwMaxPool) {
   }
 }
 
+// Note [Blocked global pool]: the mean of each channel's plane, against float64, for partial
+// blocks (whose zero lanes stay zero), one-pixel planes, planes of 1-3 pixels past a multiple of
+// 4 and a large plane; and what is not blocked is an error.
+TEST(Nchwc, GlobalAveragePoolMatchesFloat64Reference) {
+  int seed = 1700;
+  for (const Shape& s : std::vector<Shape>{{2, 33, 7, 7}, {1, 16, 1, 1}, {3, 40, 13, 11}, {1, 7, 2, 3}, {1, 64, 56, 56}}) {
+    SCOPED_TRACE(shape_str(s));
+    Tensor x = random_tensor(s, DType::f32, ++seed);
+    Tensor got = dispatch1(op("global_avg_pool_nchwc"), {to_nchwc(x)}, {});
+    ASSERT_EQ(got.shape(), (Shape{s[0], (s[1] + 15) / 16, 1, 1, 16}));
+    EXPECT_TRUE(testing::all_close(from_nchwc(got, s[1]), global_avg_pool(f64(x)), {1e-5, 1e-6}));
+    if (s[1] % 16) {
+      Tensor tail = got.slice(1, s[1] / 16, s[1] / 16 + 1).slice(4, s[1] % 16, 16);
+      EXPECT_TRUE(testing::all_close(tail, zeros(tail.shape(), TensorOptions(DType::f32)), {0, 0}));
+    }
+  }
+  EXPECT_KILN_ERROR(dispatch1(op("global_avg_pool_nchwc"), {random_tensor({1, 16, 5, 5}, DType::f32, 1)}, {}),
+                    "global_avg_pool_nchwc", "must be blocked");
+  EXPECT_KILN_ERROR(dispatch1(op("global_avg_pool_nchwc"), {zeros({1, 1, 0, 4, 16}, TensorOptions(DType::f32))}, {}),
+                    "no pixels to average");
+}
+
 TEST(Nchwc, TilingFollowsThePlane) {
   kernels::cpu::Conv2dParams p;
   p.ho = p.wo = 7;

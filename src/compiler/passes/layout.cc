@@ -9,7 +9,7 @@
 // input comes from outside (a stem) reads that NCHW input as it is. Such convolutions are joined
 // into regions along the values they pass each other (input or residual) and the values two of
 // them read (a ResNet block's input feeds its first convolution and its projection); a max pool
-// of a member's output joins its region. A region reads each value from outside through one
+// or a global average pool of a member's output joins its region. A region reads each value from outside through one
 // to_nchwc and hands each value read outside through one from_nchwc; inside it values stay
 // blocked, so a conversion pair between two members never appears (there is nothing to cancel
 // later). Whether a region pays is a cost model, in FLOP equivalents:
@@ -17,8 +17,9 @@
 //   cost = kConvertCost * (elements of every conversion at its edges)
 // "layout" keeps the regions whose gain exceeds their cost; "layout_all" keeps every region (for
 // tests and for measuring what blocking does where the model says no). ResNets and MobileNetV2
-// become one region from the stem to the last convolution with one conversion (into the global
-// pool); a handful of small convolutions between two conversions stays as it is.
+// become one region from the stem to the global pool, with one conversion, of the pooled output
+// (Note [Blocked global pool] in conv_nchwc.cc); a handful of small convolutions between two
+// conversions stays as it is.
 // The constants come from bench/RESULTS.md (2026-12-05 05:55, the blocked layout): blocking saved
 // 0-50% of a convolution's time (the most on 1x1 layers at 56 x 56 and 28 x 28; 3x3 layers 0-10%
 // in the engine), and a conversion ran at 2-3 elements per nanosecond per thread, about 80 FLOP
@@ -43,9 +44,9 @@ const std::set<std::string> kBlockedActs = {"none", "relu", "relu6", "hardswish"
 
 // A node that can run in a region: a convolution on blocked input, a stem (a convolution of at
 // most 16 input channels that reads its NCHW input as it is and writes blocked output), or a max
-// pool of a member's output.
+// pool or global average pool of a member's output.
 struct Member {
-  enum class Kind { conv, stem, pool } kind = Kind::conv;
+  enum class Kind { conv, stem, pool, global_pool } kind = Kind::conv;
   ir::Node* node = nullptr;
   ir::Value* x = nullptr;         // read blocked (nullptr: a stem's input, read as it is)
   ir::Value* residual = nullptr;  // read blocked
@@ -111,10 +112,13 @@ class LayoutPass : public ir::Pass {
     auto member_output = [&](const ir::Value* v) { return v && v->producer() && index.count(v->producer()); };
     for (ir::Node* n : g.nodes()) {
       std::optional<Member> m = blockable_conv(n, member_output(input_at(n, 0)));
-      // A max pool joins the region of the member whose output it reads.
-      if (!m && n->op().name() == "max_pool2d" && n->outputs().size() == 1 && member_output(input_at(n, 0)) &&
-          n->output()->type().dtype == DType::f32 && n->output()->type().shape.size() == 4)
-        m = Member{Member::Kind::pool, n, input_at(n, 0), nullptr, 0.0};
+      // A pool joins the region of the member whose output it reads.
+      const std::string& name = n->op().name();
+      if (!m && (name == "max_pool2d" || name == "global_avg_pool") && n->outputs().size() == 1 &&
+          member_output(input_at(n, 0)) && n->output()->type().dtype == DType::f32 &&
+          n->output()->type().shape.size() == 4)
+        m = Member{name == "max_pool2d" ? Member::Kind::pool : Member::Kind::global_pool, n, input_at(n, 0), nullptr,
+                   0.0};
       if (m) {
         index[n] = members.size();
         members.push_back(*m);
@@ -188,6 +192,8 @@ class LayoutPass : public ir::Pass {
         for (const char* k : {"kernel", "stride", "padding", "dilation"}) a.set(k, n->attrs().get_ints(k));
         a.set("ceil_mode", n->attrs().get_bool("ceil_mode"));
         b = g.add_node(kiln::op("max_pool2d_nchwc"), {blocked_of(c.x)}, a);
+      } else if (c.kind == Member::Kind::global_pool) {
+        b = g.add_node(kiln::op("global_avg_pool_nchwc"), {blocked_of(c.x)});
       } else {
         const bool fused = n->op().name() == "fused_conv2d";
         Attrs a{{"stride", n->attrs().get_ints("stride")},
@@ -204,7 +210,7 @@ class LayoutPass : public ir::Pass {
       blocked[n->output()] = b->output();
       old.push_back(n);
       old_set.insert(n);
-      pools += c.kind == Member::Kind::pool;
+      pools += c.kind == Member::Kind::pool || c.kind == Member::Kind::global_pool;
     }
     // Readers outside the region (graph outputs too) get one conversion back; the old nodes, the
     // only other readers, go.
@@ -224,7 +230,7 @@ class LayoutPass : public ir::Pass {
     for (auto& [v, nm] : names) g.rename(v, nm);
     topo_reorder(g);
     std::vector<std::string> out{std::to_string(static_cast<int64_t>(old.size()) - pools) + " convolution(s)" +
-                                 (pools ? " and " + std::to_string(pools) + " max pool(s)" : std::string()) + " in " +
+                                 (pools ? " and " + std::to_string(pools) + " pool(s)" : std::string()) + " in " +
                                  std::to_string(keep.size()) + " region(s), " + std::to_string(to) + " to_nchwc, " +
                                  std::to_string(from) + " from_nchwc"};
     for (const auto& sk : skipped) out.push_back("kept NCHW: " + sk);

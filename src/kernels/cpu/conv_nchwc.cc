@@ -357,6 +357,31 @@ void max_pool2d_nchwc_f32(const Pool2dParams& p, const float* x, float* y) {
   });
 }
 
+// Note [Blocked global pool]
+// A CNN's last convolution feeds a global average pool. Pooled in NCHW, the region ended in a
+// from_nchwc of the whole last activation (ResNet-50 at batch 8: 7 x 7 x 2048 x 8, 0.23 ms, then
+// the pool 0.13); pooled blocked, the conversion back is of one pixel a channel. A plane's 16 lanes
+// sum in four partial sums over its pixels (independent adds; less rounding on a large plane).
+void global_avg_pool_nchwc_f32(int64_t planes, int64_t pixels, const float* x, float* y) {
+  KILN_ASSERT(pixels >= 1, "global_avg_pool_nchwc_f32: ", pixels, " pixels");
+  const float inv = 1.0f / static_cast<float>(pixels);
+  const int64_t grain = std::max<int64_t>(1, (int64_t{1} << 14) / (pixels * kChannelBlock));
+  parallel_for(0, planes, grain, [&](int64_t p0, int64_t p1) {
+    for (int64_t plane = p0; plane < p1; ++plane) {
+      const float* xp = x + plane * pixels * kChannelBlock;
+      float acc[4][kChannelBlock] = {};
+      int64_t i = 0;
+      for (; i + 4 <= pixels; i += 4)
+        for (int u = 0; u < 4; ++u)
+          for (int64_t l = 0; l < kChannelBlock; ++l) acc[u][l] += xp[(i + u) * kChannelBlock + l];
+      for (; i < pixels; ++i)
+        for (int64_t l = 0; l < kChannelBlock; ++l) acc[0][l] += xp[i * kChannelBlock + l];
+      for (int64_t l = 0; l < kChannelBlock; ++l)
+        y[plane * kChannelBlock + l] = ((acc[0][l] + acc[1][l]) + (acc[2][l] + acc[3][l])) * inv;
+    }
+  });
+}
+
 bool conv2d_nchwc_copies_input(const Conv2dParams& p, NchwcInput input) { return plan(p, input).copy; }
 
 bool conv2d_nchwc_supported(const Conv2dParams& p, NchwcInput input) {

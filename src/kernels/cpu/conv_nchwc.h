@@ -68,6 +68,10 @@ void depthwise_conv2d_nchwc_f32(const Conv2dParams& p, const float* x, const flo
 // N * C/16), as max_pool2d on NCHW: NaN propagates; a window with no element inside gives -inf.
 void max_pool2d_nchwc_f32(const Pool2dParams& p, const float* x, float* y);
 
+// Global average pooling on blocked planes: x [planes, pixels, 16] -> y [planes, 16], each lane the
+// mean of its plane's pixels (a partial block's zero lanes stay zero). pixels >= 1.
+void global_avg_pool_nchwc_f32(int64_t planes, int64_t pixels, const float* x, float* y);
+
 // The blocked convolution's register tiles (Note [Blocked tiles] in conv_nchwc.cc): panels of
 // `panel_blocks` output blocks, and the pixels of a tile `blocks` wide (tests pick odd shapes
 // against them). The packed filters depend on panel_blocks.

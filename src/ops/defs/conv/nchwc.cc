@@ -3,6 +3,8 @@
 //   to_nchwc(x)                 [N, C, H, W] -> [N, ceil(C/16), H, W, 16], lanes past C zero
 //   from_nchwc(x, channels)     [N, ceil(channels/16), H, W, 16] -> [N, channels, H, W]
 //   max_pool2d_nchwc(x, ...)    max_pool2d on blocked x
+//   global_avg_pool_nchwc(x)    [N, C/16, H, W, 16] -> [N, C/16, 1, 1, 16]: global_avg_pool on
+//                               blocked x
 //   fused_conv2d_nchwc(x, w, bias?, residual?)
 //                               fused_conv2d (src/ops/defs/fused/fused.cc) on blocked x, residual
 //                               and output, one group or depthwise (groups = C); x may be NCHW with
@@ -194,6 +196,26 @@ void max_pool_nchwc_kernel(const KernelCall& k) {
   if (!y.is_same(out)) kernels::cpu::copy_into(out, y);
 }
 
+std::vector<TensorMeta> infer_global_avg_pool_nchwc(const InferCtx& c) {
+  check_f32(c, 0);
+  const Shape& xs = c.in(0).shape;
+  if (xs.size() != 5 || xs[4] != kChannelBlock)
+    c.fail("x of shape " + shape_str(xs) + " must be blocked, [N, C/16, H, W, 16]");
+  if (xs[2] * xs[3] == 0 && xs[0] * xs[1] > 0) c.fail("x of shape " + shape_str(xs) + " has no pixels to average");
+  return {TensorMeta{DType::f32, {xs[0], xs[1], 1, 1, kChannelBlock}}};
+}
+
+void global_avg_pool_nchwc_kernel(const KernelCall& k) {
+  const Tensor& out = k.out(0);
+  if (out.numel() == 0) return;
+  Tensor x = k.in(0).contiguous();
+  const Shape& xs = x.shape();
+  Tensor y = out.is_contiguous() ? out : empty(out.shape(), TensorOptions(DType::f32, out.device()));
+  kernels::cpu::global_avg_pool_nchwc_f32(xs[0] * xs[1], xs[2] * xs[3], static_cast<const float*>(x.data_ptr()),
+                                          static_cast<float*>(y.data_ptr()));
+  if (!y.is_same(out)) kernels::cpu::copy_into(out, y);
+}
+
 constexpr const char* kNoVjp = "compiler-emitted inference op: differentiate the unblocked graph";
 constexpr const char* kNoBatch = "compiler-emitted inference op: vmap the unblocked graph";
 constexpr const char* kNoOnnx = "compiler-emitted inference op: export the unblocked graph";
@@ -244,6 +266,14 @@ void register_nchwc_ops(OpRegistry& r) {
       .no_batch(kNoBatch)
       .no_onnx(kNoOnnx)
       .doc("max_pool2d on channel-blocked x [N, C/16, H, W, 16] -> [N, C/16, Ho, Wo, 16].");
+  r.add("global_avg_pool_nchwc(Tensor x) -> Tensor")
+      .infer(infer_global_avg_pool_nchwc)
+      .kernel(DeviceType::cpu, f32, global_avg_pool_nchwc_kernel)
+      .no_vjp(kNoVjp)
+      .no_batch(kNoBatch)
+      .no_onnx(kNoOnnx)
+      .doc("global_avg_pool on channel-blocked x [N, C/16, H, W, 16] -> [N, C/16, 1, 1, 16] (Note [Blocked "
+           "global pool] in kernels/cpu/conv_nchwc.cc).");
 }
 
 }  // namespace kiln
