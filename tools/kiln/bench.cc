@@ -156,17 +156,22 @@ int run_bench_command(const BenchOptions& opt) {
   std::cout << "throughput: " << std::setprecision(1) << throughput << " samples/s\n";
   if (opt.profile) {
     std::cout << std::setprecision(3) << "\nper-layer (ms per run, in step order):\n";
-    size_t name_w = 4;
-    for (const auto& l : ex.profile()) name_w = std::max(name_w, std::min<size_t>(l.name.size(), 40));
-    std::cout << "  " << std::left << std::setw(static_cast<int>(name_w)) << "name" << "  " << std::setw(16) << "op"
-              << std::setw(16) << "tactic" << std::right << std::setw(10) << "ms" << std::setw(8) << "%" << "\n";
+    // Columns as wide as their longest entry (names cut at 40), two spaces apart.
+    size_t name_w = 4, op_w = 2, tactic_w = 6;
+    for (const auto& l : ex.profile()) {
+      name_w = std::max(name_w, std::min<size_t>(l.name.size(), 40));
+      op_w = std::max(op_w, l.op.size());
+      tactic_w = std::max(tactic_w, l.tactic.size());
+    }
+    const int nw = static_cast<int>(name_w + 2), ow = static_cast<int>(op_w + 2), tw = static_cast<int>(tactic_w);
+    std::cout << "  " << std::left << std::setw(nw) << "name" << std::setw(ow) << "op" << std::setw(tw) << "tactic"
+              << std::right << std::setw(10) << "ms" << std::setw(8) << "%" << "\n";
     for (const auto& l : ex.profile())
-      std::cout << "  " << std::left << std::setw(static_cast<int>(name_w)) << l.name.substr(0, 40) << "  "
-                << std::setw(16) << l.op << std::setw(16) << (l.tactic.empty() ? "-" : l.tactic) << std::right
-                << std::setw(10) << per_run(l) << std::setw(7) << std::setprecision(1) << percent(l) << "%"
-                << std::setprecision(3) << "\n";
-    std::cout << "  " << std::left << std::setw(static_cast<int>(name_w)) << "total" << "  " << std::setw(32) << ""
-              << std::right << std::setw(10) << layer_total / opt.iterations << "\n";
+      std::cout << "  " << std::left << std::setw(nw) << l.name.substr(0, 40) << std::setw(ow) << l.op << std::setw(tw)
+                << (l.tactic.empty() ? "-" : l.tactic) << std::right << std::setw(10) << per_run(l) << std::setw(7)
+                << std::setprecision(1) << percent(l) << "%" << std::setprecision(3) << "\n";
+    std::cout << "  " << std::left << std::setw(nw + ow + tw) << "total" << std::right << std::setw(10)
+              << layer_total / opt.iterations << "\n";
   }
   return 0;
 }
