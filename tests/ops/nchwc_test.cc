@@ -281,7 +281,11 @@ TEST(Nchwc, DepthwiseMatchesFloat64Reference) {
   const Dw cases[] = {{1, 16, 9, 9, 3, {1, 1}, {1, 1, 1, 1}, {1, 1}},   {2, 24, 14, 13, 3, {2, 2}, {1, 1, 1, 1}, {1, 1}},
                       {1, 40, 11, 19, 5, {1, 2}, {2, 1, 2, 3}, {1, 1}}, {1, 96, 7, 7, 3, {1, 1}, {2, 2, 2, 2}, {2, 2}},
                       {1, 8, 3, 5, 3, {1, 1}, {0, 0, 0, 0}, {1, 1}},    {1, 16, 2, 2, 5, {1, 1}, {2, 2, 2, 2}, {1, 1}},
-                      {1, 32, 30, 29, 3, {2, 2}, {0, 1, 1, 0}, {1, 1}}};
+                      {1, 32, 30, 29, 3, {2, 2}, {0, 1, 1, 0}, {1, 1}},
+                      // Most above run in bands of rows (Note [Small depthwise planes]); wide
+                      // outputs row by row (Note [Blocked depthwise]), as 30 x 29 does.
+                      {1, 24, 20, 40, 3, {1, 1}, {1, 1, 1, 1}, {1, 1}}, {2, 40, 18, 34, 5, {2, 2}, {2, 2, 2, 2}, {1, 1}},
+                      {1, 16, 23, 15, 5, {1, 1}, {2, 0, 1, 2}, {2, 1}}};
   int seed = 700;
   for (kernels::cpu::Isa isa : kernels::cpu::supported_isas()) {
     kernels::cpu::IsaOverride on(isa);

@@ -123,6 +123,13 @@ void max_pool2d_nchwc_rows_avx512(const Pool2dParams& p, const float* x, float* 
 // with ep (bias at the block, residual at the first output) into y + 16 * o.
 void depthwise_nchwc_row_avx512(int taps, const int64_t* tap_off, const int32_t* tap_w, const float* x, int64_t xstep,
                                 const float* w, float* y, int64_t count, const ConvTileEpilogueF32& ep);
+// `count` outputs of the blocked depthwise convolution anywhere in a plane under AVX-512 (Note [Small
+// depthwise planes] in conv_nchwc.cc): output i sums x[xoff[i] + tap_off[t]] * the block's filter
+// tap_w[t] over the `taps` listed, finished with ep (bias at the block, residual laid out as y)
+// into y + yoff[i].
+void depthwise_nchwc_pixels_avx512(int taps, const int64_t* tap_off, const int32_t* tap_w, const float* x,
+                                   const int64_t* xoff, const float* w, float* y, const int64_t* yoff, int64_t count,
+                                   const ConvTileEpilogueF32& ep);
 // The AVX-512 kernel for tiles of mr pixels by nv blocks (NchwcTiling::pixels), or nullptr.
 // Unless `listed`, the kernel takes every tap in order (tap_w unused) and pixel i's outputs at
 // y + yoff[0] + 16 i: a rectangle of whole rows with every tap inside the input.
