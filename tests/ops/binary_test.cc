@@ -61,7 +61,12 @@ TEST(Binary, BroadcastingAndNonContiguous) {
       const std::vector<std::pair<Shape, Shape>> shapes = {
           {{7, 33}, {33}}, {{7, 1}, {1, 33}}, {{3, 1, 5}, {4, 1}}, {{}, {7, 3}}, {{1000}, {}}, {{2, 3, 4}, {2, 3, 4}},
           // runs long enough for f32's vector kernels, one value broadcast on either side
-          {{3, 1}, {3, 100}}, {{3, 100}, {3, 1}}};
+          {{3, 1}, {3, 100}}, {{3, 100}, {3, 1}},
+          // short rows against one repeated over them (Note [Short rows over a broadcast]): a
+          // blocked activation and its per-channel scale, either side; rows of 64 and of 65 (the
+          // general loop); enough tiles to split between threads
+          {{2, 3, 5, 7, 16}, {2, 3, 1, 1, 16}}, {{2, 3, 1, 1, 16}, {2, 3, 5, 7, 16}}, {{3, 9, 64}, {3, 1, 64}},
+          {{3, 1, 65}, {3, 9, 65}}, {{4, 600, 16}, {4, 1, 16}}};
       for (const auto& [sa, sb] : shapes) {
         Tensor a = random_tensor(sa, t, 5, lo, hi), b = random_tensor(sb, t, 6, lo, hi);
         Tensor want = ref::binary(c.op, a, b);

@@ -1,5 +1,6 @@
 // Binary arithmetic: add, sub, mul, div, pow, mod, maximum, minimum. Inputs are promoted to their
 // common dtype by the dispatcher (InputCast::common); the kernels see one element type.
+#include <algorithm>
 #include <cmath>
 #include <type_traits>
 
@@ -54,6 +55,21 @@ KernelFn arith_kernel(kernels::cpu::VmathBinOp op, F f) {
         kernels::cpu::vmath_kernels_f32(kernels::cpu::active_isa()).binary[static_cast<int>(op)];
     const Tensor ops[3] = {k.out(0), k.in(0), k.in(1)};
     const kernels::cpu::LoopPlan<3> plan = kernels::cpu::plan_loop<3>(ops);
+    // Note [Short rows over a broadcast] in loops.h: a tile against a row repeated over it goes
+    // through the vector kernel in chunks, against the row copied out kRepeat floats long.
+    constexpr int64_t kRepeat = 256;
+    auto tile = [&](float* o, const float* x, const float* y, int64_t mid, int64_t inner, bool x_full) {
+      alignas(64) float rep[kRepeat + 64];
+      const int64_t rows = std::max<int64_t>(1, kRepeat / inner), len = mid * inner;
+      const float* r = x_full ? y : x;
+      for (int64_t j = 0; j < rows; ++j) std::copy(r, r + inner, rep + j * inner);
+      for (int64_t c = 0; c < len; c += rows * inner) {
+        const int64_t n = std::min(rows * inner, len - c);
+        if (x_full) bin(x + c, 1, rep, 1, o + c, n);
+        else bin(rep, 1, y + c, 1, o + c, n);
+      }
+    };
+    if (kernels::cpu::for_each_broadcast_tile<float, float>(plan, tile)) return;
     if (plan.shape.back() < kVmathRun) {  // short runs: binary_loop's loop, with no per-run test
       kernels::cpu::for_each_run<3>(plan, [&](char** p, const int64_t* s, int64_t n) {
         kernels::cpu::binary_run<float, float>(p, s, n, f);
