@@ -168,6 +168,58 @@ TEST(Layout, GlobalAveragePoolJoinsTheRegion) {
   }
 }
 
+// Note [Elementwise ops in a region]: a squeeze-excite (pool, 1x1, relu, 1x1, hardsigmoid, then
+// the depthwise output times the scale) runs blocked inside the region, the scale's partial
+// block (40 channels) included, with the scale on either side of the mul; an op that could make
+// a padded lane infinite (exp) stays NCHW and ends the region.
+ir::Graph squeeze_excite(bool scale_first, const std::string& gate) {
+  Builder b;
+  b.g.name = "se";
+  ir::Value* x = b.g.add_input("x", ir::ValueType{DType::f32, {ir::Dim::sym("batch"), 24, 9, 9}});
+  ir::Value* e = b.relu(b.conv(x, 40, 1, 1, "expand"));
+  ir::Value* d = b.relu(b.conv(e, 40, 3, 1, "dw", 40));
+  ir::Value* s = b.g.add_node(op("global_avg_pool"), {d})->output();
+  s = b.conv(b.relu(b.conv(s, 16, 1, 1, "fc1")), 40, 1, 1, "fc2");
+  s = b.g.add_node(op(gate), {s})->output();
+  ir::Value* m = b.g.add_node(op("mul"), {scale_first ? s : d, scale_first ? d : s})->output();
+  b.g.add_output(b.add(b.conv(m, 24, 1, 1, "project"), x));
+  ir::verify(b.g);
+  return std::move(b.g);
+}
+
+TEST(Layout, SqueezeExciteRunsBlocked) {
+  using Layout = runtime::CompileOptions::Layout;
+  for (bool scale_first : {false, true}) {
+    SCOPED_TRACE(scale_first ? "scale * x" : "x * scale");
+    const ir::Graph g = squeeze_excite(scale_first, "hardsigmoid");
+    runtime::CompileResult r = runtime::compile(g, opts(Layout::nchwc, 3));
+    auto n = op_counts(r.engine);
+    EXPECT_EQ(n["to_nchwc"], 1);    // x, read by the first convolution and the residual
+    EXPECT_EQ(n["from_nchwc"], 1);  // the output
+    EXPECT_EQ(n["global_avg_pool_nchwc"], 1);
+    for (const runtime::EngineStep& st : r.engine.steps)
+      if (st.op->name() == "mul" || st.op->name() == "hardsigmoid") {
+        EXPECT_EQ(r.engine.values[static_cast<size_t>(st.outputs[0])].shape.size(), 5u) << st.name << " runs blocked";
+      }
+    runtime::Executor ex(std::make_shared<runtime::Engine>(r.engine));
+    for (int64_t batch : {1, 3}) {
+      Tensor xin = random_tensor({batch, 24, 9, 9}, DType::f32, 80 + static_cast<uint64_t>(batch));
+      EXPECT_TRUE(testing::all_close(ex.run({xin})[0], ir::run(g, {xin})[0], {1e-4, 1e-4})) << "batch " << batch;
+    }
+  }
+  const ir::Graph g = squeeze_excite(false, "exp");
+  runtime::CompileResult r = runtime::compile(g, opts(Layout::nchwc, 3));
+  auto n = op_counts(r.engine);
+  EXPECT_GE(n["from_nchwc"], 2) << "the pooled scale leaves the region for exp";
+  for (const runtime::EngineStep& st : r.engine.steps)
+    if (st.op->name() == "exp") {
+      EXPECT_EQ(r.engine.values[static_cast<size_t>(st.outputs[0])].shape.size(), 4u);
+    }
+  Tensor xin = random_tensor({2, 24, 9, 9}, DType::f32, 90);
+  runtime::Executor ex(std::make_shared<runtime::Engine>(r.engine));
+  EXPECT_TRUE(testing::all_close(ex.run({xin})[0], ir::run(g, {xin})[0], {1e-4, 1e-4}));
+}
+
 // A stem (3 input channels) reads the NCHW input as it is and its max pool runs blocked: the region
 // starts at the graph input without a conversion. A plain reader of the pool (a graph output) gets
 // one back.

@@ -9,7 +9,8 @@
 // input comes from outside (a stem) reads that NCHW input as it is. Such convolutions are joined
 // into regions along the values they pass each other (input or residual) and the values two of
 // them read (a ResNet block's input feeds its first convolution and its projection); a max pool
-// or a global average pool of a member's output joins its region. A region reads each value from outside through one
+// or a global average pool of a member's output joins its region, and so does an elementwise op
+// that reads one (Note [Elementwise ops in a region]). A region reads each value from outside through one
 // to_nchwc and hands each value read outside through one from_nchwc; inside it values stay
 // blocked, so a conversion pair between two members never appears (there is nothing to cancel
 // later). Whether a region pays is a cost model, in FLOP equivalents:
@@ -46,10 +47,10 @@ const std::set<std::string> kBlockedActs = {"none", "relu", "relu6", "hardswish"
 // most 16 input channels that reads its NCHW input as it is and writes blocked output), or a max
 // pool or global average pool of a member's output.
 struct Member {
-  enum class Kind { conv, stem, pool, global_pool } kind = Kind::conv;
+  enum class Kind { conv, stem, pool, global_pool, eltwise } kind = Kind::conv;
   ir::Node* node = nullptr;
-  ir::Value* x = nullptr;         // read blocked (nullptr: a stem's input, read as it is)
-  ir::Value* residual = nullptr;  // read blocked
+  ir::Value* x = nullptr;       // read blocked (nullptr: a stem's input, read as it is)
+  ir::Value* second = nullptr;  // read blocked: a convolution's residual, a binary op's second operand
   double gain = 0;                // FLOPs blocking saves, less the work on partial blocks' lanes
 };
 
@@ -101,6 +102,41 @@ std::optional<Member> blockable_conv(ir::Node* n, bool x_blocked) {
                 rate * flops - (padded - flops)};
 }
 
+// Note [Elementwise ops in a region]
+// MobileNetV3's squeeze-excite scales a depthwise output by a per-channel factor computed from
+// its global pool: pool -> 1x1 -> relu -> 1x1 -> hardsigmoid -> mul. Its convolutions and pool can
+// be members; the hardsigmoid and the mul ran in NCHW, so the region broke into one per block, with
+// a conversion out and one back in around every mul. Elementwise ops work on blocked values as they
+// are: the same op on the 5-d forms, the scale [N, C/16, 1, 1, 16] broadcasting over
+// [N, C/16, H, W, 16] as [N, C, 1, 1] does over [N, C, H, W]. So a unary op that keeps finite
+// values finite, or a mul or add of two 4-d operands (one may be a pooled [N, C, 1, 1]), joins the
+// region of a member whose output it reads. A partial block's lanes then need not stay zero (a
+// hardsigmoid makes them 0.5), but they stay finite, and every reader ignores them: a convolution's
+// filters, a depthwise layer's and a conversion back are zero there, and a mul by a zero lane is
+// zero again.
+const std::set<std::string> kBlockedUnary = {"relu", "hardsigmoid", "hardswish", "sigmoid", "tanh", "clip"};
+
+template <class IsMemberOutput>
+std::optional<Member> blockable_eltwise(ir::Node* n, const IsMemberOutput& member_output) {
+  const std::string& op = n->op().name();
+  const bool unary = kBlockedUnary.count(op) != 0, binary = op == "mul" || op == "add";
+  if ((!unary && !binary) || n->outputs().size() != 1) return std::nullopt;
+  const ir::ValueType& yt = n->output()->type();
+  if (yt.dtype != DType::f32 || yt.shape.size() != 4) return std::nullopt;
+  ir::Value* a = input_at(n, 0);
+  ir::Value* b = binary ? input_at(n, 1) : nullptr;
+  // Each operand 4-d f32, with the output's N and C and either its H and W or 1 x 1.
+  auto fits = [&](const ir::Value* v) {
+    if (!v || v->type().dtype != DType::f32 || v->type().shape.size() != 4) return false;
+    const auto& s = v->type().shape;
+    const bool pooled = !s[2].is_symbolic() && !s[3].is_symbolic() && s[2].size == 1 && s[3].size == 1;
+    return s[0] == yt.shape[0] && s[1] == yt.shape[1] && (pooled || (s[2] == yt.shape[2] && s[3] == yt.shape[3]));
+  };
+  if (!fits(a) || (binary && !fits(b)) || (unary && n->inputs().size() != 1)) return std::nullopt;
+  if (!member_output(a) && !(binary && member_output(b))) return std::nullopt;
+  return Member{Member::Kind::eltwise, n, a, b, 0.0};
+}
+
 class LayoutPass : public ir::Pass {
  public:
   explicit LayoutPass(bool all) : all_(all) {}
@@ -119,6 +155,7 @@ class LayoutPass : public ir::Pass {
           n->output()->type().shape.size() == 4)
         m = Member{name == "max_pool2d" ? Member::Kind::pool : Member::Kind::global_pool, n, input_at(n, 0), nullptr,
                    0.0};
+      if (!m) m = blockable_eltwise(n, member_output);
       if (m) {
         index[n] = members.size();
         members.push_back(*m);
@@ -135,7 +172,7 @@ class LayoutPass : public ir::Pass {
     auto join = [&](size_t a, size_t b) { parent[find(a)] = find(b); };
     std::map<const ir::Value*, size_t> first_reader;
     for (size_t i = 0; i < members.size(); ++i)
-      for (ir::Value* v : {members[i].x, members[i].residual}) {
+      for (ir::Value* v : {members[i].x, members[i].second}) {
         if (!v) continue;
         if (v->producer() && index.count(v->producer())) join(i, index[v->producer()]);
         auto [it, fresh] = first_reader.emplace(v, i);
@@ -151,7 +188,7 @@ class LayoutPass : public ir::Pass {
       ++size[r];
       bool ok = true;
       // A value read from outside: converted once for the region.
-      for (ir::Value* v : {members[i].x, members[i].residual})
+      for (ir::Value* v : {members[i].x, members[i].second})
         if (v && !(v->producer() && index.count(v->producer())) && first_reader[v] == i)
           cost[r] += kConvertCost * static_cast<double>(static_elems(v, ok));
       // An output read outside the region (or a graph output): converted back once.
@@ -182,7 +219,7 @@ class LayoutPass : public ir::Pass {
     };
     std::vector<ir::Node*> old;
     std::set<const ir::Node*> old_set;
-    int64_t pools = 0;
+    int64_t pools = 0, eltwise = 0;
     for (const Member& c : members) {
       if (!keep.count(find(index[c.node]))) continue;
       ir::Node* n = c.node;
@@ -194,6 +231,10 @@ class LayoutPass : public ir::Pass {
         b = g.add_node(kiln::op("max_pool2d_nchwc"), {blocked_of(c.x)}, a);
       } else if (c.kind == Member::Kind::global_pool) {
         b = g.add_node(kiln::op("global_avg_pool_nchwc"), {blocked_of(c.x)});
+      } else if (c.kind == Member::Kind::eltwise) {
+        std::vector<ir::Value*> ins{blocked_of(c.x)};
+        if (c.second) ins.push_back(blocked_of(c.second));
+        b = g.add_node(n->op(), ins, n->attrs());
       } else {
         const bool fused = n->op().name() == "fused_conv2d";
         Attrs a{{"stride", n->attrs().get_ints("stride")},
@@ -203,7 +244,7 @@ class LayoutPass : public ir::Pass {
                 {"activation", fused ? n->attrs().get_string("activation") : std::string("none")},
                 {"residual_before_activation", fused && n->attrs().get_bool("residual_before_activation")}};
         ir::Value* xb = c.kind == Member::Kind::stem ? input_at(n, 0) : blocked_of(c.x);
-        ir::Value* rb = c.residual ? blocked_of(c.residual) : nullptr;
+        ir::Value* rb = c.second ? blocked_of(c.second) : nullptr;
         b = g.add_node(kiln::op("fused_conv2d_nchwc"), {xb, input_at(n, 1), input_at(n, 2), rb}, a);
       }
       g.rename(b->output(), g.fresh_name(n->output()->name() + "_nchwc"));
@@ -211,6 +252,7 @@ class LayoutPass : public ir::Pass {
       old.push_back(n);
       old_set.insert(n);
       pools += c.kind == Member::Kind::pool || c.kind == Member::Kind::global_pool;
+      eltwise += c.kind == Member::Kind::eltwise;
     }
     // Readers outside the region (graph outputs too) get one conversion back; the old nodes, the
     // only other readers, go.
@@ -229,10 +271,11 @@ class LayoutPass : public ir::Pass {
     g.erase_nodes(std::vector<ir::Node*>(old.rbegin(), old.rend()));
     for (auto& [v, nm] : names) g.rename(v, nm);
     topo_reorder(g);
-    std::vector<std::string> out{std::to_string(static_cast<int64_t>(old.size()) - pools) + " convolution(s)" +
-                                 (pools ? " and " + std::to_string(pools) + " pool(s)" : std::string()) + " in " +
-                                 std::to_string(keep.size()) + " region(s), " + std::to_string(to) + " to_nchwc, " +
-                                 std::to_string(from) + " from_nchwc"};
+    std::string what = std::to_string(static_cast<int64_t>(old.size()) - pools - eltwise) + " convolution(s)";
+    if (pools) what += (eltwise ? ", " : " and ") + std::to_string(pools) + " pool(s)";
+    if (eltwise) what += " and " + std::to_string(eltwise) + " elementwise op(s)";
+    std::vector<std::string> out{what + " in " + std::to_string(keep.size()) + " region(s), " + std::to_string(to) +
+                                 " to_nchwc, " + std::to_string(from) + " from_nchwc"};
     for (const auto& sk : skipped) out.push_back("kept NCHW: " + sk);
     return report(name(), "blocked", out, "nothing blocked");
   }
