@@ -5,22 +5,23 @@
 // A convolution can run blocked when its filters are f32 constants, it has one group or is
 // depthwise (groups = C = K), and its epilogue is one the blocked kernels have (none, relu, relu6,
 // hardswish; conv2d and fused_conv2d alike). Channel counts need not be multiples of 16: a partial
-// last block's lanes are zero and stay zero. A convolution of at most 16 input channels whose
-// input comes from outside (a stem) reads that NCHW input as it is. Such convolutions are joined
-// into regions along the values they pass each other (input or residual) and the values two of
-// them read (a ResNet block's input feeds its first convolution and its projection); a max pool
-// or a global average pool of a member's output joins its region, and so does an elementwise op
-// that reads one (Note [Elementwise ops in a region]). A region reads each value from outside through one
-// to_nchwc and hands each value read outside through one from_nchwc; inside it values stay
-// blocked, so a conversion pair between two members never appears (there is nothing to cancel
-// later). Whether a region pays is a cost model, in FLOP equivalents:
+// last block's lanes are zero (or, past an elementwise op, finite) and ignored. A convolution of
+// at most 16 input channels whose input comes from outside (a stem) reads that NCHW input as it
+// is. Such convolutions are joined into regions along the values they pass each other (input or
+// residual) and the values two of them read (a ResNet block's input feeds its first convolution
+// and its projection); a max pool or a global average pool of a member's output joins its region,
+// and so does an elementwise op that reads one (Note [Elementwise ops in a region]). A region
+// reads each value from outside through one to_nchwc and hands each value read outside through
+// one from_nchwc; inside it values stay blocked, so a conversion pair between two members never
+// appears (there is nothing to cancel later). Whether a region pays is a cost model, in FLOP
+// equivalents:
 //   gain = sum of kGain<kind> * (a member's FLOPs) - (FLOPs spent on partial blocks' lanes)
 //   cost = kConvertCost * (elements of every conversion at its edges)
 // "layout" keeps the regions whose gain exceeds their cost; "layout_all" keeps every region (for
 // tests and for measuring what blocking does where the model says no). ResNets and MobileNetV2
-// become one region from the stem to the global pool, with one conversion, of the pooled output
-// (Note [Blocked global pool] in conv_nchwc.cc); a handful of small convolutions between two
-// conversions stays as it is.
+// (and MobileNetV3, its squeeze-excites included) become one region from the stem to the global
+// pool, with one conversion, of the pooled output (Note [Blocked global pool] in conv_nchwc.cc); a
+// handful of small convolutions between two conversions stays as it is.
 // The constants come from bench/RESULTS.md (2026-12-05 05:55, the blocked layout): blocking saved
 // 0-50% of a convolution's time (the most on 1x1 layers at 56 x 56 and 28 x 28; 3x3 layers 0-10%
 // in the engine), and a conversion ran at 2-3 elements per nanosecond per thread, about 80 FLOP
@@ -44,14 +45,14 @@ constexpr double kConvertCost = 200.0;  // FLOPs per element converted
 const std::set<std::string> kBlockedActs = {"none", "relu", "relu6", "hardswish"};
 
 // A node that can run in a region: a convolution on blocked input, a stem (a convolution of at
-// most 16 input channels that reads its NCHW input as it is and writes blocked output), or a max
-// pool or global average pool of a member's output.
+// most 16 input channels that reads its NCHW input as it is and writes blocked output), a max
+// pool or global average pool of a member's output, or an elementwise op that reads one.
 struct Member {
   enum class Kind { conv, stem, pool, global_pool, eltwise } kind = Kind::conv;
   ir::Node* node = nullptr;
   ir::Value* x = nullptr;       // read blocked (nullptr: a stem's input, read as it is)
   ir::Value* second = nullptr;  // read blocked: a convolution's residual, a binary op's second operand
-  double gain = 0;                // FLOPs blocking saves, less the work on partial blocks' lanes
+  double gain = 0;              // FLOPs blocking saves, less the work on partial blocks' lanes
 };
 
 int64_t static_elems(const ir::Value* v, bool& ok) {

@@ -409,8 +409,8 @@ bool conv2d_nchwc_supported(const Conv2dParams& p, NchwcInput input) {
 // "panels3" and "panels4" tactics of fused_conv2d_nchwc set p.nchwc_panel_blocks). Untuned,
 // panels of 3 are taken where panels of 4 would leave one or two blocks over and panels of 3
 // none or two (the same benchmark at batch 1 and 8, 1 and 2 threads: 3 + 3 ran 0.90-0.99x the
-// time of 4 + 2, 3 + 3 + 3 0.92-1.0x that of 4 + 4 + 1, and 4 + 4 + 2 0.90-0.99x that of
-// 3 + 3 + 3 + 1).
+// time of 4 + 2, 3 + 3 + 3 0.91-1.0x that of 4 + 4 + 1, and at 28 x 28 4 + 4 + 2 0.89-0.99x that
+// of 3 + 3 + 3 + 1; at 7 x 7 the plane's own rule takes panels of 3 first).
 NchwcTiling conv2d_nchwc_tiling(const Conv2dParams& p) {
   KILN_CHECK(p.nchwc_panel_blocks == 0 || p.nchwc_panel_blocks == 3 || p.nchwc_panel_blocks == 4,
              "conv2d_nchwc: panels of ", p.nchwc_panel_blocks, " blocks; expected 3 or 4 (0: chosen by the plane)");
