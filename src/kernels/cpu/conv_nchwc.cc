@@ -659,9 +659,10 @@ void depthwise_nchwc_pixels_scalar(int taps, const int64_t* tap_off, const int32
 // bands of output rows (enough bands for 4 items a thread), each band's input rows copied into a
 // zero-bordered scratch (an L1-sized copy for a 7 x 7 or 14 x 14 plane), where every output has
 // every tap at the same offsets and outputs run 8 at a time across rows: those layers 0.012-0.022
-// ms, MobileNetV2's 3 x 3 layers at 7 x 7 0.023 -> 0.016 (batch 1, 2 threads). Where a row has 8 or
-// more interior columns and a 3 x 3 window, rows run as before: for MobileNetV2's 3 x 3 stride-2
-// layer from 28 x 28 to 14 x 14 the copy is 4x the output, and it ran 0.015 -> 0.024 ms in bands.
+// ms, MobileNetV2's 3 x 3 layers at 7 x 7 0.021-0.023 -> 0.015 (batch 1, 2 threads). Where a row
+// has 8 or more interior columns and a 3 x 3 window, rows run as before: for MobileNetV2's 3 x 3
+// stride-2 layer from 28 x 28 to 14 x 14 the copy is 4x the output, and it ran 0.015 -> 0.024 ms in
+// bands.
 void depthwise_nchwc_narrow(const Conv2dParams& p, const float* x, const float* packed_w, const float* bias, float* y,
                             const Conv2dEpilogue& epilogue, const ConvTileEpilogueF32& ep) {
   const int64_t cb = nchwc_blocks(p.c), planes = p.n * cb, taps = p.r * p.s;
