@@ -127,6 +127,10 @@ std::vector<std::array<int64_t, 4>> bands(int64_t out, int64_t stride, int64_t p
   return b;
 }
 
+// The work items a layer is split into at least, where its shape allows: 4 a thread, so a thread
+// slowed by a neighbour hands its last items to the other (Note [Chunks for every thread]).
+int64_t items_wanted() { return 4 * static_cast<int64_t>(get_num_threads()); }
+
 struct Plan {
   bool plain = false;      // NCHW input (NchwcInput::plain)
   int64_t kb = 0, cb = 0, taps = 0;
@@ -167,7 +171,7 @@ Plan plan(const Conv2dParams& p, NchwcInput input) {
   // (12-pixel tiles: nothing under 24.)
   static constexpr std::array<int64_t, 4> kBy7{49, 28, 14, 7}, kBy6{48, 24, 12, 6}, kBy12{48, 24, 24, 24};
   const std::array<int64_t, 4>& candidates = pl.tiling.panel_blocks == 3 ? kBy7 : all_six ? kBy6 : kBy12;
-  const int64_t want = 4 * static_cast<int64_t>(get_num_threads());
+  const int64_t want = items_wanted();
   for (int64_t chunk : candidates) {
     pl.chunk = chunk;
     pl.chunks = (pl.pixels + chunk - 1) / chunk;
@@ -626,29 +630,35 @@ namespace {
 // larger than 3 x 3, run in bands (Note [Small depthwise planes]).
 constexpr int64_t kNarrowDepthwise = 16;
 
-// depthwise_nchwc_row_avx512's contract, for any ISA.
-void depthwise_nchwc_row_scalar(int taps, const int64_t* tap_off, const int32_t* tap_w, const float* x, int64_t xstep,
-                                const float* w, float* y, int64_t count, const ConvTileEpilogueF32& ep) {
+// `count` outputs of the blocked depthwise convolution, for any ISA: output o reads from x offset
+// x_at(o) and is stored (its residual read) y_at(o) floats into y.
+template <class XAt, class YAt>
+void depthwise_nchwc_outputs_scalar(int taps, const int64_t* tap_off, const int32_t* tap_w, const float* x,
+                                    const float* w, float* y, int64_t count, const ConvTileEpilogueF32& ep, XAt x_at,
+                                    YAt y_at) {
   for (int64_t o = 0; o < count; ++o)
     for (int64_t l = 0; l < kChannelBlock; ++l) {
       float acc = ep.bias[l];
-      for (int t = 0; t < taps; ++t) acc += x[o * xstep + tap_off[t] + l] * w[tap_w[t] * kChannelBlock + l];
-      const int64_t at = o * kChannelBlock + l;
+      for (int t = 0; t < taps; ++t) acc += x[x_at(o) + tap_off[t] + l] * w[tap_w[t] * kChannelBlock + l];
+      const int64_t at = y_at(o) + l;
       y[at] = finish_scalar(acc, ep.residual != nullptr ? ep.residual + at : nullptr, ep);
     }
+}
+
+// depthwise_nchwc_row_avx512's contract, for any ISA.
+void depthwise_nchwc_row_scalar(int taps, const int64_t* tap_off, const int32_t* tap_w, const float* x, int64_t xstep,
+                                const float* w, float* y, int64_t count, const ConvTileEpilogueF32& ep) {
+  depthwise_nchwc_outputs_scalar(
+      taps, tap_off, tap_w, x, w, y, count, ep, [&](int64_t o) { return o * xstep; },
+      [](int64_t o) { return o * kChannelBlock; });
 }
 
 // depthwise_nchwc_pixels_avx512's contract, for any ISA.
 void depthwise_nchwc_pixels_scalar(int taps, const int64_t* tap_off, const int32_t* tap_w, const float* x,
                                    const int64_t* xoff, const float* w, float* y, const int64_t* yoff, int64_t count,
                                    const ConvTileEpilogueF32& ep) {
-  for (int64_t o = 0; o < count; ++o)
-    for (int64_t l = 0; l < kChannelBlock; ++l) {
-      float acc = ep.bias[l];
-      for (int t = 0; t < taps; ++t) acc += x[xoff[o] + tap_off[t] + l] * w[tap_w[t] * kChannelBlock + l];
-      const int64_t at = yoff[o] + l;
-      y[at] = finish_scalar(acc, ep.residual != nullptr ? ep.residual + at : nullptr, ep);
-    }
+  depthwise_nchwc_outputs_scalar(
+      taps, tap_off, tap_w, x, w, y, count, ep, [&](int64_t o) { return xoff[o]; }, [&](int64_t o) { return yoff[o]; });
 }
 
 // Note [Small depthwise planes]
@@ -669,7 +679,7 @@ void depthwise_nchwc_narrow(const Conv2dParams& p, const float* x, const float* 
   const int64_t xplane = p.h * p.w * kChannelBlock, yplane = p.ho * p.wo * kChannelBlock;
   // Columns any output reads, from column -pad_left on; a band's input rows.
   const int64_t wp = (p.wo - 1) * p.stride_w + (p.s - 1) * p.dil_w + 1;
-  const int64_t want = 4 * static_cast<int64_t>(get_num_threads());
+  const int64_t want = items_wanted();
   const int64_t split = std::min(p.ho, (want + planes - 1) / planes);  // bands a plane, at most
   const int64_t band = (p.ho + split - 1) / split, bands = (p.ho + band - 1) / band;  // rows a band; bands a plane
   const int64_t rows_max = (band - 1) * p.stride_h + (p.r - 1) * p.dil_h + 1;

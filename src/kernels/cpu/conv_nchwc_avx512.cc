@@ -155,41 +155,12 @@ void nchwc_tile(const NchwcTileArgs& a) {
   }
 }
 
-}  // namespace
-
-// Note [Blocked depthwise] (conv_nchwc.cc): 8 outputs a step, the taps' filter vectors loaded
-// once per 8 outputs.
-void depthwise_nchwc_row_avx512(int taps, const int64_t* tap_off, const int32_t* tap_w, const float* x, int64_t xstep,
-                                const float* w, float* y, int64_t count, const ConvTileEpilogueF32& ep) {
-  const Finish finish(ep);
-  const __m512 bv = _mm512_loadu_ps(ep.bias);
-  // N outputs from o on, each tap's filters loaded once for all N.
-  auto run = [&]<int N>(int64_t o) {
-    __m512 acc[N];
-#pragma GCC unroll 8
-    for (int i = 0; i < N; ++i) acc[i] = bv;
-    const float* xo = x + o * xstep;
-    for (int t = 0; t < taps; ++t) {
-      const __m512 wv = _mm512_loadu_ps(w + 16 * tap_w[t]);
-      const float* xt = xo + tap_off[t];
-#pragma GCC unroll 8
-      for (int i = 0; i < N; ++i) acc[i] = _mm512_fmadd_ps(_mm512_loadu_ps(xt + i * xstep), wv, acc[i]);
-    }
-#pragma GCC unroll 8
-    for (int i = 0; i < N; ++i)
-      _mm512_storeu_ps(y + (o + i) * 16, finish(acc[i], ep.residual != nullptr ? ep.residual + (o + i) * 16 : nullptr));
-  };
-  // 8 at a time, then 4 (a 7 x 7 plane's 5 interior columns), then one: one at a time, every tap
-  // loaded its filters again, and MobileNetV2's 7 x 7 layers ran 1.2-1.4x ONNX Runtime's time.
-  int64_t o = 0;
-  for (; o + 8 <= count; o += 8) run.operator()<8>(o);
-  for (; o + 4 <= count; o += 4) run.operator()<4>(o);
-  for (; o < count; ++o) run.operator()<1>(o);
-}
-
-void depthwise_nchwc_pixels_avx512(int taps, const int64_t* tap_off, const int32_t* tap_w, const float* x,
-                                   const int64_t* xoff, const float* w, float* y, const int64_t* yoff, int64_t count,
-                                   const ConvTileEpilogueF32& ep) {
+// `count` outputs of the blocked depthwise convolution: output o reads x_at(o) + tap_off[t] and is
+// stored (its residual read) y_at(o) floats into y (ep.residual). Note [Blocked depthwise]
+// (conv_nchwc.cc): 8 outputs a step, the taps' filter vectors loaded once per 8 outputs.
+template <class XAt, class YAt>
+void depthwise_nchwc_outputs_avx512(int taps, const int64_t* tap_off, const int32_t* tap_w, const float* w, float* y,
+                                    int64_t count, const ConvTileEpilogueF32& ep, XAt x_at, YAt y_at) {
   const Finish finish(ep);
   const __m512 bv = _mm512_loadu_ps(ep.bias);
   // N outputs from o on, each tap's filters loaded once for all N.
@@ -197,7 +168,7 @@ void depthwise_nchwc_pixels_avx512(int taps, const int64_t* tap_off, const int32
     __m512 acc[N];
     const float* xo[N];
 #pragma GCC unroll 8
-    for (int i = 0; i < N; ++i) acc[i] = bv, xo[i] = x + xoff[o + i];
+    for (int i = 0; i < N; ++i) acc[i] = bv, xo[i] = x_at(o + i);
     for (int t = 0; t < taps; ++t) {
       const __m512 wv = _mm512_loadu_ps(w + 16 * tap_w[t]);
       const int64_t off = tap_off[t];
@@ -205,13 +176,34 @@ void depthwise_nchwc_pixels_avx512(int taps, const int64_t* tap_off, const int32
       for (int i = 0; i < N; ++i) acc[i] = _mm512_fmadd_ps(_mm512_loadu_ps(xo[i] + off), wv, acc[i]);
     }
 #pragma GCC unroll 8
-    for (int i = 0; i < N; ++i)
-      _mm512_storeu_ps(y + yoff[o + i], finish(acc[i], ep.residual != nullptr ? ep.residual + yoff[o + i] : nullptr));
+    for (int i = 0; i < N; ++i) {
+      const int64_t at = y_at(o + i);
+      _mm512_storeu_ps(y + at, finish(acc[i], ep.residual != nullptr ? ep.residual + at : nullptr));
+    }
   };
+  // 8 at a time, then 4 (a 7 x 7 plane's 5 interior columns), then one: one at a time, every tap
+  // loaded its filters again, and MobileNetV2's 7 x 7 layers ran 1.2-1.4x ONNX Runtime's time.
   int64_t o = 0;
-  for (; o + 8 <= count; o += 8) run.operator()<8>(o);
-  for (; o + 4 <= count; o += 4) run.operator()<4>(o);
-  for (; o < count; ++o) run.operator()<1>(o);
+  for (; o + 8 <= count; o += 8) run.template operator()<8>(o);
+  for (; o + 4 <= count; o += 4) run.template operator()<4>(o);
+  for (; o < count; ++o) run.template operator()<1>(o);
+}
+
+}  // namespace
+
+void depthwise_nchwc_row_avx512(int taps, const int64_t* tap_off, const int32_t* tap_w, const float* x, int64_t xstep,
+                                const float* w, float* y, int64_t count, const ConvTileEpilogueF32& ep) {
+  depthwise_nchwc_outputs_avx512(
+      taps, tap_off, tap_w, w, y, count, ep, [&](int64_t o) { return x + o * xstep; },
+      [](int64_t o) { return o * 16; });
+}
+
+void depthwise_nchwc_pixels_avx512(int taps, const int64_t* tap_off, const int32_t* tap_w, const float* x,
+                                   const int64_t* xoff, const float* w, float* y, const int64_t* yoff, int64_t count,
+                                   const ConvTileEpilogueF32& ep) {
+  depthwise_nchwc_outputs_avx512(
+      taps, tap_off, tap_w, w, y, count, ep, [&](int64_t o) { return x + xoff[o]; },
+      [&](int64_t o) { return yoff[o]; });
 }
 
 // The columns whose window lies inside the input run without bounds checks, over the window rows
