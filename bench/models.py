@@ -115,6 +115,45 @@ def resnet(depth):
     return m, g.macs
 
 
+def resnet_v2(depth):
+    """Pre-activation ResNet (He et al., "Identity Mappings in Deep Residual Networks"; the ONNX model
+    zoo's resnet*-v2): BatchNormalization and ReLU before each convolution, the shortcut reading the
+    block input as it is, so the batch norm on each block's input has no convolution to fold into."""
+    g = Graph(100 + depth)
+    x = "input"
+
+    def bn_relu(t, c):
+        bn = [g.const("bn_scale", g.rng.uniform(0.5, 1.0, c)), g.const("bn_bias", g.rng.normal(0, 0.1, c)),
+              g.const("bn_mean", g.rng.normal(0, 0.1, c)), g.const("bn_var", g.rng.uniform(0.5, 1.5, c))]
+        return g.op("Relu", [g.op("BatchNormalization", [t] + bn, epsilon=1e-5)])
+
+    def conv(t, cin, cout, k, hw, stride=1):
+        w = g.randn("w", (cout, cin, k, k), np.sqrt(2.0 / (cin * k * k)))
+        out_hw = (hw + 2 * (k // 2) - k) // stride + 1
+        g.macs += cout * cin * k * k * out_hw * out_hw
+        return g.op("Conv", [t, w], kernel_shape=[k, k], strides=[stride, stride], pads=[k // 2] * 4), out_hw
+
+    h, hw = conv_bn(g, x, 3, 64, 7, 224, stride=2)
+    h = g.op("MaxPool", [h], kernel_shape=[3, 3], strides=[2, 2], pads=[1, 1, 1, 1])
+    hw = (hw + 1) // 2
+    cin = 64
+    for stage, n in enumerate({50: [3, 4, 6, 3], 101: [3, 4, 23, 3]}[depth]):
+        width = 64 * 2**stage
+        for i in range(n):
+            stride = 2 if stage > 0 and i == 0 else 1
+            a = bn_relu(h, cin)
+            r, rhw = conv(a, cin, width, 1, hw)
+            r, rhw = conv(bn_relu(r, width), width, width, 3, rhw, stride)
+            r, rhw = conv(bn_relu(r, width), width, 4 * width, 1, rhw)
+            s = conv(a, cin, 4 * width, 1, hw, stride)[0] if stride != 1 or cin != 4 * width else h
+            h = g.op("Add", [r, s])
+            cin, hw = 4 * width, rhw
+    y = classifier(g, bn_relu(h, cin), cin)
+    m = g.model(f"resnet{depth}_v2", [helper.make_tensor_value_info(x, TensorProto.FLOAT, ["N", 3, 224, 224])],
+                [helper.make_tensor_value_info(y, TensorProto.FLOAT, ["N", 1000])])
+    return m, g.macs
+
+
 def mobilenet_v2():
     g = Graph(2)
     x = "input"
@@ -140,21 +179,34 @@ def mobilenet_v2():
     return m, g.macs
 
 
-def mobilenet_v3_small():
-    """MobileNetV3-Small's layer table (width 1.0): HardSwish or ReLU per block, squeeze-excite
-    (GlobalAveragePool, 1x1 conv, ReLU, 1x1 conv, HardSigmoid, Mul) where the paper has it, 3x3
-    and 5x5 depthwise convolutions; a 576-channel last convolution before the classifier (the
-    paper's 1024-wide hidden layer is left out)."""
-    g = Graph(4)
+def mobilenet_v1():
+    """MobileNetV1 (width 1.0): 13 depthwise-separable blocks, ReLU6 (Clip), no residuals."""
+    g = Graph(5)
+    x = "input"
+    h, hw = conv_bn(g, x, 3, 32, 3, 224, stride=2, act="relu6")
+    cin = 32
+    for c, s in [(64, 1), (128, 2), (128, 1), (256, 2), (256, 1), (512, 2)] + [(512, 1)] * 5 + [(1024, 2), (1024, 1)]:
+        h, hw = conv_bn(g, h, cin, cin, 3, hw, stride=s, group=cin, act="relu6")
+        h, hw = conv_bn(g, h, cin, c, 1, hw, act="relu6")
+        cin = c
+    y = classifier(g, h, cin)
+    m = g.model("mobilenet_v1", [helper.make_tensor_value_info(x, TensorProto.FLOAT, ["N", 3, 224, 224])],
+                [helper.make_tensor_value_info(y, TensorProto.FLOAT, ["N", 1000])])
+    return m, g.macs
+
+
+def mobilenet_v3(name, seed, blocks, last):
+    """MobileNetV3 from its paper's layer table (width 1.0): HardSwish or ReLU per block,
+    squeeze-excite (GlobalAveragePool, 1x1 conv, ReLU, 1x1 conv, HardSigmoid, Mul) where the paper
+    has it, 3x3 and 5x5 depthwise convolutions; the last convolution's `last` channels feed the
+    classifier (the paper's wider hidden layer is left out). blocks: (kernel, expanded channels,
+    out channels, squeeze-excite, activation, stride)."""
+    g = Graph(seed)
     x = "input"
     h, hw = conv_bn(g, x, 3, 16, 3, 224, stride=2, act=None)
     h = g.op("HardSwish", [h])
     cin = 16
-    # (kernel, expanded channels, out channels, squeeze-excite, activation, stride)
-    for k, e, c, se, act, s in [(3, 16, 16, 1, "RE", 2), (3, 72, 24, 0, "RE", 2), (3, 88, 24, 0, "RE", 1),
-                                (5, 96, 40, 1, "HS", 2), (5, 240, 40, 1, "HS", 1), (5, 240, 40, 1, "HS", 1),
-                                (5, 120, 48, 1, "HS", 1), (5, 144, 48, 1, "HS", 1), (5, 288, 96, 1, "HS", 2),
-                                (5, 576, 96, 1, "HS", 1), (5, 576, 96, 1, "HS", 1)]:
+    for k, e, c, se, act, s in blocks:
         relu = "relu" if act == "RE" else None
         r, rhw = h, hw
         if e != cin:
@@ -172,11 +224,28 @@ def mobilenet_v3_small():
         r, rhw = conv_bn(g, r, e, c, 1, rhw, act=None)
         h = g.op("Add", [h, r]) if s == 1 and cin == c else r
         cin, hw = c, rhw
-    h, hw = conv_bn(g, h, cin, 576, 1, hw, act=None)
-    y = classifier(g, g.op("HardSwish", [h]), 576)
-    m = g.model("mobilenet_v3_small", [helper.make_tensor_value_info(x, TensorProto.FLOAT, ["N", 3, 224, 224])],
+    h, hw = conv_bn(g, h, cin, last, 1, hw, act=None)
+    y = classifier(g, g.op("HardSwish", [h]), last)
+    m = g.model(name, [helper.make_tensor_value_info(x, TensorProto.FLOAT, ["N", 3, 224, 224])],
                 [helper.make_tensor_value_info(y, TensorProto.FLOAT, ["N", 1000])])
     return m, g.macs
+
+
+def mobilenet_v3_small():
+    return mobilenet_v3("mobilenet_v3_small", 4,
+                        [(3, 16, 16, 1, "RE", 2), (3, 72, 24, 0, "RE", 2), (3, 88, 24, 0, "RE", 1),
+                         (5, 96, 40, 1, "HS", 2), (5, 240, 40, 1, "HS", 1), (5, 240, 40, 1, "HS", 1),
+                         (5, 120, 48, 1, "HS", 1), (5, 144, 48, 1, "HS", 1), (5, 288, 96, 1, "HS", 2),
+                         (5, 576, 96, 1, "HS", 1), (5, 576, 96, 1, "HS", 1)], 576)
+
+
+def mobilenet_v3_large():
+    return mobilenet_v3("mobilenet_v3_large", 6,
+                        [(3, 16, 16, 0, "RE", 1), (3, 64, 24, 0, "RE", 2), (3, 72, 24, 0, "RE", 1),
+                         (5, 72, 40, 1, "RE", 2), (5, 120, 40, 1, "RE", 1), (5, 120, 40, 1, "RE", 1),
+                         (3, 240, 80, 0, "HS", 2), (3, 200, 80, 0, "HS", 1), (3, 184, 80, 0, "HS", 1),
+                         (3, 184, 80, 0, "HS", 1), (3, 480, 112, 1, "HS", 1), (3, 672, 112, 1, "HS", 1),
+                         (5, 672, 160, 1, "HS", 2), (5, 960, 160, 1, "HS", 1), (5, 960, 160, 1, "HS", 1)], 960)
 
 
 # --- BERT-base-shaped encoder --------------------------------------------------------------------
@@ -228,9 +297,12 @@ MODELS = {
     "mobilenet_v2": mobilenet_v2,
     "bert_base": bert_base,
     # Beyond issue #9's four: shapes and ops those do not have (more basic blocks; HardSwish,
-    # squeeze-excite and 5x5 depthwise layers).
+    # squeeze-excite and 5x5 depthwise layers; batch norms no convolution precedes).
     "resnet34": lambda: resnet(34),
     "mobilenet_v3_small": mobilenet_v3_small,
+    "resnet50_v2": lambda: resnet_v2(50),
+    "mobilenet_v1": mobilenet_v1,
+    "mobilenet_v3_large": mobilenet_v3_large,
 }
 DEFAULT_MODELS = ["resnet18", "resnet50", "mobilenet_v2", "bert_base"]  # run_vs_ort.py's default set
 

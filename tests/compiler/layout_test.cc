@@ -123,7 +123,7 @@ TEST(Layout, CostModelBlocksDeepChainsAndKeepsSmallRegionsPlain) {
   {
     Builder b;
     ir::Value* v = b.g.add_input("x", ir::ValueType{DType::f32, {1, 64, 28, 28}});
-    for (int i = 0; i < 8; ++i) v = b.relu(b.conv(v, 64, 3, 1, "c" + std::to_string(i)));
+    for (int i = 0; i < 8; ++i) v = b.relu(b.conv(v, 64, 3, 1, std::string("c").append(std::to_string(i))));
     b.g.add_output(v);
     compiler::optimize(b.g);
     auto r = compiler::run_passes(b.g, {"layout"});
@@ -218,6 +218,95 @@ TEST(Layout, SqueezeExciteRunsBlocked) {
   Tensor xin = random_tensor({2, 24, 9, 9}, DType::f32, 90);
   runtime::Executor ex(std::make_shared<runtime::Engine>(r.engine));
   EXPECT_TRUE(testing::all_close(ex.run({xin})[0], ir::run(g, {xin})[0], {1e-4, 1e-4}));
+}
+
+// Pre-activation blocks (ResNet v2): each block's input is batch-normalized and activated before its
+// first convolution while the shortcut reads it as it is, so no convolution precedes the batch
+// norm to fold it into. It runs blocked as one scale_shift_nchwc with the activation after it
+// (Note [Blocked batch norm] in kernels/cpu/conv_nchwc.cc). 40 channels: a partial last block.
+// With `peek`, the last batch norm's output is also a graph output: the activation then runs on
+// its own, blocked, and the norm's output is converted back for the reader outside.
+ir::Graph preactivation(const std::string& act, bool peek) {
+  Builder b;
+  b.g.name = "preact";
+  ir::Value* x = b.g.add_input("x", ir::ValueType{DType::f32, {ir::Dim::sym("batch"), 24, 10, 10}});
+  auto norm = [&](ir::Value* v, const std::string& n) {
+    const int64_t c = v->type().shape[1].size;
+    ir::Value* var = b.g.add_constant(n + "_var", random_tensor({c}, DType::f32, b.seed++, 0.5, 1.5));
+    ir::Value* gamma = b.g.add_constant(n + "_gamma", random_tensor({c}, DType::f32, b.seed++, 0.5, 2.0));
+    ir::Value* mean = b.cst(n + "_mean", {c});
+    return b.g.add_node(op("batch_norm"), {v, mean, var, gamma, b.cst(n + "_beta", {c})}, {{"eps", 1e-5}})->output();
+  };
+  auto activate = [&](ir::Value* v) {
+    if (act == "relu6")
+      return b.g.add_node(op("clip"), {v}, {{"min", 0.0}, {"max", 6.0}})->output();
+    return b.g.add_node(op(act), {v})->output();
+  };
+  ir::Value* h = b.conv(x, 40, 3, 1, "c0");
+  for (int i = 0; i < 2; ++i) {
+    const std::string id = std::to_string(i);
+    ir::Value* a = activate(norm(h, std::string("bn").append(id)));
+    ir::Value* r = b.relu(b.conv(a, 40, 3, 1, std::string("ca").append(id)));
+    h = b.add(b.conv(r, 40, 3, 1, std::string("cb").append(id)), h);
+  }
+  ir::Value* last = norm(h, "bn_last");
+  b.g.add_output(activate(last));
+  if (peek) b.g.add_output(last);
+  ir::verify(b.g);
+  return std::move(b.g);
+}
+
+TEST(Layout, PreActivationBatchNormsRunBlocked) {
+  using Layout = runtime::CompileOptions::Layout;
+  for (const std::string act : {"relu", "relu6", "hardswish"})
+    for (bool peek : {false, true}) {
+      SCOPED_TRACE(act + (peek ? ", the last norm read outside" : ""));
+      const ir::Graph g = preactivation(act, peek);
+      {
+        // layout_all: the cost model keeps a graph this small in NCHW.
+        runtime::CompileResult r = runtime::compile(g, opts(Layout::nchwc, 3));
+        auto n = op_counts(r.engine);
+        EXPECT_EQ(n["scale_shift_nchwc"], 3);
+        EXPECT_EQ(n["batch_norm"], 0);
+        EXPECT_EQ(n["to_nchwc"], 1);              // x
+        EXPECT_EQ(n["from_nchwc"], peek ? 2 : 1);  // the outputs
+        // The activation runs in the scale and shift, except after the norm read outside.
+        const std::string act_op = act == "relu6" ? "clip" : act;
+        EXPECT_EQ(n[act_op], peek ? 1 : 0);
+        for (const runtime::EngineStep& st : r.engine.steps)
+          if (st.op->name() == act_op) {
+            EXPECT_EQ(r.engine.values[static_cast<size_t>(st.outputs[0])].shape.size(), 5u) << st.name;
+          }
+        const std::string want_report = peek ? "5 convolution(s), 3 batch norm(s) and 1 elementwise op(s) in 1 region"
+                                             : "5 convolution(s) and 3 batch norm(s) in 1 region";
+        bool reported = false;
+        for (const auto& p : r.passes) reported = reported || p.report.find(want_report) != std::string::npos;
+        EXPECT_TRUE(reported);
+        runtime::Executor ex(std::make_shared<runtime::Engine>(r.engine));
+        for (int64_t batch : {1, 3}) {
+          Tensor xin = random_tensor({batch, 24, 10, 10}, DType::f32, 70 + static_cast<uint64_t>(batch));
+          auto got = ex.run({xin});
+          auto want = ir::run(g, {xin});
+          ASSERT_EQ(got.size(), want.size());
+          // Both in f32, summed in different orders; the residual sums grow before a norm subtracts
+          // its mean (x * scale + shift cancels), and later 360-term sums carry the difference on.
+          for (size_t i = 0; i < got.size(); ++i)
+            EXPECT_TRUE(testing::all_close(got[i], want[i], {1e-3, 1e-3})) << "batch " << batch << ", output " << i;
+        }
+      }
+    }
+  // A batch norm of a value from outside any region (here the graph input) stays as it is.
+  Builder b;
+  ir::Value* x = b.g.add_input("x", ir::ValueType{DType::f32, {1, 32, 6, 6}});
+  ir::Value* var = b.g.add_constant("v", random_tensor({32}, DType::f32, 9, 0.5, 1.5));
+  ir::Value* bn = b.g.add_node(op("batch_norm"), {x, b.cst("m", {32}), var}, {{"eps", 1e-5}})->output();
+  b.g.add_output(b.conv(b.relu(bn), 32, 3, 1, "c"));
+  ir::verify(b.g);
+  auto r = compiler::run_passes(b.g, {"layout_all"});
+  EXPECT_EQ(r[0].report.find("batch norm"), std::string::npos) << r[0].report;
+  int norms = 0;
+  for (const ir::Node* nd : b.g.nodes()) norms += nd->op().name() == "batch_norm";
+  EXPECT_EQ(norms, 1);
 }
 
 // A stem (3 input channels) reads the NCHW input as it is and its max pool runs blocked: the region

@@ -364,6 +364,58 @@ TEST(Nchwc, GlobalAveragePoolMatchesFloat64Reference) {
                     "no pixels to average");
 }
 
+// Note [Blocked batch norm]: act(x * scale + shift) a channel each, on every ISA, over planes of one
+// pixel to thousands (split between threads at batch 1) and partial blocks, whose extra lanes
+// come out zero; written over x too.
+TEST(Nchwc, ScaleShiftMatchesFloat64Reference) {
+  int seed = 1800;
+  for (kernels::cpu::Isa isa : kernels::cpu::supported_isas()) {
+    kernels::cpu::IsaOverride on(isa);
+    for (const Shape& s :
+         std::vector<Shape>{{2, 33, 7, 7}, {1, 16, 1, 1}, {3, 40, 13, 11}, {1, 7, 1, 33}, {1, 64, 56, 56}})
+      for (const std::string act : {"none", "relu", "relu6", "hardswish"}) {
+        SCOPED_TRACE(std::string(kernels::cpu::isa_name(isa)) + " " + shape_str(s) + " act=" + act);
+        ++seed;
+        const int64_t c = s[1], lanes = (c + 15) / 16 * 16;
+        Tensor x = random_tensor(s, DType::f32, seed, -8, 8);
+        Tensor scale = random_tensor({c}, DType::f32, seed + 1000, -2, 2);
+        Tensor shift = random_tensor({c}, DType::f32, seed + 2000, -1, 1);
+        // Zero past C, as the layout pass packs them.
+        Tensor scale_l = zeros({lanes}, TensorOptions(DType::f32)), shift_l = zeros({lanes}, TensorOptions(DType::f32));
+        scale_l.slice(0, 0, c).copy_(scale);
+        shift_l.slice(0, 0, c).copy_(shift);
+        Tensor want =
+            act_ref(add(mul(f64(x), f64(scale).reshape({1, c, 1, 1})), f64(shift).reshape({1, c, 1, 1})), act);
+        Tensor xb = to_nchwc(x);
+        Tensor got = dispatch1(op("scale_shift_nchwc"), {xb, scale_l, shift_l}, {{"activation", act}});
+        ASSERT_EQ(got.shape(), xb.shape());
+        EXPECT_TRUE(testing::all_close(from_nchwc(got, c), want, {1e-5, 1e-6}));
+        if (c % 16) {
+          Tensor tail = got.slice(1, c / 16, c / 16 + 1).slice(4, c % 16, 16);
+          EXPECT_TRUE(testing::all_close(tail, zeros(tail.shape(), TensorOptions(DType::f32)), {0, 0}));
+        }
+        // In place: the kernel reads each vector before it writes it.
+        kernels::cpu::scale_shift_nchwc_f32(s[0], lanes / 16, s[2] * s[3], static_cast<const float*>(xb.data_ptr()),
+                                            static_cast<const float*>(scale_l.data_ptr()),
+                                            static_cast<const float*>(shift_l.data_ptr()),
+                                            static_cast<float*>(xb.data_ptr()),
+                                            act == "relu"        ? kernels::cpu::GemmActivation::relu
+                                            : act == "relu6"     ? kernels::cpu::GemmActivation::relu6
+                                            : act == "hardswish" ? kernels::cpu::GemmActivation::hardswish
+                                                                 : kernels::cpu::GemmActivation::none);
+        EXPECT_TRUE(testing::all_close(xb, got, {0, 0}));
+      }
+  }
+  Tensor xb = to_nchwc(random_tensor({1, 20, 3, 3}, DType::f32, 1));
+  Tensor v32 = random_tensor({32}, DType::f32, 2);
+  EXPECT_KILN_ERROR(dispatch1(op("scale_shift_nchwc"), {random_tensor({1, 16, 3, 3}, DType::f32, 1), v32, v32}, {}),
+                    "scale_shift_nchwc", "must be blocked");
+  EXPECT_KILN_ERROR(dispatch1(op("scale_shift_nchwc"), {xb, random_tensor({20}, DType::f32, 3), v32}, {}),
+                    "scale of shape [20] must be [32]");
+  EXPECT_KILN_ERROR(dispatch1(op("scale_shift_nchwc"), {xb, v32, v32}, {{"activation", std::string("gelu")}}),
+                    "activation 'gelu' is not one of");
+}
+
 TEST(Nchwc, TilingFollowsThePlane) {
   kernels::cpu::Conv2dParams p;
   p.ho = p.wo = 7;

@@ -7,37 +7,10 @@
 // The folded op is a new node (appended, then the graph is re-ordered) named like the batch_norm.
 // Folding happens in float64 and rounds once to the weight dtype. The producer must have no
 // other reader (its unnormalized output would change) and all statistics must be constants.
-#include <cmath>
-
 #include "compiler/passes/common.h"
 
 namespace kiln::compiler::passes {
 namespace {
-
-struct BnParams {
-  std::vector<double> scale, shift;  // y = x * scale + shift per channel
-};
-
-std::optional<BnParams> bn_params(const ir::Node* bn, int64_t channels) {
-  const auto& in = bn->inputs();
-  for (size_t i = 1; i < in.size(); ++i)
-    if (in[i] && !is_const(in[i])) return std::nullopt;
-  auto mean = const_values(in[1]), var = const_values(in[2]);
-  auto c = static_cast<size_t>(channels);
-  if (mean.size() != c || var.size() != c) return std::nullopt;
-  std::vector<double> gamma(c, 1.0), beta(c, 0.0);
-  if (in.size() > 3 && in[3]) gamma = const_values(in[3]);
-  if (in.size() > 4 && in[4]) beta = const_values(in[4]);
-  if (gamma.size() != c || beta.size() != c) return std::nullopt;
-  double eps = bn->attrs().get_float("eps");
-  BnParams p;
-  for (size_t i = 0; i < c; ++i) {
-    double s = gamma[i] / std::sqrt(var[i] + eps);
-    p.scale.push_back(s);
-    p.shift.push_back(beta[i] - mean[i] * s);
-  }
-  return p;
-}
 
 bool floating_const(const ir::Value* v) { return is_const(v) && is_floating(v->type().dtype); }
 
@@ -73,7 +46,7 @@ class BnFoldPass : public ir::Pass {
       if (!p || use_count(uses, x) != 1 || is_graph_output(g, x) || !is_floating(x->type().dtype)) continue;
       if (x->type().shape.size() < 2 || x->type().shape[1].is_symbolic()) continue;
       int64_t ch = x->type().shape[1].size;
-      auto bp = bn_params(bn, ch);
+      auto bp = batch_norm_affine(bn, ch);
       if (!bp) continue;
       const std::string& op = p->op().name();
       std::string before = p->str() + " + " + bn->str();

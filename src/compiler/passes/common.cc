@@ -2,6 +2,7 @@
 #include "compiler/passes/common.h"
 
 #include <algorithm>
+#include <cmath>
 #include <functional>
 #include <set>
 
@@ -25,6 +26,37 @@ std::vector<double> const_values(const ir::Value* v) {
 
 Tensor tensor_from(const std::vector<double>& values, const Shape& shape, DType dtype) {
   return from_vector<double>(values, shape).to(dtype);
+}
+
+std::optional<BatchNormAffine> batch_norm_affine(const ir::Node* bn, int64_t channels) {
+  const auto& in = bn->inputs();
+  for (size_t i = 1; i < in.size(); ++i)
+    if (in[i] && !is_const(in[i])) return std::nullopt;
+  auto mean = const_values(in[1]), var = const_values(in[2]);
+  auto c = static_cast<size_t>(channels);
+  if (mean.size() != c || var.size() != c) return std::nullopt;
+  std::vector<double> gamma(c, 1.0), beta(c, 0.0);
+  if (in.size() > 3 && in[3]) gamma = const_values(in[3]);
+  if (in.size() > 4 && in[4]) beta = const_values(in[4]);
+  if (gamma.size() != c || beta.size() != c) return std::nullopt;
+  double eps = bn->attrs().get_float("eps");
+  BatchNormAffine p;
+  for (size_t i = 0; i < c; ++i) {
+    double s = gamma[i] / std::sqrt(var[i] + eps);
+    p.scale.push_back(s);
+    p.shift.push_back(beta[i] - mean[i] * s);
+  }
+  return p;
+}
+
+std::optional<std::string> activation_of(const ir::Node* n) {
+  const std::string& op = n->op().name();
+  if (op == "relu" || op == "sigmoid" || op == "tanh" || op == "silu" || op == "hardswish") return op;
+  if (op == "gelu") return n->attrs().get_string("approximate") == "tanh" ? "gelu_tanh" : "gelu";
+  if (op == "clip" && n->inputs().size() == 1 && n->attrs().has("min") && n->attrs().has("max") &&
+      n->attrs().get_float("min") == 0.0 && n->attrs().get_float("max") == 6.0)
+    return "relu6";
+  return std::nullopt;
 }
 
 void topo_reorder(ir::Graph& g) {

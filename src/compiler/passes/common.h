@@ -2,6 +2,7 @@
 // topological re-ordering after a pass appends replacement nodes, and report lines.
 #pragma once
 
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -20,6 +21,17 @@ size_t use_count(const std::map<const ir::Value*, std::vector<ir::Use>>& uses, c
 std::vector<double> const_values(const ir::Value* v);
 // A tensor of `dtype` and `shape` from doubles.
 Tensor tensor_from(const std::vector<double>& values, const Shape& shape, DType dtype);
+
+// An inference batch_norm over `channels` channels as y = x * scale + shift per channel (in
+// float64), or nullopt when its statistics are not all constants of that length.
+struct BatchNormAffine {
+  std::vector<double> scale, shift;
+};
+std::optional<BatchNormAffine> batch_norm_affine(const ir::Node* bn, int64_t channels);
+
+// The activation n applies, as a fused op's `activation` attribute (relu6 for clip(0, 6)), or
+// nullopt when n is not one.
+std::optional<std::string> activation_of(const ir::Node* n);
 
 // Re-orders g's nodes topologically, keeping the current order where it already is one. Passes
 // that append a replacement node (Graph::add_node appends) call this before returning.

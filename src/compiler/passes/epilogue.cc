@@ -16,16 +16,6 @@
 namespace kiln::compiler::passes {
 namespace {
 
-std::optional<std::string> activation_of(const ir::Node* n) {
-  const std::string& op = n->op().name();
-  if (op == "relu" || op == "sigmoid" || op == "tanh" || op == "silu" || op == "hardswish") return op;
-  if (op == "gelu") return n->attrs().get_string("approximate") == "tanh" ? "gelu_tanh" : "gelu";
-  if (op == "clip" && n->inputs().size() == 1 && n->attrs().has("min") && n->attrs().has("max") &&
-      n->attrs().get_float("min") == 0.0 && n->attrs().get_float("max") == 6.0)
-    return "relu6";
-  return std::nullopt;
-}
-
 // The per-channel values of a constant bias operand (shape [C,1,1]/[1,C,1,1] for conv, [N]/[1,N]
 // for gemm), or nullopt.
 std::optional<std::vector<double>> channel_bias(const ir::Value* c, int64_t channels, bool conv) {

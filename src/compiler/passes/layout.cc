@@ -10,7 +10,8 @@
 // is. Such convolutions are joined into regions along the values they pass each other (input or
 // residual) and the values two of them read (a ResNet block's input feeds its first convolution
 // and its projection); a max pool or a global average pool of a member's output joins its region,
-// and so does an elementwise op that reads one (Note [Elementwise ops in a region]). A region
+// and so does an elementwise op that reads one (Note [Elementwise ops in a region]) and a batch
+// norm of one (with the activation after it: Note [Blocked batch norm] in conv_nchwc.cc). A region
 // reads each value from outside through one to_nchwc and hands each value read outside through
 // one from_nchwc; inside it values stay blocked, so a conversion pair between two members never
 // appears (there is nothing to cancel later). Whether a region pays is a cost model, in FLOP
@@ -46,13 +47,17 @@ const std::set<std::string> kBlockedActs = {"none", "relu", "relu6", "hardswish"
 
 // A node that can run in a region: a convolution on blocked input, a stem (a convolution of at
 // most 16 input channels that reads its NCHW input as it is and writes blocked output), a max
-// pool or global average pool of a member's output, or an elementwise op that reads one.
+// pool or global average pool of a member's output, an elementwise op that reads one, or a batch
+// norm of one (and the activation after it).
 struct Member {
-  enum class Kind { conv, stem, pool, global_pool, eltwise } kind = Kind::conv;
+  // affine: a batch norm as scale_shift_nchwc; absorbed: the activation after one, applied by it.
+  enum class Kind { conv, stem, pool, global_pool, eltwise, affine, absorbed } kind = Kind::conv;
   ir::Node* node = nullptr;
   ir::Value* x = nullptr;       // read blocked (nullptr: a stem's input, read as it is)
   ir::Value* second = nullptr;  // read blocked: a convolution's residual, a binary op's second operand
   double gain = 0;              // FLOPs blocking saves, less the work on partial blocks' lanes
+  std::string act = "none";     // an affine member's activation
+  ir::Node* absorbed = nullptr;  // an affine member's activation node, run by it
 };
 
 int64_t static_elems(const ir::Value* v, bool& ok) {
@@ -138,6 +143,35 @@ std::optional<Member> blockable_eltwise(ir::Node* n, const IsMemberOutput& membe
   return Member{Member::Kind::eltwise, n, a, b, 0.0};
 }
 
+// A batch norm of a member's output (f32, 4-d, constant statistics; bn_fold left it: no
+// convolution precedes it) as a per-channel scale and shift, with the activation that alone reads
+// it (relu, relu6, hardswish) applied in the same pass.
+template <class IsMemberOutput>
+std::optional<Member> blockable_batch_norm(const ir::Graph& g, ir::Node* n, const IsMemberOutput& member_output,
+                                           const std::map<const ir::Value*, std::vector<ir::Use>>& uses) {
+  if (n->op().name() != "batch_norm" || n->outputs().size() != 1) return std::nullopt;
+  ir::Value* x = input_at(n, 0);
+  const ir::ValueType& yt = n->output()->type();
+  if (!x || !member_output(x) || x->type().dtype != DType::f32 || yt.dtype != DType::f32 || yt.shape.size() != 4 ||
+      x->type().shape != yt.shape)
+    return std::nullopt;
+  for (size_t i = 1; i < 4; ++i)
+    if (yt.shape[i].is_symbolic()) return std::nullopt;
+  if (!batch_norm_affine(n, yt.shape[1].size)) return std::nullopt;
+  Member m{Member::Kind::affine, n, x, nullptr, 0.0};
+  auto it = uses.find(n->output());
+  if (it != uses.end() && it->second.size() == 1 && it->second[0].node && !is_graph_output(g, n->output())) {
+    ir::Node* u = it->second[0].node;
+    const auto a = activation_of(u);
+    if (a && kBlockedActs.count(*a) && u->outputs().size() == 1 && u->output()->type() == yt &&
+        input_at(u, 0) == n->output()) {
+      m.act = *a;
+      m.absorbed = u;
+    }
+  }
+  return m;
+}
+
 class LayoutPass : public ir::Pass {
  public:
   explicit LayoutPass(bool all) : all_(all) {}
@@ -147,7 +181,14 @@ class LayoutPass : public ir::Pass {
     std::vector<Member> members;  // in graph order
     std::map<const ir::Node*, size_t> index;
     auto member_output = [&](const ir::Value* v) { return v && v->producer() && index.count(v->producer()); };
+    auto uses = g.uses();
+    std::map<const ir::Node*, ir::Node*> absorbed_by;  // an activation -> the batch norm that runs it
     for (ir::Node* n : g.nodes()) {
+      if (auto it = absorbed_by.find(n); it != absorbed_by.end()) {
+        index[n] = members.size();
+        members.push_back(Member{Member::Kind::absorbed, n, it->second->output(), nullptr, 0.0});
+        continue;
+      }
       std::optional<Member> m = blockable_conv(n, member_output(input_at(n, 0)));
       // A pool joins the region of the member whose output it reads.
       const std::string& name = n->op().name();
@@ -156,6 +197,8 @@ class LayoutPass : public ir::Pass {
           n->output()->type().shape.size() == 4)
         m = Member{name == "max_pool2d" ? Member::Kind::pool : Member::Kind::global_pool, n, input_at(n, 0), nullptr,
                    0.0};
+      if (!m) m = blockable_batch_norm(g, n, member_output, uses);
+      if (m && m->absorbed) absorbed_by[m->absorbed] = n;
       if (!m) m = blockable_eltwise(n, member_output);
       if (m) {
         index[n] = members.size();
@@ -180,7 +223,6 @@ class LayoutPass : public ir::Pass {
         if (!fresh) join(i, it->second);
       }
     // Each region's gain and the conversions at its edges.
-    auto uses = g.uses();
     std::map<size_t, double> gain, cost;
     std::map<size_t, size_t> size;
     for (size_t i = 0; i < members.size(); ++i) {
@@ -220,12 +262,32 @@ class LayoutPass : public ir::Pass {
     };
     std::vector<ir::Node*> old;
     std::set<const ir::Node*> old_set;
-    int64_t pools = 0, eltwise = 0;
+    int64_t pools = 0, eltwise = 0, norms = 0, absorbed = 0;
     for (const Member& c : members) {
       if (!keep.count(find(index[c.node]))) continue;
       ir::Node* n = c.node;
       ir::Node* b = nullptr;
-      if (c.kind == Member::Kind::pool) {
+      if (c.kind == Member::Kind::absorbed) {
+        // Its batch norm's scale_shift_nchwc applied it: that output is this one's blocked form.
+        blocked[n->output()] = blocked.at(c.x);
+        old.push_back(n);
+        old_set.insert(n);
+        ++absorbed;
+        continue;
+      }
+      if (c.kind == Member::Kind::affine) {
+        // Scale and shift a lane each, zero past C: a partial block's extra lanes stay zero.
+        const int64_t ch = n->output()->type().shape[1].size, lanes = (ch + 15) / 16 * 16;
+        const BatchNormAffine aff = *batch_norm_affine(n, ch);
+        std::vector<double> sc(static_cast<size_t>(lanes), 0.0), sh(static_cast<size_t>(lanes), 0.0);
+        std::copy(aff.scale.begin(), aff.scale.end(), sc.begin());
+        std::copy(aff.shift.begin(), aff.shift.end(), sh.begin());
+        const std::string& nm = n->output()->name();
+        ir::Value* scale = g.add_constant(g.fresh_name(nm + "_scale"), tensor_from(sc, {lanes}, DType::f32));
+        ir::Value* shift = g.add_constant(g.fresh_name(nm + "_shift"), tensor_from(sh, {lanes}, DType::f32));
+        b = g.add_node(kiln::op("scale_shift_nchwc"), {blocked_of(c.x), scale, shift}, Attrs{{"activation", c.act}});
+        ++norms;
+      } else if (c.kind == Member::Kind::pool) {
         Attrs a;
         for (const char* k : {"kernel", "stride", "padding", "dilation"}) a.set(k, n->attrs().get_ints(k));
         a.set("ceil_mode", n->attrs().get_bool("ceil_mode"));
@@ -272,9 +334,13 @@ class LayoutPass : public ir::Pass {
     g.erase_nodes(std::vector<ir::Node*>(old.rbegin(), old.rend()));
     for (auto& [v, nm] : names) g.rename(v, nm);
     topo_reorder(g);
-    std::string what = std::to_string(static_cast<int64_t>(old.size()) - pools - eltwise) + " convolution(s)";
-    if (pools) what += (eltwise ? ", " : " and ") + std::to_string(pools) + " pool(s)";
-    if (eltwise) what += " and " + std::to_string(eltwise) + " elementwise op(s)";
+    const int64_t convs = static_cast<int64_t>(old.size()) - pools - eltwise - norms - absorbed;
+    std::vector<std::string> kinds{std::to_string(convs) + " convolution(s)"};
+    if (pools) kinds.push_back(std::to_string(pools) + " pool(s)");
+    if (norms) kinds.push_back(std::to_string(norms) + " batch norm(s)");
+    if (eltwise) kinds.push_back(std::to_string(eltwise) + " elementwise op(s)");
+    std::string what = kinds[0];
+    for (size_t i = 1; i < kinds.size(); ++i) what += (i + 1 == kinds.size() ? " and " : ", ") + kinds[i];
     std::vector<std::string> out{what + " in " + std::to_string(keep.size()) + " region(s), " + std::to_string(to) +
                                  " to_nchwc, " + std::to_string(from) + " from_nchwc"};
     for (const auto& sk : skipped) out.push_back("kept NCHW: " + sk);

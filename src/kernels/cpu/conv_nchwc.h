@@ -72,6 +72,13 @@ void max_pool2d_nchwc_f32(const Pool2dParams& p, const float* x, float* y);
 // mean of its plane's pixels (a partial block's zero lanes stay zero). pixels >= 1.
 void global_avg_pool_nchwc_f32(int64_t planes, int64_t pixels, const float* x, float* y);
 
+// A per-channel scale and shift on blocked planes, then an activation (none, relu, relu6 or
+// hardswish): y = act(x * scale + shift) with x and y [n, blocks, pixels, 16] and scale and shift
+// [blocks * 16], a channel's values at its lane (Note [Blocked batch norm] in conv_nchwc.cc). y may
+// be x.
+void scale_shift_nchwc_f32(int64_t n, int64_t blocks, int64_t pixels, const float* x, const float* scale,
+                           const float* shift, float* y, GemmActivation act);
+
 // The blocked convolution's register tiles (Note [Blocked tiles] in conv_nchwc.cc): panels of
 // `panel_blocks` output blocks, and the pixels of a tile `blocks` wide (tests pick odd shapes
 // against them). The packed filters depend on panel_blocks.
@@ -130,6 +137,10 @@ void depthwise_nchwc_row_avx512(int taps, const int64_t* tap_off, const int32_t*
 void depthwise_nchwc_pixels_avx512(int taps, const int64_t* tap_off, const int32_t* tap_w, const float* x,
                                    const int64_t* xoff, const float* w, float* y, const int64_t* yoff, int64_t count,
                                    const ConvTileEpilogueF32& ep);
+// `count` pixels of one block plane under AVX-512: y[i] = act(x[i] * scale + shift), the block's
+// 16 scales and shifts (ep.act the activation; its bias and residual unused).
+void scale_shift_nchwc_avx512(int64_t count, const float* x, const float* scale, const float* shift, float* y,
+                              const ConvTileEpilogueF32& ep);
 // The AVX-512 kernel for tiles of mr pixels by nv blocks (NchwcTiling::pixels), or nullptr.
 // Unless `listed`, the kernel takes every tap in order (tap_w unused) and pixel i's outputs at
 // y + yoff[0] + 16 i: a rectangle of whole rows with every tap inside the input.

@@ -5,6 +5,9 @@
 //   max_pool2d_nchwc(x, ...)    max_pool2d on blocked x
 //   global_avg_pool_nchwc(x)    [N, C/16, H, W, 16] -> [N, C/16, 1, 1, 16]: global_avg_pool on
 //                               blocked x
+//   scale_shift_nchwc(x, scale, shift, activation)
+//                               activation(x * scale + shift) per channel on blocked x, scale and
+//                               shift [C/16 * 16] (a batch norm no convolution precedes)
 //   fused_conv2d_nchwc(x, w, bias?, residual?)
 //                               fused_conv2d (src/ops/defs/fused/fused.cc) on blocked x, residual
 //                               and output, one group or depthwise (groups = C); x may be NCHW with
@@ -216,6 +219,34 @@ void global_avg_pool_nchwc_kernel(const KernelCall& k) {
   if (!y.is_same(out)) kernels::cpu::copy_into(out, y);
 }
 
+std::vector<TensorMeta> infer_scale_shift_nchwc(const InferCtx& c) {
+  for (size_t i = 0; i < 3; ++i) check_f32(c, i);
+  if (!blocked_act(c.attrs.get_string("activation")))
+    c.fail("activation '" + c.attrs.get_string("activation") + "' is not one of the blocked kernels' (" + kActs + ")");
+  const Shape& xs = c.in(0).shape;
+  if (xs.size() != 5 || xs[4] != kChannelBlock)
+    c.fail("x of shape " + shape_str(xs) + " must be blocked, [N, C/16, H, W, 16]");
+  for (size_t i : {size_t{1}, size_t{2}})
+    if (c.in(i).shape != Shape{xs[1] * kChannelBlock})
+      c.fail(std::string(i == 1 ? "scale" : "shift") + " of shape " + shape_str(c.in(i).shape) + " must be [" +
+             std::to_string(xs[1] * kChannelBlock) + "], a value per lane of x's " + std::to_string(xs[1]) +
+             " blocks");
+  return {TensorMeta{DType::f32, xs}};
+}
+
+void scale_shift_nchwc_kernel(const KernelCall& k) {
+  const Tensor& out = k.out(0);
+  if (out.numel() == 0) return;
+  Tensor x = k.in(0).contiguous(), scale = k.in(1).contiguous(), shift = k.in(2).contiguous();
+  const Shape& xs = x.shape();
+  Tensor y = out.is_contiguous() ? out : empty(out.shape(), TensorOptions(DType::f32, out.device()));
+  kernels::cpu::scale_shift_nchwc_f32(xs[0], xs[1], xs[2] * xs[3], static_cast<const float*>(x.data_ptr()),
+                                      static_cast<const float*>(scale.data_ptr()),
+                                      static_cast<const float*>(shift.data_ptr()), static_cast<float*>(y.data_ptr()),
+                                      act_of(k.attrs.get_string("activation")));
+  if (!y.is_same(out)) kernels::cpu::copy_into(out, y);
+}
+
 constexpr const char* kNoVjp = "compiler-emitted inference op: differentiate the unblocked graph";
 constexpr const char* kNoBatch = "compiler-emitted inference op: vmap the unblocked graph";
 constexpr const char* kNoOnnx = "compiler-emitted inference op: export the unblocked graph";
@@ -258,6 +289,14 @@ void register_nchwc_ops(OpRegistry& r) {
       .doc("fused_conv2d on channel-blocked residual and output [N, ceil(K/16), Ho, Wo, 16]; x blocked "
            "[N, ceil(C/16), H, W, 16], or NCHW with C <= 16 (a stem); w [K, C, R, S] (one group) or [C, 1, R, S] "
            "(depthwise, groups = C).");
+  r.add("scale_shift_nchwc(Tensor x, Tensor scale, Tensor shift, str activation=\"none\") -> Tensor")
+      .infer(infer_scale_shift_nchwc)
+      .kernel(DeviceType::cpu, f32, scale_shift_nchwc_kernel)
+      .no_vjp(kNoVjp)
+      .no_batch(kNoBatch)
+      .no_onnx(kNoOnnx)
+      .doc("activation(x * scale + shift) on channel-blocked x [N, C/16, H, W, 16], scale and shift [C/16 * 16] "
+           "(a batch norm after no convolution; Note [Blocked batch norm] in kernels/cpu/conv_nchwc.cc).");
   r.add("max_pool2d_nchwc(Tensor x, int[] kernel, int[] stride=[], int[] padding=[0,0,0,0], int[] dilation=[1,1], "
         "bool ceil_mode=false) -> Tensor")
       .infer(infer_max_pool_nchwc)
