@@ -309,6 +309,44 @@ TEST(Layout, PreActivationBatchNormsRunBlocked) {
   EXPECT_EQ(norms, 1);
 }
 
+// Note [Blocked concat]: SqueezeNet's fire module (a squeeze convolution, two expand convolutions
+// concatenated along channels) runs as one region when every part is whole blocks (32 + 48); a
+// part of 24 channels, or a concat along another axis, leaves the region.
+ir::Graph fire(int64_t second, int64_t axis) {
+  Builder b;
+  b.g.name = "fire";
+  ir::Value* x = b.g.add_input("x", ir::ValueType{DType::f32, {ir::Dim::sym("batch"), 24, 9, 9}});
+  ir::Value* sq = b.relu(b.conv(x, 32, 3, 1, "squeeze"));
+  ir::Value* e1 = b.relu(b.conv(sq, 32, 1, 1, "expand1"));
+  ir::Value* e3 = b.relu(b.conv(sq, axis == 1 ? second : 32, 3, 1, "expand3"));
+  ir::Value* cat = b.g.add_node(op("concat"), {e1, e3}, {{"axis", axis}})->output();
+  b.g.add_output(b.conv(b.relu(b.conv(cat, 48, 3, 1, "next")), 16, 1, 1, "out"));
+  ir::verify(b.g);
+  return std::move(b.g);
+}
+
+TEST(Layout, ConcatOfWholeBlocksJoinsTheRegion) {
+  using Layout = runtime::CompileOptions::Layout;
+  for (const auto& [second, axis] : std::vector<std::pair<int64_t, int64_t>>{{48, 1}, {24, 1}, {32, 2}}) {
+    SCOPED_TRACE("32 + " + std::to_string(second) + " channels, axis " + std::to_string(axis));
+    const ir::Graph g = fire(second, axis);
+    runtime::CompileResult r = runtime::compile(g, opts(Layout::nchwc, 3));
+    const bool blocked = second % 16 == 0 && axis == 1;
+    auto n = op_counts(r.engine);
+    EXPECT_EQ(n["to_nchwc"], blocked ? 1 : 2);    // x; and, unblocked, the concat's output
+    EXPECT_EQ(n["from_nchwc"], blocked ? 1 : 3);  // the output; unblocked, the concat's two parts
+    for (const runtime::EngineStep& st : r.engine.steps)
+      if (st.op->name() == "concat") {
+        EXPECT_EQ(r.engine.values[static_cast<size_t>(st.outputs[0])].shape.size(), blocked ? 5u : 4u);
+      }
+    runtime::Executor ex(std::make_shared<runtime::Engine>(r.engine));
+    for (int64_t batch : {1, 3}) {
+      Tensor xin = random_tensor({batch, 24, 9, 9}, DType::f32, 60 + static_cast<uint64_t>(batch));
+      EXPECT_TRUE(testing::all_close(ex.run({xin})[0], ir::run(g, {xin})[0], {1e-4, 1e-4})) << "batch " << batch;
+    }
+  }
+}
+
 // A stem (3 input channels) reads the NCHW input as it is and its max pool runs blocked: the region
 // starts at the graph input without a conversion. A plain reader of the pool (a graph output) gets
 // one back.
