@@ -309,6 +309,38 @@ TEST(Layout, PreActivationBatchNormsRunBlocked) {
   EXPECT_EQ(norms, 1);
 }
 
+// Caffe's scale layer after a batch norm (the ONNX zoo's DenseNet): a mul and an add by per-channel
+// constants, [C, 1, 1] or [1, C, 1, 1], either side of the op. They run blocked, the constants
+// blocked when the pass runs (no to_nchwc for them); 40 channels leave a partial block.
+TEST(Layout, PerChannelConstantsJoinTheRegion) {
+  Builder b;
+  b.g.name = "scale_layer";
+  ir::Value* x = b.g.add_input("x", ir::ValueType{DType::f32, {ir::Dim::sym("batch"), 24, 8, 8}});
+  ir::Value* h = b.conv(x, 40, 3, 1, "c0");
+  ir::Value* var = b.g.add_constant("var", random_tensor({40}, DType::f32, 5, 0.5, 1.5));
+  ir::Value* c1 = b.relu(b.conv(h, 40, 3, 1, "c1"));  // the relu keeps bn_fold off the batch norm
+  h = b.g.add_node(op("batch_norm"), {c1, b.cst("mean", {40}), var}, {{"eps", 1e-5}})->output();
+  h = b.g.add_node(op("mul"), {h, b.cst("scale", {40, 1, 1})})->output();
+  h = b.g.add_node(op("add"), {b.cst("shift", {1, 40, 1, 1}), h})->output();
+  b.g.add_output(b.conv(b.relu(h), 16, 1, 1, "c2"));
+  ir::verify(b.g);
+  using Layout = runtime::CompileOptions::Layout;
+  runtime::CompileResult r = runtime::compile(b.g, opts(Layout::nchwc, 3));
+  auto n = op_counts(r.engine);
+  EXPECT_EQ(n["to_nchwc"], 1);  // x
+  EXPECT_EQ(n["from_nchwc"], 1);
+  EXPECT_EQ(n["scale_shift_nchwc"], 1);
+  for (const runtime::EngineStep& st : r.engine.steps)
+    if (st.op->name() == "mul" || st.op->name() == "add" || st.op->name() == "relu") {
+      EXPECT_EQ(r.engine.values[static_cast<size_t>(st.outputs[0])].shape.size(), 5u) << st.name;
+    }
+  runtime::Executor ex(std::make_shared<runtime::Engine>(r.engine));
+  for (int64_t batch : {1, 3}) {
+    Tensor xin = random_tensor({batch, 24, 8, 8}, DType::f32, 50 + static_cast<uint64_t>(batch));
+    EXPECT_TRUE(testing::all_close(ex.run({xin})[0], ir::run(b.g, {xin})[0], {1e-4, 1e-4})) << "batch " << batch;
+  }
+}
+
 // Note [Blocked concat]: SqueezeNet's fire module (a squeeze convolution, two expand convolutions
 // concatenated along channels) runs as one region when every part is whole blocks (32 + 48); a
 // part of 24 channels, or a concat along another axis, leaves the region.

@@ -129,8 +129,18 @@ std::optional<Member> blockable_conv(ir::Node* n, bool x_blocked) {
 // region of a member whose output it reads. A partial block's lanes then need not stay zero (a
 // hardsigmoid makes them 0.5), but they stay finite, and every reader ignores them: a convolution's
 // filters, a depthwise layer's and a conversion back are zero there, and a mul by a zero lane is
-// zero again.
+// zero again. A constant per-channel operand ([C, 1, 1] or [1, C, 1, 1]: Caffe's scale layer after
+// a batch norm, as the ONNX zoo's DenseNet has it) is blocked when the pass runs, zero past C.
 const std::set<std::string> kBlockedUnary = {"relu", "hardsigmoid", "hardswish", "sigmoid", "tanh", "clip"};
+
+// A constant of one value per channel of y ([C, 1, 1] or [1, C, 1, 1]), broadcast over y.
+bool per_channel_constant(const ir::Value* v, const ir::ValueType& yt) {
+  if (!is_const(v) || yt.shape.size() != 4 || yt.shape[1].is_symbolic()) return false;
+  const Shape s = v->constant().shape();
+  const int64_t c = yt.shape[1].size;
+  return (s.size() == 3 && s[0] == c && s[1] == 1 && s[2] == 1) ||
+         (s.size() == 4 && s[0] == 1 && s[1] == c && s[2] == 1 && s[3] == 1);
+}
 
 template <class IsMemberOutput>
 std::optional<Member> blockable_eltwise(ir::Node* n, const IsMemberOutput& member_output) {
@@ -141,9 +151,12 @@ std::optional<Member> blockable_eltwise(ir::Node* n, const IsMemberOutput& membe
   if (yt.dtype != DType::f32 || yt.shape.size() != 4) return std::nullopt;
   ir::Value* a = input_at(n, 0);
   ir::Value* b = binary ? input_at(n, 1) : nullptr;
-  // Each operand 4-d f32, with the output's N and C and either its H and W or 1 x 1.
+  // Each operand 4-d f32, with the output's N and C and either its H and W or 1 x 1; or a
+  // per-channel constant.
   auto fits = [&](const ir::Value* v) {
-    if (!v || v->type().dtype != DType::f32 || v->type().shape.size() != 4) return false;
+    if (!v || v->type().dtype != DType::f32) return false;
+    if (per_channel_constant(v, yt)) return true;
+    if (v->type().shape.size() != 4) return false;
     const auto& s = v->type().shape;
     const bool pooled = !s[2].is_symbolic() && !s[3].is_symbolic() && s[2].size == 1 && s[3].size == 1;
     return s[0] == yt.shape[0] && s[1] == yt.shape[1] && (pooled || (s[2] == yt.shape[2] && s[3] == yt.shape[3]));
@@ -254,6 +267,7 @@ class LayoutPass : public ir::Pass {
     std::map<const ir::Value*, size_t> first_reader;
     for (size_t i = 0; i < members.size(); ++i)
       for (ir::Value* v : members[i].reads()) {
+        if (is_const(v)) continue;  // blocked on its own (a per-channel operand): joins nothing
         if (v->producer() && index.count(v->producer())) join(i, index[v->producer()]);
         auto [it, fresh] = first_reader.emplace(v, i);
         if (!fresh) join(i, it->second);
@@ -268,7 +282,7 @@ class LayoutPass : public ir::Pass {
       bool ok = true;
       // A value read from outside: converted once for the region.
       for (ir::Value* v : members[i].reads())
-        if (!(v->producer() && index.count(v->producer())) && first_reader[v] == i)
+        if (!is_const(v) && !(v->producer() && index.count(v->producer())) && first_reader[v] == i)
           cost[r] += kConvertCost * static_cast<double>(static_elems(v, ok));
       // An output read outside the region (or a graph output): converted back once.
       bool outside = false;
@@ -336,8 +350,17 @@ class LayoutPass : public ir::Pass {
         b = g.add_node(n->op(), ins, Attrs{{"axis", int64_t{1}}});
         ++concats;
       } else if (c.kind == Member::Kind::eltwise) {
-        std::vector<ir::Value*> ins{blocked_of(c.x)};
-        if (c.second) ins.push_back(blocked_of(c.second));
+        // A per-channel constant operand blocked now: [1, C/16, 1, 1, 16], zero past C.
+        auto operand = [&](ir::Value* v) {
+          if (!per_channel_constant(v, n->output()->type())) return blocked_of(v);
+          const int64_t ch = n->output()->type().shape[1].size, blocks = (ch + 15) / 16;
+          std::vector<double> vals = const_values(v);
+          vals.resize(static_cast<size_t>(blocks * 16), 0.0);
+          return g.add_constant(g.fresh_name(v->name() + "_nchwc"),
+                                tensor_from(vals, {1, blocks, 1, 1, 16}, DType::f32));
+        };
+        std::vector<ir::Value*> ins{operand(c.x)};
+        if (c.second) ins.push_back(operand(c.second));
         b = g.add_node(n->op(), ins, n->attrs());
       } else {
         const bool fused = n->op().name() == "fused_conv2d";
