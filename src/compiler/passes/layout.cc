@@ -200,8 +200,8 @@ std::optional<Member> blockable_batch_norm(const ir::Graph& g, ir::Node* n, cons
 // the same concatenation of whole blocks along dim 1 of [N, C/16, H, W, 16]: the op runs as it is
 // on the blocked values. SqueezeNet's fire modules (two expand convolutions concatenated) and
 // DenseNet's and Inception's joins otherwise end a region at every concat (SqueezeNet ran NCHW
-// throughout: 1.35x ONNX Runtime's time at batch 1). A channel count off a block boundary would
-// need lanes moved across blocks, and such a concat stays outside.
+// throughout: 1.33-1.44x ONNX Runtime's time at batch 1). A channel count off a block boundary
+// would need lanes moved across blocks, and such a concat stays outside.
 template <class IsMemberOutput>
 std::optional<Member> blockable_concat(ir::Node* n, const IsMemberOutput& member_output) {
   if (n->op().name() != "concat" || n->outputs().size() != 1 || n->inputs().empty()) return std::nullopt;
