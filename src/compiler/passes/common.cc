@@ -49,6 +49,15 @@ std::optional<BatchNormAffine> batch_norm_affine(const ir::Node* bn, int64_t cha
   return p;
 }
 
+std::optional<std::vector<double>> per_channel_values(const ir::Value* c, int64_t channels, bool conv) {
+  if (!is_const(c) || !is_floating(c->type().dtype)) return std::nullopt;
+  Shape s = c->constant().shape();
+  std::vector<Shape> ok = conv ? std::vector<Shape>{{channels, 1, 1}, {1, channels, 1, 1}}
+                               : std::vector<Shape>{{channels}, {1, channels}};
+  if (std::find(ok.begin(), ok.end(), s) == ok.end()) return std::nullopt;
+  return const_values(c);
+}
+
 std::optional<std::string> activation_of(const ir::Node* n) {
   const std::string& op = n->op().name();
   if (op == "relu" || op == "sigmoid" || op == "tanh" || op == "silu" || op == "hardswish") return op;

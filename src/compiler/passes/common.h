@@ -29,6 +29,10 @@ struct BatchNormAffine {
 };
 std::optional<BatchNormAffine> batch_norm_affine(const ir::Node* bn, int64_t channels);
 
+// The values of a floating constant with one value per channel, laid out to broadcast over a
+// convolution's output ([C, 1, 1] or [1, C, 1, 1]: conv) or a GEMM's ([C] or [1, C]), or nullopt.
+std::optional<std::vector<double>> per_channel_values(const ir::Value* c, int64_t channels, bool conv);
+
 // The activation n applies, as a fused op's `activation` attribute (relu6 for clip(0, 6)), or
 // nullopt when n is not one.
 std::optional<std::string> activation_of(const ir::Node* n);

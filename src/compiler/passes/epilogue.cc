@@ -16,17 +16,6 @@
 namespace kiln::compiler::passes {
 namespace {
 
-// The per-channel values of a constant bias operand (shape [C,1,1]/[1,C,1,1] for conv, [N]/[1,N]
-// for gemm), or nullopt.
-std::optional<std::vector<double>> channel_bias(const ir::Value* c, int64_t channels, bool conv) {
-  if (!is_const(c) || !is_floating(c->type().dtype)) return std::nullopt;
-  Shape s = c->constant().shape();
-  std::vector<Shape> ok = conv ? std::vector<Shape>{{channels, 1, 1}, {1, channels, 1, 1}}
-                               : std::vector<Shape>{{channels}, {1, channels}};
-  if (std::find(ok.begin(), ok.end(), s) == ok.end()) return std::nullopt;
-  return const_values(c);
-}
-
 class EpiloguePass : public ir::Pass {
  public:
   std::string name() const override { return "epilogue"; }
@@ -82,7 +71,7 @@ class EpiloguePass : public ir::Pass {
         // 1. bias add
         if (ir::Node* u = sole_user(cur); u && u->op().name() == "add") {
           ir::Value* other = u->inputs()[0] == cur ? u->inputs()[1] : u->inputs()[0];
-          auto cb = channel_bias(other, ch, conv);
+          auto cb = per_channel_values(other, ch, conv);
           if (cb && (!conv_bias || is_const(conv_bias))) {
             if (conv && conv_bias) {
               auto old = const_values(conv_bias);

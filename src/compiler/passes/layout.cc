@@ -135,11 +135,7 @@ const std::set<std::string> kBlockedUnary = {"relu", "hardsigmoid", "hardswish",
 
 // A constant of one value per channel of y ([C, 1, 1] or [1, C, 1, 1]), broadcast over y.
 bool per_channel_constant(const ir::Value* v, const ir::ValueType& yt) {
-  if (!is_const(v) || yt.shape.size() != 4 || yt.shape[1].is_symbolic()) return false;
-  const Shape s = v->constant().shape();
-  const int64_t c = yt.shape[1].size;
-  return (s.size() == 3 && s[0] == c && s[1] == 1 && s[2] == 1) ||
-         (s.size() == 4 && s[0] == 1 && s[1] == c && s[2] == 1 && s[3] == 1);
+  return yt.shape.size() == 4 && !yt.shape[1].is_symbolic() && per_channel_values(v, yt.shape[1].size, true);
 }
 
 template <class IsMemberOutput>
@@ -354,7 +350,7 @@ class LayoutPass : public ir::Pass {
         auto operand = [&](ir::Value* v) {
           if (!per_channel_constant(v, n->output()->type())) return blocked_of(v);
           const int64_t ch = n->output()->type().shape[1].size, blocks = (ch + 15) / 16;
-          std::vector<double> vals = const_values(v);
+          std::vector<double> vals = *per_channel_values(v, ch, true);
           vals.resize(static_cast<size_t>(blocks * 16), 0.0);
           return g.add_constant(g.fresh_name(v->name() + "_nchwc"),
                                 tensor_from(vals, {1, blocks, 1, 1, 16}, DType::f32));
