@@ -210,14 +210,8 @@ void scale_shift_nchwc_avx512(int64_t count, const float* x, const float* scale,
                               const ConvTileEpilogueF32& ep) {
   const Finish finish(ep);
   const __m512 sv = _mm512_loadu_ps(scale), bv = _mm512_loadu_ps(shift);
-  int64_t i = 0;
-  for (; i + 4 <= count; i += 4)
 #pragma GCC unroll 4
-    for (int u = 0; u < 4; ++u) {
-      const int64_t at = (i + u) * 16;
-      _mm512_storeu_ps(y + at, finish(_mm512_fmadd_ps(_mm512_loadu_ps(x + at), sv, bv), nullptr));
-    }
-  for (; i < count; ++i)
+  for (int64_t i = 0; i < count; ++i)
     _mm512_storeu_ps(y + i * 16, finish(_mm512_fmadd_ps(_mm512_loadu_ps(x + i * 16), sv, bv), nullptr));
 }
 
