@@ -60,6 +60,18 @@ std::map<std::string, int> op_counts(const runtime::Engine& e) {
   return n;
 }
 
+// The rank of a step's output: 5 where it runs blocked, 4 where it runs NCHW.
+size_t output_rank(const runtime::Engine& e, const runtime::EngineStep& st) {
+  return e.values[static_cast<size_t>(st.outputs[0])].shape.size();
+}
+
+// Whether some pass of the compile reported `line`.
+bool reported(const runtime::CompileResult& r, const std::string& line) {
+  for (const auto& p : r.passes)
+    if (p.report.find(line) != std::string::npos) return true;
+  return false;
+}
+
 runtime::CompileOptions opts(runtime::CompileOptions::Layout layout, int64_t bmax) {
   runtime::CompileOptions o;
   o.passes.opt_level = 2;
@@ -199,7 +211,7 @@ TEST(Layout, SqueezeExciteRunsBlocked) {
     EXPECT_EQ(n["global_avg_pool_nchwc"], 1);
     for (const runtime::EngineStep& st : r.engine.steps)
       if (st.op->name() == "mul" || st.op->name() == "hardsigmoid") {
-        EXPECT_EQ(r.engine.values[static_cast<size_t>(st.outputs[0])].shape.size(), 5u) << st.name << " runs blocked";
+        EXPECT_EQ(output_rank(r.engine, st), 5u) << st.name << " runs blocked";
       }
     runtime::Executor ex(std::make_shared<runtime::Engine>(r.engine));
     for (int64_t batch : {1, 3}) {
@@ -213,7 +225,7 @@ TEST(Layout, SqueezeExciteRunsBlocked) {
   EXPECT_GE(n["from_nchwc"], 2) << "the pooled scale leaves the region for exp";
   for (const runtime::EngineStep& st : r.engine.steps)
     if (st.op->name() == "exp") {
-      EXPECT_EQ(r.engine.values[static_cast<size_t>(st.outputs[0])].shape.size(), 4u);
+      EXPECT_EQ(output_rank(r.engine, st), 4u);
     }
   Tensor xin = random_tensor({2, 24, 9, 9}, DType::f32, 90);
   runtime::Executor ex(std::make_shared<runtime::Engine>(r.engine));
@@ -275,13 +287,11 @@ TEST(Layout, PreActivationBatchNormsRunBlocked) {
         EXPECT_EQ(n[act_op], peek ? 1 : 0);
         for (const runtime::EngineStep& st : r.engine.steps)
           if (st.op->name() == act_op) {
-            EXPECT_EQ(r.engine.values[static_cast<size_t>(st.outputs[0])].shape.size(), 5u) << st.name;
+            EXPECT_EQ(output_rank(r.engine, st), 5u) << st.name;
           }
         const std::string want_report = peek ? "5 convolution(s), 3 batch norm(s) and 1 elementwise op(s) in 1 region"
                                              : "5 convolution(s) and 3 batch norm(s) in 1 region";
-        bool reported = false;
-        for (const auto& p : r.passes) reported = reported || p.report.find(want_report) != std::string::npos;
-        EXPECT_TRUE(reported);
+        EXPECT_TRUE(reported(r, want_report));
         runtime::Executor ex(std::make_shared<runtime::Engine>(r.engine));
         for (int64_t batch : {1, 3}) {
           Tensor xin = random_tensor({batch, 24, 10, 10}, DType::f32, 70 + static_cast<uint64_t>(batch));
@@ -332,7 +342,7 @@ TEST(Layout, PerChannelConstantsJoinTheRegion) {
   EXPECT_EQ(n["scale_shift_nchwc"], 1);
   for (const runtime::EngineStep& st : r.engine.steps)
     if (st.op->name() == "mul" || st.op->name() == "add" || st.op->name() == "relu") {
-      EXPECT_EQ(r.engine.values[static_cast<size_t>(st.outputs[0])].shape.size(), 5u) << st.name;
+      EXPECT_EQ(output_rank(r.engine, st), 5u) << st.name;
     }
   runtime::Executor ex(std::make_shared<runtime::Engine>(r.engine));
   for (int64_t batch : {1, 3}) {
@@ -369,7 +379,7 @@ TEST(Layout, ConcatOfWholeBlocksJoinsTheRegion) {
     EXPECT_EQ(n["from_nchwc"], blocked ? 1 : 3);  // the output; unblocked, the concat's two parts
     for (const runtime::EngineStep& st : r.engine.steps)
       if (st.op->name() == "concat") {
-        EXPECT_EQ(r.engine.values[static_cast<size_t>(st.outputs[0])].shape.size(), blocked ? 5u : 4u);
+        EXPECT_EQ(output_rank(r.engine, st), blocked ? 5u : 4u);
       }
     runtime::Executor ex(std::make_shared<runtime::Engine>(r.engine));
     for (int64_t batch : {1, 3}) {
@@ -403,11 +413,7 @@ TEST(Layout, StemAndMaxPoolJoinTheRegion) {
   EXPECT_EQ(n["max_pool2d_nchwc"], 1);
   EXPECT_EQ(n["to_nchwc"], 0);
   EXPECT_EQ(n["from_nchwc"], 2);  // y and the pool: both graph outputs
-  bool reported = false;
-  for (const auto& p : r.passes)
-    reported = reported || p.report.find("3 convolution(s) and 1 pool(s) in 1 region(s), 0 to_nchwc, 2 from_nchwc") !=
-                               std::string::npos;
-  EXPECT_TRUE(reported);
+  EXPECT_TRUE(reported(r, "3 convolution(s) and 1 pool(s) in 1 region(s), 0 to_nchwc, 2 from_nchwc"));
   runtime::Executor ex(std::make_shared<runtime::Engine>(r.engine));
   for (int64_t batch : {1, 2}) {
     Tensor in = random_tensor({batch, 3, 21, 19}, DType::f32, 60 + static_cast<uint64_t>(batch));
