@@ -83,6 +83,11 @@ TEST(Matmul, TransposedNonContiguousAndBroadcastOperands) {
     Tensor d = random_tensor({4, 5, 7}, t, 14), e = random_tensor({7, 6}, t, 15);
     EXPECT_TRUE(matmul_matches(testing::noncontiguous(d), testing::noncontiguous(e))) << dtype_name(t);
     EXPECT_TRUE(matmul_matches(d.transpose(0, 1), e)) << "batch dims permuted " << dtype_name(t);
+    // Wide enough that the permuted rows are gathered into one GEMM (Note [Gathering rows before a
+    // shared B]): PyTorch's seq-first attention input, [seq, batch, d] over a [batch, seq, d] buffer.
+    Tensor f = random_tensor({3, 33, 7}, t, 18), w = random_tensor({7, 19}, t, 19);
+    EXPECT_TRUE(matmul_matches(f.transpose(0, 1), w)) << "permuted rows, wide b " << dtype_name(t);
+    EXPECT_TRUE(matmul_matches(f.transpose(0, 1).slice(2, 1, 7, 1), w.slice(0, 0, 6, 1))) << "and sliced K " << dtype_name(t);
     EXPECT_TRUE(matmul_matches(d, e.expand({4, 7, 6}))) << "b expanded over batch " << dtype_name(t);
     EXPECT_TRUE(matmul_matches(random_tensor({7}, t, 16), e.expand({3, 7, 6}))) << "vector x expanded " << dtype_name(t);
     EXPECT_TRUE(matmul_matches(d.slice(2, 0, 7, 2), random_tensor({4, 4, 3}, t, 17))) << "sliced K " << dtype_name(t);

@@ -474,7 +474,11 @@ TEST(Tactics, MatmulTacticsMatchTheDefault) {
     Tensor a = random_tensor(as, DType::f32, seed++), b = random_tensor(bs, DType::f32, seed++);
     expect_tactics_agree("matmul", {a, b}, {});
     expect_tactics_agree("matmul", {kiln::testing::noncontiguous(a), kiln::testing::noncontiguous(b)}, {});
+    if (as.size() == 3 && bs.size() == 2) expect_tactics_agree("matmul", {a.transpose(0, 1), b}, {});  // rows gathered
   }
+  // Permuted rows over a wide weight, as PyTorch's attention feeds its input projection.
+  Tensor x = random_tensor({3, 33, 24}, DType::f32, seed++), w = random_tensor({24, 70}, DType::f32, seed++);
+  expect_tactics_agree("matmul", {x.transpose(0, 1), w}, {});
 }
 
 TEST(Tactics, FusedGemmTacticsMatchTheDefault) {

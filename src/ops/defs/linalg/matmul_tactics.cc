@@ -157,12 +157,13 @@ GemmArgs gemm_args(const KernelCall& k) {
                   static_cast<float>(k.attrs.get_float("alpha"))};
 }
 
-// matmul(a, b) with a 2-D b and a contiguous a folds to one (m x k) @ (k x n) product.
+// matmul(a, b) with a 2-D b folds to one (m x k) @ (k x n) product: a's rows made contiguous first
+// where they are not (Note [Gathering rows before a shared B] in matmul.cc).
 bool matmul_folds(const KernelCall& k) {
   const Tensor& a = k.in(0);
   const Tensor& b = k.in(1);
-  return b.dim() == 2 && a.dim() >= 2 && a.is_contiguous() && k.out(0).is_contiguous() && !aliases(k.out(0), a) &&
-         !aliases(k.out(0), b) && a.numel() > 0 && b.numel() > 0;
+  return b.dim() == 2 && a.dim() >= 2 && k.out(0).is_contiguous() && !aliases(k.out(0), a) && !aliases(k.out(0), b) &&
+         a.numel() > 0 && b.numel() > 0;
 }
 
 // ---- prepacked -------------------------------------------------------------------------------------
@@ -188,7 +189,7 @@ void matmul_prepacked_kernel(const KernelCall& k) {
     run_default(k);
     return;
   }
-  const Tensor& a = k.in(0);
+  const Tensor a = k.in(0).contiguous();
   const Tensor& b = k.in(1);
   const int64_t kk = b.shape()[0], n = b.shape()[1], m = a.numel() / kk;
   auto packed = packed_weight(b, kk, n, b.strides()[0], b.strides()[1]);
@@ -367,7 +368,7 @@ void matmul_openblas_kernel(const KernelCall& k) {
     run_default(k);
     return;
   }
-  const Tensor& a = k.in(0);
+  const Tensor a = k.in(0).contiguous();
   const int64_t kk = b.shape()[0], n = b.shape()[1], m = a.numel() / kk;
   blas_threads();
   cblas_sgemm(CblasRowMajor, CblasNoTrans, lb->first, static_cast<int>(m), static_cast<int>(n), static_cast<int>(kk),
