@@ -182,6 +182,49 @@ TEST(Optimize, ReportsNameWhatChanged) {
   EXPECT_KILN_ERROR(compiler::run_passes(g, {"dce", "bogus"}), "unknown pass 'bogus'");
 }
 
+// Note [Gather of one index]: a constant 0-d index on a static axis becomes a select view; a 1-D
+// index, an index out of range, and a symbolic axis stay gathers. Results are unchanged.
+TEST(Optimize, GatherOfOneConstantIndexBecomesASelect) {
+  ir::Graph g;
+  ir::Value* x = g.add_input("x", ir::ValueType{DType::f32, {ir::Dim::sym("batch"), 5, 6}});
+  auto gather = [&](std::vector<int64_t> index, Shape shape, int64_t axis) {
+    return node(g, "gather", {x, g.add_constant("", from_vector(index, shape))}, {{"axis", axis}});
+  };
+  g.add_output(gather({2}, {}, 1));   // -> select(dim 1, index 2): [batch, 6]
+  g.add_output(gather({-1}, {}, -1)); // -> select(dim 2, index 5): [batch, 5]
+  g.add_output(gather({1}, {1}, 2));  // a 1-D index keeps the dim: stays
+  g.add_output(gather({0}, {}, 0));   // the batch axis is symbolic: stays
+  Tensor in = random_tensor({3, 5, 6}, DType::f32, 7);
+  std::vector<Tensor> want = ir::run(g, std::vector<Tensor>{in});
+  auto reps = compiler::run_passes(g, {"reshape", "dce"}, true, true);
+  EXPECT_TRUE(reps[0].changed);
+  EXPECT_NE(reps[0].report.find("select"), std::string::npos) << reps[0].report;
+  EXPECT_EQ(count_op(g, "select"), 2) << ir::print(g);
+  EXPECT_EQ(count_op(g, "gather"), 2) << ir::print(g);
+  std::vector<ir::Node*> selects;
+  for (ir::Node* n : g.nodes())
+    if (n->op().name() == "select") selects.push_back(n);
+  ASSERT_EQ(selects.size(), 2u);
+  EXPECT_EQ(selects[0]->attrs().get_int("dim"), 1);
+  EXPECT_EQ(selects[0]->attrs().get_int("index"), 2);
+  EXPECT_EQ(selects[1]->attrs().get_int("dim"), 2);
+  EXPECT_EQ(selects[1]->attrs().get_int("index"), 5);
+  std::vector<Tensor> got = ir::run(g, std::vector<Tensor>{in});
+  ASSERT_EQ(got.size(), want.size());
+  for (size_t i = 0; i < got.size(); ++i) {
+    EXPECT_EQ(got[i].shape(), want[i].shape()) << i;
+    EXPECT_TRUE(testing::all_close(got[i], want[i], {0, 0})) << i;
+  }
+
+  // An index out of range is left to the gather, which names it when the graph runs.
+  ir::Graph bad;
+  ir::Value* y = bad.add_input("y", ir::ValueType{DType::f32, {5, 6}});
+  bad.add_output(node(bad, "gather", {y, bad.add_constant("", from_vector(std::vector<int64_t>{7}, Shape{}))},
+                      {{"axis", int64_t{0}}}));
+  compiler::run_passes(bad, {"reshape"}, true, true);
+  EXPECT_EQ(count_op(bad, "gather"), 1) << ir::print(bad);
+  EXPECT_KILN_ERROR(ir::run(bad, std::vector<Tensor>{random_tensor({5, 6}, DType::f32, 8)}), "gather", "7");
+}
 
 // Every epilogue shape the pass fuses, run before and after on random inputs.
 TEST(Optimize, EpilogueFusionKeepsNumerics) {

@@ -3,6 +3,7 @@
 //   permute(permute(x, p1), p2)          -> permute(x, p1[p2]) (dropped when that is the identity)
 //   permute that only moves size-1 dims  -> reshape (then merges with neighbouring reshapes)
 //   reshape(x, ...) back to x's own type -> x
+//   gather(x, constant scalar i, axis)   -> select(x, axis, i), a view (Note [Gather of one index])
 // The inner node stays when something else reads it (dce removes it otherwise).
 #include "compiler/passes/common.h"
 
@@ -45,6 +46,33 @@ std::optional<std::vector<int64_t>> target_of(const ir::ValueType& t) {
   return s;
 }
 
+// Note [Gather of one index]
+// ONNX has no select: PyTorch exports x[i] and unbind (the q, k, v of a packed input projection in
+// nn.MultiheadAttention) as Gather with a constant 0-d index, which copies. Picking one index
+// along an axis is a view, so it becomes select; only for a static axis and an index in range (a
+// bad index then still fails where the gather would, with the gather's message).
+ir::Node* gather_as_select(ir::Graph& g, ir::Node* n) {
+  ir::Value* idx = input_at(n, 1);
+  if (!is_const(idx) || !idx->type().shape.empty() || !is_integral(idx->type().dtype)) return nullptr;
+  const ir::ValueType& xt = n->inputs()[0]->type();
+  const int64_t rank = static_cast<int64_t>(xt.shape.size());
+  int64_t axis = n->attrs().get_int("axis");
+  if (axis < 0) axis += rank;
+  if (axis < 0 || axis >= rank) return nullptr;
+  const ir::Dim& d = xt.shape[static_cast<size_t>(axis)];
+  const std::vector<double> v = const_values(idx);
+  if (d.is_symbolic() || v.size() != 1) return nullptr;
+  int64_t i = static_cast<int64_t>(v[0]);
+  if (i < 0) i += d.size;
+  if (i < 0 || i >= d.size) return nullptr;
+  ir::Node* s = g.add_node(kiln::op("select"), {n->inputs()[0]}, {{"dim", axis}, {"index", i}});
+  if (!(s->output()->type() == n->output()->type())) {
+    g.erase_nodes({s});
+    return nullptr;
+  }
+  return s;
+}
+
 class ReshapePass : public ir::Pass {
  public:
   std::string name() const override { return "reshape"; }
@@ -57,6 +85,18 @@ class ReshapePass : public ir::Pass {
       ir::Value* x = n->inputs()[0];
       ir::Node* p = x->producer();
       const std::string& op = n->op().name();
+      if (op == "gather") {
+        if (ir::Node* s = gather_as_select(g, n)) {
+          std::string before = n->str();
+          std::string out_name = n->output()->name();
+          g.replace_all_uses(n->output(), s->output());
+          g.erase_nodes({n});
+          g.rename(s->output(), out_name);
+          items.push_back(before + " -> " + s->str());
+          appended = true;
+        }
+        continue;
+      }
       if (op == "permute") {
         auto perm = norm_perm(n->attrs().get_ints("dims"));
         if (p && p->op().name() == "permute") {
