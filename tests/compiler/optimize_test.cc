@@ -226,6 +226,29 @@ TEST(Optimize, GatherOfOneConstantIndexBecomesASelect) {
   EXPECT_KILN_ERROR(ir::run(bad, std::vector<Tensor>{random_tensor({5, 6}, DType::f32, 8)}), "gather", "7");
 }
 
+// SiLU as exporters write it, x * sigmoid(x) in either order, becomes silu(x); the sigmoid stays
+// for its other reader, and a product with the sigmoid of another value stays a product.
+TEST(Optimize, SiluFromMulAndSigmoid) {
+  ir::Graph g;
+  ir::Value* x = g.add_input("x", ir::ValueType{DType::f32, {4, 7}});
+  ir::Value* y = g.add_input("y", ir::ValueType{DType::f32, {4, 7}});
+  ir::Value* sg = node(g, "sigmoid", {x});
+  g.add_output(node(g, "mul", {x, sg}));
+  g.add_output(node(g, "mul", {sg, x}));
+  g.add_output(node(g, "exp", {sg}));
+  g.add_output(node(g, "mul", {y, sg}));
+  const std::vector<Tensor> in = {random_tensor({4, 7}, DType::f32, 9, -6, 6), random_tensor({4, 7}, DType::f32, 10)};
+  std::vector<Tensor> want = ir::run(g, in);
+  auto reps = compiler::run_passes(g, {"gelu_fusion", "dce"}, true, true);
+  EXPECT_NE(reps[0].report.find("silu"), std::string::npos) << reps[0].report;
+  EXPECT_EQ(count_op(g, "silu"), 2) << ir::print(g);
+  EXPECT_EQ(count_op(g, "sigmoid"), 1) << ir::print(g);
+  EXPECT_EQ(count_op(g, "mul"), 1) << ir::print(g);
+  std::vector<Tensor> got = ir::run(g, in);
+  ASSERT_EQ(got.size(), want.size());
+  for (size_t i = 0; i < got.size(); ++i) EXPECT_TRUE(testing::all_close(got[i], want[i], {1e-6, 1e-6})) << i;
+}
+
 // Every epilogue shape the pass fuses, run before and after on random inputs.
 TEST(Optimize, EpilogueFusionKeepsNumerics) {
   const char* text = R"(graph f(%x: f32[2, 3, 5, 5], %m: f32[7, 6], %res: f32[7, 4], %cres: f32[2, 4, 5, 5]) {

@@ -8,6 +8,12 @@
 // which the factors are multiplied does not matter; constants match within 1e-4 relative. Every
 // intermediate must be private to the pattern (Note [Private intermediates]); anything else (a
 // different constant, x in one place and another value in the other, sigmoid(1.702 x)) stays.
+//
+// The pass also fuses SiLU (swish), which ONNX before opset 24 cannot name:
+//   x * sigmoid(x)                                                     -> silu(x)
+// in either order. EfficientNet exports it after every convolution; fused, the convolution's
+// epilogue applies it (passes/epilogue.cc) instead of a sigmoid pass and a mul pass
+// over the whole feature map. The sigmoid stays where something else also reads it.
 #include <numbers>
 
 #include "compiler/passes/pattern.h"
@@ -117,6 +123,16 @@ class GeluFusion {
   const Uses& uses_;
 };
 
+// The nodes reading v, each once.
+std::vector<ir::Node*> readers_of(const Uses& uses, const ir::Value* v) {
+  std::vector<ir::Node*> out;
+  auto it = uses.find(v);
+  if (it == uses.end()) return out;
+  for (const ir::Use& u : it->second)
+    if (u.node && std::find(out.begin(), out.end(), u.node) == out.end()) out.push_back(u.node);
+  return out;
+}
+
 class GeluFusionPass : public ir::Pass {
  public:
   std::string name() const override { return "gelu_fusion"; }
@@ -140,6 +156,22 @@ class GeluFusionPass : public ir::Pass {
       erased.insert(m->nodes.begin(), m->nodes.end());
       items.push_back("%" + out + " = gelu(%" + m->x->name() + ") {approximate=\"" + approx + "\"} from " +
                       std::to_string(count) + " nodes");
+      uses = g.uses();
+    }
+    for (ir::Node* n : g.nodes()) {
+      if (erased.count(n) || n->op().name() != "sigmoid" || n->inputs().size() != 1) continue;
+      ir::Value* x = n->inputs()[0];
+      if (!x || !is_floating(x->type().dtype)) continue;
+      for (ir::Node* mul : readers_of(uses, n->output())) {
+        if (erased.count(mul) || mul->op().name() != "mul" || other_operand(mul, n->output()) != x ||
+            !(mul->output()->type() == x->type()))
+          continue;
+        ir::Node* si = g.add_node(kiln::op("silu"), {x});
+        std::string out = mul->output()->name();
+        replace_pattern(g, mul, si, {mul});
+        erased.insert(mul);
+        items.push_back("%" + out + " = silu(%" + x->name() + ") from mul and sigmoid");
+      }
       uses = g.uses();
     }
     if (!items.empty()) topo_reorder(g);
