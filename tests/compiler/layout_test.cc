@@ -232,6 +232,51 @@ TEST(Layout, SqueezeExciteRunsBlocked) {
   EXPECT_TRUE(testing::all_close(ex.run({xin})[0], ir::run(g, {xin})[0], {1e-4, 1e-4}));
 }
 
+// EfficientNet's block as ONNX exporters write it: SiLU as x * sigmoid(x) (both operand orders)
+// after the expansion and the depthwise layer and in the squeeze-excite's first 1x1 (10 channels:
+// a partial block), its second 1x1 gated by a sigmoid. gelu_fusion makes each SiLU one silu node,
+// the epilogue pass puts silu and sigmoid into the convolutions, and the whole block runs blocked
+// (silu and sigmoid in the blocked tiles' finish). The gate's mul reads the sigmoid of another
+// value and stays a mul.
+TEST(Layout, SiluAndSigmoidEpiloguesRunBlocked) {
+  using Layout = runtime::CompileOptions::Layout;
+  Builder b;
+  b.g.name = "mbconv";
+  ir::Value* x = b.g.add_input("x", ir::ValueType{DType::f32, {ir::Dim::sym("batch"), 24, 9, 9}});
+  bool flip = false;
+  auto swish = [&](ir::Value* v) {
+    ir::Value* sg = b.g.add_node(op("sigmoid"), {v})->output();
+    flip = !flip;
+    return flip ? b.g.add_node(op("mul"), {v, sg})->output() : b.g.add_node(op("mul"), {sg, v})->output();
+  };
+  ir::Value* e = swish(b.conv(x, 48, 1, 1, "expand"));
+  ir::Value* d = swish(b.conv(e, 48, 3, 1, "dw", 48));
+  ir::Value* s = b.g.add_node(op("global_avg_pool"), {d})->output();
+  s = b.g.add_node(op("sigmoid"), {b.conv(swish(b.conv(s, 10, 1, 1, "fc1")), 48, 1, 1, "fc2")})->output();
+  ir::Value* m = b.g.add_node(op("mul"), {d, s})->output();
+  b.g.add_output(b.add(b.conv(m, 24, 1, 1, "project"), x));
+  ir::verify(b.g);
+
+  runtime::CompileResult r = runtime::compile(b.g, opts(Layout::nchwc, 3));
+  EXPECT_TRUE(reported(r, "= silu(%")) << "gelu_fusion names the SiLUs it fused";
+  auto n = op_counts(r.engine);
+  EXPECT_EQ(n["fused_conv2d_nchwc"], 5);
+  EXPECT_EQ(n["mul"], 1) << "only the gate's mul is left";
+  EXPECT_EQ(n["sigmoid"] + n["silu"] + n["fused_conv2d"] + n["conv2d"], 0);
+  EXPECT_EQ(n["to_nchwc"], 1);
+  EXPECT_EQ(n["from_nchwc"], 1);
+  std::map<std::string, int> acts;
+  for (const runtime::EngineStep& st : r.engine.steps)
+    if (st.op->name() == "fused_conv2d_nchwc") ++acts[st.attrs.get_string("activation")];
+  EXPECT_EQ(acts["silu"], 3);
+  EXPECT_EQ(acts["sigmoid"], 1);
+  runtime::Executor ex(std::make_shared<runtime::Engine>(r.engine));
+  for (int64_t batch : {1, 3}) {
+    Tensor xin = random_tensor({batch, 24, 9, 9}, DType::f32, 70 + static_cast<uint64_t>(batch), -2, 2);
+    EXPECT_TRUE(testing::all_close(ex.run({xin})[0], ir::run(b.g, {xin})[0], {1e-4, 1e-4})) << "batch " << batch;
+  }
+}
+
 // Pre-activation blocks (ResNet v2): each block's input is batch-normalized and activated before its
 // first convolution while the shortcut reads it as it is, so no convolution precedes the batch
 // norm to fold it into. It runs blocked as one scale_shift_nchwc with the activation after it
@@ -430,8 +475,8 @@ TEST(Layout, LeavesWhatCannotBeBlocked) {
   ir::Value* x = b.g.add_input("x", ir::ValueType{DType::f32, {1, 32, 10, 10}});
   ir::Value* w = b.g.add_input("w", ir::ValueType{DType::f32, {32, 32, 3, 3}});
   ir::Value* grouped = b.conv(x, 32, 3, 1, "grouped", 2);
-  ir::Value* sig = b.g.add_node(op("sigmoid"), {b.conv(grouped, 32, 1, 1, "sig")})->output();  // fuses sigmoid
-  ir::Value* runtime_w = b.g.add_node(op("conv2d"), {sig, w}, {{"padding", std::vector<int64_t>{1, 1, 1, 1}}})->output();
+  ir::Value* act = b.g.add_node(op("tanh"), {b.conv(grouped, 32, 1, 1, "act")})->output();  // fuses tanh: not blocked
+  ir::Value* runtime_w = b.g.add_node(op("conv2d"), {act, w}, {{"padding", std::vector<int64_t>{1, 1, 1, 1}}})->output();
   b.g.add_output(runtime_w);
   ir::Value* xd = b.g.add_input("xd", ir::ValueType{DType::f64, {1, 16, 6, 6}});
   b.g.add_output(b.g.add_node(op("conv2d"), {xd, b.g.add_constant("wd", random_tensor({16, 16, 1, 1}, DType::f64, 3))})

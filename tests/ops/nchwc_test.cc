@@ -113,7 +113,15 @@ Tensor act_ref(const Tensor& y, const std::string& act) {
   if (act == "relu") return relu(y);
   if (act == "relu6") return clip(y, Scalar(0.0), Scalar(6.0));
   if (act == "hardswish") return hardswish(y);
+  if (act == "sigmoid") return sigmoid(y);
+  if (act == "silu") return silu(y);
   return y;
+}
+
+// What a partial block's extra lanes hold: act(0), zero but for sigmoid's 0.5 (finite: the next
+// layer's filters, scales and depthwise taps are zero there).
+Tensor extra_lanes(const Tensor& tail, const std::string& act) {
+  return full(tail.shape(), act == "sigmoid" ? 0.5 : 0.0, TensorOptions(DType::f32));
 }
 
 // fused_conv2d_nchwc with o's geometry and groups; mode 1: the residual before the activation.
@@ -141,7 +149,7 @@ TEST(Nchwc, ConvMatchesFloat64ReferenceOnEveryIsa) {
   for (kernels::cpu::Isa isa : kernels::cpu::supported_isas()) {
     kernels::cpu::IsaOverride on(isa);
     for (const ConvCase& cc : kCases) {
-      for (const std::string act : {"none", "relu", "relu6", "hardswish"})
+      for (const std::string act : {"none", "relu", "relu6", "hardswish", "sigmoid", "silu"})
         for (int mode = 0; mode < 3; ++mode) {  // residual: none, before, after the activation
           ++seed;
           SCOPED_TRACE(name_of(isa, cc) + " act=" + act + " mode=" + std::to_string(mode));
@@ -154,9 +162,9 @@ TEST(Nchwc, ConvMatchesFloat64ReferenceOnEveryIsa) {
           Tensor got = conv_nchwc(to_nchwc(x), w, bias, mode ? to_nchwc(res) : Tensor(), o, act, mode);
           Tensor want = epilogue_ref(ref, res, mode, act);
           ASSERT_EQ(got.shape(), (Shape{ref.shape()[0], (cc.k + 15) / 16, ref.shape()[2], ref.shape()[3], 16}));
-          if (cc.k % 16) {  // a partial block's lanes stay zero: the next layer sums them
+          if (cc.k % 16) {  // a partial block's lanes stay zero (act(0)): the next layer sums them
             Tensor tail = got.slice(1, cc.k / 16, cc.k / 16 + 1).slice(4, cc.k % 16, 16);
-            EXPECT_TRUE(testing::all_close(tail, zeros(tail.shape(), TensorOptions(DType::f32)), {0, 0}));
+            EXPECT_TRUE(testing::all_close(tail, extra_lanes(tail, act), {0, 0}));
           }
           EXPECT_TRUE(testing::all_close(from_nchwc(got, cc.k), want, {1e-4, 1e-4}));
         }
@@ -290,7 +298,7 @@ TEST(Nchwc, DepthwiseMatchesFloat64Reference) {
   for (kernels::cpu::Isa isa : kernels::cpu::supported_isas()) {
     kernels::cpu::IsaOverride on(isa);
     for (const Dw& d : cases)
-      for (const std::string act : {"none", "relu6", "hardswish"})
+      for (const std::string act : {"none", "relu6", "hardswish", "silu"})
         for (int mode = 0; mode < 3; ++mode) {
           ++seed;
           SCOPED_TRACE(std::string(kernels::cpu::isa_name(isa)) + " C=" + std::to_string(d.c) + " r=" +
@@ -366,14 +374,14 @@ TEST(Nchwc, GlobalAveragePoolMatchesFloat64Reference) {
 
 // Note [Blocked batch norm]: act(x * scale + shift) a channel each, on every ISA, over planes of one
 // pixel to thousands (split between threads at batch 1) and partial blocks, whose extra lanes
-// come out zero; written over x too.
+// come out act(0); written over x too.
 TEST(Nchwc, ScaleShiftMatchesFloat64Reference) {
   int seed = 1800;
   for (kernels::cpu::Isa isa : kernels::cpu::supported_isas()) {
     kernels::cpu::IsaOverride on(isa);
     for (const Shape& s :
          std::vector<Shape>{{2, 33, 7, 7}, {1, 16, 1, 1}, {3, 40, 13, 11}, {1, 7, 1, 33}, {1, 64, 56, 56}})
-      for (const std::string act : {"none", "relu", "relu6", "hardswish"}) {
+      for (const std::string act : {"none", "relu", "relu6", "hardswish", "sigmoid", "silu"}) {
         SCOPED_TRACE(std::string(kernels::cpu::isa_name(isa)) + " " + shape_str(s) + " act=" + act);
         ++seed;
         const int64_t c = s[1], lanes = (c + 15) / 16 * 16;
@@ -392,7 +400,7 @@ TEST(Nchwc, ScaleShiftMatchesFloat64Reference) {
         EXPECT_TRUE(testing::all_close(from_nchwc(got, c), want, {1e-5, 1e-6}));
         if (c % 16) {
           Tensor tail = got.slice(1, c / 16, c / 16 + 1).slice(4, c % 16, 16);
-          EXPECT_TRUE(testing::all_close(tail, zeros(tail.shape(), TensorOptions(DType::f32)), {0, 0}));
+          EXPECT_TRUE(testing::all_close(tail, extra_lanes(tail, act), {0, 0}));
         }
         // In place: the kernel reads each vector before it writes it.
         kernels::cpu::scale_shift_nchwc_f32(s[0], lanes / 16, s[2] * s[3], static_cast<const float*>(xb.data_ptr()),
@@ -402,6 +410,8 @@ TEST(Nchwc, ScaleShiftMatchesFloat64Reference) {
                                             act == "relu"        ? kernels::cpu::GemmActivation::relu
                                             : act == "relu6"     ? kernels::cpu::GemmActivation::relu6
                                             : act == "hardswish" ? kernels::cpu::GemmActivation::hardswish
+                                            : act == "sigmoid"   ? kernels::cpu::GemmActivation::sigmoid
+                                            : act == "silu"      ? kernels::cpu::GemmActivation::silu
                                                                  : kernels::cpu::GemmActivation::none);
         EXPECT_TRUE(testing::all_close(xb, got, {0, 0}));
       }
@@ -461,8 +471,8 @@ TEST(Nchwc, RejectsWhatTheBlockedLayoutCannotHold) {
                               {random_tensor({1, 8, 5, 5}, DType::f32, 11), random_tensor({8, 1, 3, 3}, DType::f32, 12)},
                               {{"groups", int64_t{8}}}),
                     "a depthwise convolution needs blocked x");
-  EXPECT_KILN_ERROR(conv(xb, random_tensor({16, 32, 3, 3}, DType::f32, 5), "sigmoid"),
-                    "activation 'sigmoid' is not one of the blocked kernel's");
+  EXPECT_KILN_ERROR(conv(xb, random_tensor({16, 32, 3, 3}, DType::f32, 5), "gelu"),
+                    "activation 'gelu' is not one of the blocked kernel's");
   EXPECT_KILN_ERROR(conv(x, random_tensor({16, 32, 3, 3}, DType::f32, 6), "relu"),
                     "x of shape [1, 32, 5, 5] is NCHW with more than 16 channels; block it first (to_nchwc)");
   EXPECT_KILN_ERROR(conv(random_tensor({1, 3, 5, 5}, DType::f32, 9), random_tensor({16, 4, 3, 3}, DType::f32, 10), "relu"),

@@ -4,18 +4,18 @@
 // Note [Layout regions]
 // A convolution can run blocked when its filters are f32 constants, it has one group or is
 // depthwise (groups = C = K), and its epilogue is one the blocked kernels have (none, relu, relu6,
-// hardswish; conv2d and fused_conv2d alike). Channel counts need not be multiples of 16: a partial
-// last block's lanes are zero (or, past an elementwise op, finite) and ignored. A convolution of
-// at most 16 input channels whose input comes from outside (a stem) reads that NCHW input as it
-// is. Such convolutions are joined into regions along the values they pass each other (input or
-// residual) and the values two of them read (a ResNet block's input feeds its first convolution
-// and its projection); a max pool or a global average pool of a member's output joins its region,
-// and so does an elementwise op that reads one (Note [Elementwise ops in a region]) and a batch
-// norm of one (with the activation after it: Note [Blocked batch norm] in conv_nchwc.cc). A region
-// reads each value from outside through one to_nchwc and hands each value read outside through
-// one from_nchwc; inside it values stay blocked, so a conversion pair between two members never
-// appears (there is nothing to cancel later). Whether a region pays is a cost model, in FLOP
-// equivalents:
+// hardswish, sigmoid, silu; conv2d and fused_conv2d alike). Channel counts need not be multiples of
+// 16: a partial last block's lanes are zero (or, past an elementwise op or a sigmoid, finite) and
+// ignored. A convolution of at most 16 input channels whose input comes from outside (a stem) reads
+// that NCHW input as it is. Such convolutions are joined into regions along the values they pass
+// each other (input or residual) and the values two of them read (a ResNet block's input feeds its
+// first convolution and its projection); a max pool or a global average pool of a member's output
+// joins its region, and so does an elementwise op that reads one (Note [Elementwise ops in a
+// region]) and a batch norm of one (with the activation after it: Note [Blocked batch norm] in
+// conv_nchwc.cc). A region reads each value from outside through one to_nchwc and hands each value
+// read outside through one from_nchwc; inside it values stay blocked, so a conversion pair between
+// two members never appears (there is nothing to cancel later). Whether a region pays is a cost
+// model, in FLOP equivalents:
 //   gain = sum of kGain<kind> * (a member's FLOPs) - (FLOPs spent on partial blocks' lanes)
 //   cost = kConvertCost * (elements of every conversion at its edges)
 // "layout" keeps the regions whose gain exceeds their cost; "layout_all" keeps every region (for
@@ -43,7 +43,7 @@ constexpr double kGainPointwise = 0.2;   // 1x1
 constexpr double kGainDepthwise = 0.5;
 constexpr double kConvertCost = 200.0;  // FLOPs per element converted
 
-const std::set<std::string> kBlockedActs = {"none", "relu", "relu6", "hardswish"};
+const std::set<std::string> kBlockedActs = {"none", "relu", "relu6", "hardswish", "sigmoid", "silu"};
 
 // A node that can run in a region: a convolution on blocked input, a stem (a convolution of at
 // most 16 input channels that reads its NCHW input as it is and writes blocked output), a max
@@ -131,7 +131,7 @@ std::optional<Member> blockable_conv(ir::Node* n, bool x_blocked) {
 // filters, a depthwise layer's and a conversion back are zero there, and a mul by a zero lane is
 // zero again. A constant per-channel operand ([C, 1, 1] or [1, C, 1, 1]: Caffe's scale layer after
 // a batch norm, as the ONNX zoo's DenseNet has it) is blocked when the pass runs, zero past C.
-const std::set<std::string> kBlockedUnary = {"relu", "hardsigmoid", "hardswish", "sigmoid", "tanh", "clip"};
+const std::set<std::string> kBlockedUnary = {"relu", "hardsigmoid", "hardswish", "sigmoid", "tanh", "clip", "silu"};
 
 // A constant of one value per channel of y ([C, 1, 1] or [1, C, 1, 1]), broadcast over y.
 bool per_channel_constant(const ir::Value* v, const ir::ValueType& yt) {
@@ -164,7 +164,7 @@ std::optional<Member> blockable_eltwise(ir::Node* n, const IsMemberOutput& membe
 
 // A batch norm of a member's output (f32, 4-d, constant statistics; bn_fold left it: no
 // convolution precedes it) as a per-channel scale and shift, with the activation that alone reads
-// it (relu, relu6, hardswish) applied in the same pass.
+// it (relu, relu6, hardswish, sigmoid, silu) applied in the same pass.
 template <class IsMemberOutput>
 std::optional<Member> blockable_batch_norm(const ir::Graph& g, ir::Node* n, const IsMemberOutput& member_output,
                                            const std::map<const ir::Value*, std::vector<ir::Use>>& uses) {

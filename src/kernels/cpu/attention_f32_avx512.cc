@@ -13,7 +13,7 @@
 //      place (one broadcast per row and step), the packed k^T rows stream through.
 //   3. Softmax per row in f32 lanes: s = scale * s + mask (one fma) and the row max, then
 //      e^(s - max) (a degree-7 polynomial on a Cody-Waite reduced argument, scaled by vscalefps;
-//      about 1 ulp; -inf and anything below -87 give exactly 0: Note [No denormal exponentials];
+//      about 1 ulp; -inf and anything below -87 give exactly 0: Note [No denormal exponentials] in avx512_util.h;
 //      NaN stays NaN) and the row sum. A NaN anywhere makes the row NaN, as does a max of +-inf
 //      (all -inf: 0/0), as in the unfused softmax.
 //   4. Output, after all rows' scores: v packed into sk rows of Dv rounded up to 16 floats (BERT's
@@ -36,6 +36,8 @@
 
 #pragma GCC push_options
 #pragma GCC target("avx512f,avx512vl,avx512bw,avx512dq,avx2,fma")
+
+#include "kernels/cpu/avx512_util.h"
 
 namespace kiln::kernels::cpu {
 
@@ -139,36 +141,6 @@ void score_rows(const float* q, int64_t q_rs, const float* kt, int64_t skp, int6
 
 // ---- softmax -------------------------------------------------------------------------------------
 
-// e^x for x <= 0 (or NaN): n = round(x / ln 2), r = x - n ln 2 in two steps (|r| <= ln 2 / 2),
-// e^r by its Taylor polynomial of degree 7 (truncation < 2e-9 relative), times 2^n by vscalefps.
-//
-// Note [No denormal exponentials]
-// Below x = -87, e^x is under 1.7e-38, near the smallest normal float, and it is returned as 0:
-// a vscalefps whose result is denormal takes a microcode assist on Intel cores, and a masked key
-// (an additive -10000) makes every one of its scores that small. BERT-shaped attention at
-// sequence 256 with a tenth of the keys masked ran its softmax at a tenth of its speed (3.06 ms a
-// layer at batch 1 on a Xeon, the scores and outputs 0.5). x is clamped at -87 so no lane makes a
-// denormal, and the lanes below it are zeroed by the mask (NaN compares unordered and stays;
-// vmaxps returns its second operand, x, when x is NaN; -inf gives 0).
-inline __m512 exp_nonpositive(__m512 x) {
-  const __m512 lowest = _mm512_set1_ps(-87.0f);
-  const __mmask16 kept = _mm512_cmp_ps_mask(x, lowest, _CMP_NLT_UQ);
-  x = _mm512_max_ps(lowest, x);
-  const __m512 n = _mm512_roundscale_ps(_mm512_mul_ps(x, _mm512_set1_ps(1.44269504088896341f)),
-                                        _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-  __m512 r = _mm512_fnmadd_ps(n, _mm512_set1_ps(0.693145751953125f), x);  // ln 2 high part (exact n * hi)
-  r = _mm512_fnmadd_ps(n, _mm512_set1_ps(1.42860682030941723212e-6f), r);  // ln 2 - high part
-  __m512 p = _mm512_set1_ps(1.0f / 5040.0f);
-  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f / 720.0f));
-  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f / 120.0f));
-  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f / 24.0f));
-  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f / 6.0f));
-  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(0.5f));
-  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f));
-  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f));
-  return _mm512_maskz_scalef_ps(kept, p, n);
-}
-
 // row[j] <- e^(scale * row[j] + mrow[j] - max) for j < n (mrow null: no mask); returns 1 / sum.
 float softmax_row(float* row, int64_t n, float scale, const float* mrow) {
   const __m512 vs = _mm512_set1_ps(scale), ninf = _mm512_set1_ps(-std::numeric_limits<float>::infinity());
@@ -189,7 +161,7 @@ float softmax_row(float* row, int64_t n, float scale, const float* mrow) {
   __m512 acc = _mm512_setzero_ps();
   for (int64_t j = 0; j < n; j += 16) {
     const __mmask16 m = tail_mask(n - j);
-    const __m512 e = exp_nonpositive(_mm512_sub_ps(_mm512_maskz_loadu_ps(m, row + j), vm));
+    const __m512 e = avx512::exp_nonpositive(_mm512_sub_ps(_mm512_maskz_loadu_ps(m, row + j), vm));
     _mm512_mask_storeu_ps(row + j, m, e);
     acc = _mm512_mask_add_ps(acc, m, acc, e);
     if ((j & 1023) == 1008) {

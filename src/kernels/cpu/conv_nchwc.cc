@@ -60,6 +60,10 @@ float finish_scalar(float r, const float* res, const ConvTileEpilogueF32& ep) {
   if (ep.act == Act::relu) r = std::max(r, 0.0f);
   else if (ep.act == Act::relu6) r = std::min(std::max(r, 0.0f), 6.0f);
   else if (ep.act == Act::hardswish) r = r * std::min(std::max(r + 3.0f, 0.0f), 6.0f) / 6.0f;
+  else if (ep.act == Act::sigmoid || ep.act == Act::silu) {
+    const float e = std::exp(-std::abs(r)), s = (r < 0.0f ? e : 1.0f) / (1.0f + e);
+    r = ep.act == Act::silu ? r * s : s;
+  }
   if (res != nullptr && !ep.residual_before_activation) r += *res;
   return r;
 }
@@ -284,7 +288,9 @@ ConvTileEpilogueF32::Act blocked_act(GemmActivation a) {
     case GemmActivation::relu: return Act::relu;
     case GemmActivation::relu6: return Act::relu6;
     case GemmActivation::hardswish: return Act::hardswish;
-    default: KILN_FAIL("the blocked convolutions apply none, relu, relu6 or hardswish");
+    case GemmActivation::sigmoid: return Act::sigmoid;
+    case GemmActivation::silu: return Act::silu;
+    default: KILN_FAIL("the blocked convolutions apply none, relu, relu6, hardswish, sigmoid or silu");
   }
 }
 

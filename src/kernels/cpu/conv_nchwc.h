@@ -52,8 +52,9 @@ size_t conv2d_nchwc_packed_weight_f32_floats(const Conv2dParams& p, NchwcInput i
 void pack_conv2d_nchwc_weight_f32(const Conv2dParams& p, const float* w, float* out,
                                   NchwcInput input = NchwcInput::blocked);
 // y = act(conv(x, w) + bias (+ residual)) (+ residual), y and the residual blocked, x as `input`
-// says; bias [K] or nullptr. Activations: none, relu, relu6, hardswish. The residual may be y itself
-// when it is added before the activation (Note [Residual in place] in conv_nchwc.cc).
+// says; bias [K] or nullptr. Activations: none, relu, relu6, hardswish, sigmoid, silu. The residual
+// may be y itself when it is added before the activation (Note [Residual in place] in
+// conv_nchwc.cc).
 void conv2d_nchwc_f32(const Conv2dParams& p, const float* x, const float* packed_w, const float* bias, float* y,
                       const Conv2dEpilogue& epilogue = {}, NchwcInput input = NchwcInput::blocked);
 
@@ -72,10 +73,10 @@ void max_pool2d_nchwc_f32(const Pool2dParams& p, const float* x, float* y);
 // mean of its plane's pixels (a partial block's zero lanes stay zero). pixels >= 1.
 void global_avg_pool_nchwc_f32(int64_t planes, int64_t pixels, const float* x, float* y);
 
-// A per-channel scale and shift on blocked planes, then an activation (none, relu, relu6 or
-// hardswish): y = act(x * scale + shift) with x and y [n, blocks, pixels, 16] and scale and shift
-// [blocks * 16], a channel's values at its lane (Note [Blocked batch norm] in conv_nchwc.cc). y may
-// be x.
+// A per-channel scale and shift on blocked planes, then an activation (none, relu, relu6,
+// hardswish, sigmoid or silu): y = act(x * scale + shift) with x and y [n, blocks, pixels, 16] and
+// scale and shift [blocks * 16], a channel's values at its lane (Note [Blocked batch norm] in
+// conv_nchwc.cc). y may be x.
 void scale_shift_nchwc_f32(int64_t n, int64_t blocks, int64_t pixels, const float* x, const float* scale,
                            const float* shift, float* y, GemmActivation act);
 

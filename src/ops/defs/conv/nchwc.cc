@@ -61,8 +61,10 @@ Attrs conv_attrs_of(const Attrs& a) {
                                   {"groups", a.get_int("groups")}});
 }
 
-const char* kActs = "none, relu, relu6, hardswish";
-bool blocked_act(const std::string& a) { return a == "none" || a == "relu" || a == "relu6" || a == "hardswish"; }
+const char* kActs = "none, relu, relu6, hardswish, sigmoid, silu";
+bool blocked_act(const std::string& a) {
+  return a == "none" || a == "relu" || a == "relu6" || a == "hardswish" || a == "sigmoid" || a == "silu";
+}
 
 std::vector<TensorMeta> infer_conv_nchwc(const InferCtx& c) {
   for (size_t i = 0; i < 4; ++i) check_f32(c, i);
@@ -121,6 +123,8 @@ kernels::cpu::GemmActivation act_of(const std::string& a) {
   if (a == "relu") return GemmActivation::relu;
   if (a == "relu6") return GemmActivation::relu6;
   if (a == "hardswish") return GemmActivation::hardswish;
+  if (a == "sigmoid") return GemmActivation::sigmoid;
+  if (a == "silu") return GemmActivation::silu;
   return GemmActivation::none;
 }
 
