@@ -327,6 +327,60 @@ TEST(TransformerFusion, HeadMergePermuteFoldsIntoAttention) {
   }
 }
 
+// Note [Masked fill as an additive mask] (attention_fusion.cc): DistilBERT's
+// scores.masked_fill(mask, finfo.min) exports as where(mask, fill, s); a mask of the keys kept
+// as where(keep, s, fill). With fill <= -1e30 or -inf the attention fuses around an additive
+// mask, q's division by a constant included in the scale; a fill of -10000 (a fully masked row
+// would differ) stays unfused. The finfo.min case masks one row entirely: uniform both ways.
+TEST(TransformerFusion, MaskedFillFusesAsAnAdditiveMask) {
+  const int64_t b = 2, s = 7, h = 3, d = 4;
+  const double lowest = std::numeric_limits<float>::lowest(), inf = std::numeric_limits<double>::infinity();
+  struct Case {
+    double fill;
+    bool fill_first;
+    bool fuses;
+  };
+  for (const Case& c : {Case{lowest, true, true}, Case{-inf, false, true}, Case{-1e4, true, false}}) {
+    SCOPED_TRACE("fill " + std::to_string(c.fill) + (c.fill_first ? " where(mask, fill, s)" : " where(keep, s, fill)"));
+    ir::Graph g;
+    g.name = "masked";
+    ir::Value* q = g.add_input("q", {DType::f32, {b, h, s, d}});
+    ir::Value* k = g.add_input("k", {DType::f32, {b, h, s, d}});
+    ir::Value* v = g.add_input("v", {DType::f32, {b, h, s, d}});
+    ir::Value* cond = g.add_input("cond", {DType::boolean, {b, 1, 1, s}});
+    ir::Value* kt = node(g, "permute", {k}, {{"dims", std::vector<int64_t>{0, 1, 3, 2}}});
+    ir::Value* sc = node(g, "matmul", {node(g, "div", {q, scalar(g, 2.0)}), kt});
+    ir::Value* fill = scalar(g, c.fill);
+    ir::Value* filled = c.fill_first ? node(g, "where", {cond, fill, sc}) : node(g, "where", {cond, sc, fill});
+    ir::Value* p = node(g, "softmax", {filled}, {{"axis", int64_t{-1}}});
+    g.add_output(node(g, "matmul", {p, v}));
+    ir::verify(g);
+    // Keys 4.. masked (kept, for where(keep, s, fill): the complement); batch 1 of the finfo.min
+    // case masks every key.
+    Tensor masked = zeros({b, 1, 1, s}, TensorOptions(DType::boolean)).contiguous();
+    masked.slice(3, 4, s).fill_(Scalar(true));
+    if (c.fill == lowest) masked.slice(0, 1, 2).fill_(Scalar(true));
+    Tensor cin = c.fill_first ? masked : logical_not(masked);
+    std::vector<Tensor> in{random_tensor({b, h, s, d}, DType::f32, 1, -2, 2), random_tensor({b, h, s, d}, DType::f32, 2, -2, 2),
+                           random_tensor({b, h, s, d}, DType::f32, 3), cin};
+    std::vector<Tensor> want = ir::run(g, in);
+    ir::Graph f = g.clone();
+    auto reps = compiler::run_passes(f, {"attention_fusion", "dce"}, true);
+    EXPECT_EQ(reps[0].changed, c.fuses) << reps[0].report;
+    EXPECT_EQ(count_op(f, "fused_attention"), c.fuses ? 1 : 0) << ir::print(f);
+    EXPECT_EQ(count_op(f, "softmax"), c.fuses ? 0 : 1) << ir::print(f);
+    for (const ir::Node* n : f.nodes()) {
+      if (n->op().name() == "fused_attention") {
+        EXPECT_DOUBLE_EQ(n->attrs().get_float("scale"), 0.5);
+      }
+    }
+    std::vector<Tensor> got = ir::run(f, in);
+    EXPECT_TRUE(testing::all_close(got[0], want[0], testing::Tol{1e-5, 1e-6}));
+    runtime::Executor ex(std::make_shared<runtime::Engine>(runtime::compile(g, {}).engine));
+    EXPECT_TRUE(testing::all_close(ex.run(in)[0], want[0], testing::Tol{1e-5, 1e-6}));
+  }
+}
+
 // The fused layer_norm node the pass writes in text IR may omit its absent weight and bias; the
 // kernels must not read past the inputs they were given (batch_norm likewise).
 TEST(TransformerFusion, NormKernelsAcceptOmittedOptionalInputs) {

@@ -1,13 +1,22 @@
 // Attention fusion: scaled dot-product attention as exporters emit it,
-//   s = matmul(q, k^T)  [* c | / c]  [+ mask]  ->  p = softmax(s, last axis)  ->  matmul(p, v)
-//   [-> permute keeping the last dim last, the head merge's]
+//   s = matmul(q, k^T)  [* c | / c]  [+ mask | masked fill]  ->  p = softmax(s, last axis)
+//   ->  matmul(p, v)  [-> permute keeping the last dim last, the head merge's]
 // becomes one fused_attention(q, k, v, mask) {scale, k_transposed, out_dims} node
 // (src/ops/defs/fused/attention.cc) that never materializes the scores. k^T is either a permute
 // swapping k's last two dims (k is then read untransposed and the permute disappears when nothing
 // else reads it) or any value already laid out [..., D, Sk] (k_transposed = true; e.g. BERT's
 // Transpose(perm = 0, 2, 3, 1) of [B, S, H, D]). Scalar-constant factors on q, on k^T (before or
 // after its permute; PyTorch's scaled_dot_product_attention export scales both by sqrt(scale))
-// and on the scores multiply into `scale`.
+// and on the scores multiply into `scale` (divisions by one divide it).
+//
+// Note [Masked fill as an additive mask]
+// PyTorch's masked_fill (DistilBERT's scores.masked_fill(mask == 0, finfo.min)) exports as
+// where(cond, fill, s), or where(cond, s, fill) for a mask of the keys kept. With fill at most
+// -1e30 or -inf, s + fill rounds to fill for any score under 1e21 in magnitude, so the fill is the
+// same as adding where(cond, fill, 0) (where(cond, 0, fill)): a row with every key masked comes out
+// uniform (finfo.min) or NaN (-inf) either way. The pass emits that additive mask, the shape of
+// cond (one row of keys per sequence), and fuses the attention around it. A larger fill
+// (-10000, as old BERT exports have it in an add) would differ on fully masked rows and stays.
 // Left alone: a softmax over another axis, a dropout (or anything) between softmax and the second
 // matmul, a mask that would broadcast the scores to a larger shape or has another dtype, q / k / v
 // whose leading (batch, head) dims differ (matmul broadcasting), ranks other than 2..4, dtypes
@@ -25,6 +34,8 @@ struct AttentionMatch {
   ir::Value* k = nullptr;
   ir::Value* v = nullptr;
   ir::Value* mask = nullptr;
+  ir::Node* fill = nullptr;  // a masked fill's where (Note [Masked fill as an additive mask])
+  bool fill_first = true;    // where(cond, fill, s), else where(cond, s, fill)
   double scale = 1.0;
   bool k_transposed = true;
   std::vector<int64_t> out_dims;  // the permute after it, folded in (Note [Attention output layout])
@@ -103,6 +114,7 @@ class AttentionFusion {
         }
       }
     }
+    if (!qk) qk = masked_fill(s, st, m);
     if (!qk) {
       std::set<ir::Node*> nodes;
       qk = scores(s, nodes, m.scale);
@@ -169,12 +181,47 @@ class AttentionFusion {
     return nullptr;
   }
 
-  // v = mul(x, c) with c a scalar constant and v read once: x (c multiplied into the scale).
+  // Note [Masked fill as an additive mask]: s = where(cond, fill, scores) or where(cond, scores,
+  // fill). On a match, the scores' matmul, with m.mask_fill set to the fill's node and m.mask to
+  // nullptr (the pass emits the additive mask).
+  ir::Node* masked_fill(ir::Value* s, const ir::ValueType& st, AttentionMatch& m) {
+    ir::Node* w = producer_op(s, "where");
+    if (!w || !sole_reader(g_, uses_, s) || w->inputs().size() != 3) return nullptr;
+    ir::Value* cond = w->inputs()[0];
+    if (!cond || cond->type().dtype != DType::boolean || cond->type().shape.size() > st.shape.size()) return nullptr;
+    for (int fill_first = 0; fill_first < 2; ++fill_first) {
+      ir::Value* fill = w->inputs()[fill_first ? 1 : 2];
+      ir::Value* cand = w->inputs()[fill_first ? 2 : 1];
+      auto f = scalar_const(fill);
+      if (!f || !(*f <= -1e30) || fill->type().dtype != st.dtype) continue;
+      std::set<ir::Node*> nodes;
+      double scale = 1.0;
+      ir::Node* mm = scores(cand, nodes, scale);
+      if (!mm || !(mm->output()->type() == st)) continue;
+      m.scale = scale;
+      m.nodes.insert(nodes.begin(), nodes.end());
+      m.nodes.insert(w);
+      m.fill = w;
+      m.fill_first = fill_first != 0;
+      return mm;
+    }
+    return nullptr;
+  }
+
+  // v = mul(x, c) or div(x, c) with c a scalar constant and v read once: x (c multiplied into, or
+  // divided out of, the scale).
   ir::Value* peel_scale(ir::Value* v, AttentionMatch& m) {
-    ir::Node* p = producer_op(v, "mul");
+    if (!sole_reader(g_, uses_, v)) return v;
     ir::Value* x = nullptr;
-    if (!p || !sole_reader(g_, uses_, v)) return v;
-    auto c = scalar_operand(p, &x);
+    std::optional<double> c;
+    ir::Node* p = producer_op(v, "mul");
+    if (p) {
+      c = scalar_operand(p, &x);
+    } else if ((p = producer_op(v, "div"))) {
+      x = p->inputs()[0];
+      auto d = scalar_const(p->inputs()[1]);
+      if (d && *d != 0.0) c = 1.0 / *d;
+    }
     if (!c || !(x->type() == v->type())) return v;
     m.scale *= *c;
     m.nodes.insert(p);
@@ -204,9 +251,18 @@ class AttentionFusionPass : public ir::Pass {
       if (!m) continue;
       Attrs attrs{{"scale", m->scale}, {"k_transposed", m->k_transposed}};
       if (!m->out_dims.empty()) attrs.set("out_dims", m->out_dims);
+      ir::Node* additive = nullptr;
+      if (m->fill) {
+        ir::Value* fill = m->fill->inputs()[m->fill_first ? 1 : 2];
+        ir::Value* zero = g.add_constant("", full({}, 0.0, TensorOptions(fill->type().dtype)));
+        additive = g.add_node(kiln::op("where"), {m->fill->inputs()[0], m->fill_first ? fill : zero,
+                                                  m->fill_first ? zero : fill});
+        m->mask = additive->output();
+      }
       ir::Node* fa = g.add_node(kiln::op("fused_attention"), {m->q, m->k, m->v, m->mask}, attrs);
       if (!(fa->output()->type() == m->root->output()->type())) {
         g.erase_nodes({fa});
+        if (additive) g.erase_nodes({additive});
         continue;
       }
       std::string out = m->root->output()->name();
