@@ -34,6 +34,14 @@
 // broadcast in through a `where(c, v, v)` whose condition carries the dim and comes from a graph
 // input that has it (ConvertCtx::broadcast_to_dims); where's result is v whatever c holds.
 // Range(0, scale * symbol, delta) is delta times an exclusive cumsum of such a broadcast of ones.
+//
+// Note [Symbolic shape selection]
+// PyTorch exports x.expand(n, -1, -1) with n = input.size(0) (ViT's class token) as
+// Where(Equal(shape, -1), ones, shape) on the target [n, -1, -1] before the Expand, and Shape of
+// that target (its length, static) to make the ones. Equal of a marked value and a negative
+// constant is false (a dim is never negative), of two equal terms true, of static values their
+// comparison; anything else is refused. Where with a constant condition picks elements, markers
+// and all, so the target stays symbolic.
 #include <onnx/onnx_pb.h>
 
 #include <algorithm>
@@ -109,6 +117,8 @@ class Importer {
   std::string symbols_in(const ir::Value* v) const;
   // Note [Symbolic shape arithmetic]
   ir::Value* symbolic_arith(const std::string& op_type, ir::Value* a, ir::Value* b);
+  // Note [Symbolic shape selection]
+  ir::Value* symbolic_select(const std::string& op_type, const std::vector<ir::Value*>& ins);
   ir::Value* broadcast_to_dims(ir::Value* v, const std::vector<ir::Dim>& target);
 
  private:
@@ -148,12 +158,15 @@ bool is_marker(int64_t v) { return v <= kSymbolMarker && v > kSymbolMarker - (in
 // Ops that take symbolic shape values: element movers fold them (markers travel), the rest read them as dims.
 bool accepts_symbolic_shape(const std::string& op_type) {
   static const std::set<std::string> ops{"Gather", "Slice", "Concat", "Unsqueeze", "Squeeze", "Cast", "Identity",
-                                         "Reshape", "Expand", "Flatten", "ConstantOfShape", "Range", "Resize"};
+                                         "Reshape", "Expand", "Flatten", "ConstantOfShape", "Range", "Resize",
+                                         "Shape", "Size"};
   return ops.count(op_type) != 0;
 }
 bool is_shape_arith(const std::string& op_type) {
   return op_type == "Mul" || op_type == "Div" || op_type == "Add" || op_type == "Sub";
 }
+// Note [Symbolic shape selection]
+bool is_shape_select(const std::string& op_type) { return op_type == "Equal" || op_type == "Where"; }
 }  // namespace
 
 int64_t Importer::marker_of(const ir::Dim& d) {
@@ -233,6 +246,66 @@ ir::Value* Importer::symbolic_arith(const std::string& op_type, ir::Value* a, ir
   for (const auto& d : out) v.push_back(d.is_symbolic() ? marker_of(d) : d.size);
   Tensor t = from_vector(v);
   if (ta.dim() == 0 && tb.dim() == 0) t = t.reshape({});
+  ir::Value* c = constant(t.to(ta.dtype()).contiguous());
+  if (any_symbolic) symbolic_.insert(c);
+  return c;
+}
+
+// Note [Symbolic shape selection]: Equal(a, b) or Where(cond, a, b) of shape values, one of them marked.
+ir::Value* Importer::symbolic_select(const std::string& op_type, const std::vector<ir::Value*>& ins) {
+  const bool equal = op_type == "Equal";
+  const size_t first = equal ? 0 : 1;
+  const Tensor& ta = ins[first]->constant();
+  const Tensor& tb = ins[first + 1]->constant();
+  KILN_CHECK(is_integral(ta.dtype()) && ta.dtype() == tb.dtype() && ta.dim() <= 1 && tb.dim() <= 1, op_type,
+             " of shape values ", meta_str({ta.dtype(), ta.shape()}), " and ", meta_str({tb.dtype(), tb.shape()}),
+             ": kiln selects among symbolic shape values of integer scalars and 1-D tensors of one dtype");
+  Tensor cond;
+  if (!equal) {
+    cond = ins[0]->constant().to(DType::boolean).contiguous();
+    KILN_CHECK(!is_symbolic_shape(ins[0]) && cond.dim() <= 1, "Where on shape values needs a constant condition of at "
+               "most one dim, got ", meta_str({ins[0]->constant().dtype(), ins[0]->constant().shape()}));
+  }
+  std::vector<int64_t> sizes{ta.numel(), tb.numel()};
+  if (!equal) sizes.push_back(cond.numel());
+  const int64_t n = *std::max_element(sizes.begin(), sizes.end());
+  for (int64_t k : sizes)
+    KILN_CHECK(k == n || k == 1, op_type, " of shape values with ", ta.numel(), " and ", tb.numel(),
+               " elements", equal ? "" : " (condition: " + std::to_string(cond.numel()) + ")", " does not broadcast");
+  const std::vector<ir::Dim> da = decode_dims(ta), db = decode_dims(tb);
+  const Tensor raw_a = ta.to(DType::i64).contiguous(), raw_b = tb.to(DType::i64).contiguous();
+  std::vector<int64_t> v;
+  std::vector<uint8_t> eq;
+  bool any_symbolic = false;
+  for (int64_t i = 0; i < n; ++i) {
+    const size_t ia = static_cast<size_t>(ta.numel() == 1 ? 0 : i), ib = static_cast<size_t>(tb.numel() == 1 ? 0 : i);
+    const ir::Dim& x = da[ia];
+    const ir::Dim& y = db[ib];
+    if (equal) {
+      if (!x.is_symbolic() && !y.is_symbolic()) eq.push_back(x.size == y.size);
+      else if (x.is_symbolic() && y.is_symbolic() && x == y) eq.push_back(1);
+      else if ((x.is_symbolic() && !y.is_symbolic() && y.size < 0) || (y.is_symbolic() && !x.is_symbolic() && x.size < 0))
+        eq.push_back(0);
+      else
+        KILN_FAIL("Equal of shape values ", ir::dim_str(x), " and ", ir::dim_str(y),
+                  " depends on the symbol's value; bind the dims (ImportOptions::dim_values, `kiln run --dim "
+                  "NAME=SIZE`)");
+      continue;
+    }
+    const bool pick_a = cond.data<bool>()[cond.numel() == 1 ? 0 : i];
+    v.push_back(pick_a ? raw_a.data<int64_t>()[ia] : raw_b.data<int64_t>()[ib]);
+    any_symbolic = any_symbolic || (pick_a ? x : y).is_symbolic();
+  }
+  const bool scalar = ta.dim() == 0 && tb.dim() == 0 && (equal || cond.dim() == 0);
+  if (equal) {
+    Tensor t = zeros({n}, TensorOptions(DType::boolean)).contiguous();
+    for (int64_t i = 0; i < n; ++i) t.data<bool>()[i] = eq[static_cast<size_t>(i)] != 0;
+    return constant(scalar ? t.reshape({}) : t);
+  }
+  KILN_CHECK(!any_symbolic || ta.dtype() == DType::i64, "Where of ", dtype_name(ta.dtype()),
+             " shape values: symbolic shape values must be int64");
+  Tensor t = from_vector(v);
+  if (scalar) t = t.reshape({});
   ir::Value* c = constant(t.to(ta.dtype()).contiguous());
   if (any_symbolic) symbolic_.insert(c);
   return c;
@@ -577,11 +650,12 @@ void Importer::convert_node(const ::onnx::NodeProto& n, int index, int depth, co
     ir::Value* v = lookup(in, n, index);
     if (is_symbolic_shape(v)) {
       symbolic_in = true;
-      KILN_CHECK(accepts_symbolic_shape(n.op_type()) || is_shape_arith(n.op_type()), node_label(n, index), ": input '", in,
-                 "' is a shape computed from symbolic dim(s) ", symbols_in(v), "; ", n.op_type(),
-                 " on it is not supported (kiln follows symbolic shapes through Gather, Slice, Concat, "
-                 "(Un)Squeeze, Cast, Mul, Div, Add, Sub into Reshape, Expand, ConstantOfShape, Range and Resize). Bind the dims "
-                 "(ImportOptions::dim_values, `kiln run --dim NAME=SIZE`)");
+      KILN_CHECK(accepts_symbolic_shape(n.op_type()) || is_shape_arith(n.op_type()) || is_shape_select(n.op_type()),
+                 node_label(n, index), ": input '", in, "' is a shape computed from symbolic dim(s) ", symbols_in(v),
+                 "; ", n.op_type(),
+                 " on it is not supported (kiln follows symbolic shapes through Shape, Gather, Slice, Concat, "
+                 "(Un)Squeeze, Cast, Mul, Div, Add, Sub, Equal, Where into Reshape, Expand, ConstantOfShape, Range "
+                 "and Resize). Bind the dims (ImportOptions::dim_values, `kiln run --dim NAME=SIZE`)");
     }
   }
   try {
@@ -592,6 +666,17 @@ void Importer::convert_node(const ::onnx::NodeProto& n, int index, int depth, co
       KILN_CHECK(a->kind() == ir::Value::Kind::constant && b->kind() == ir::Value::Kind::constant, n.op_type(),
                  " of a symbolic shape value and a tensor computed at run time is not supported");
       outs = {symbolic_arith(n.op_type(), a, b)};
+    } else if (symbolic_in && is_shape_select(n.op_type())) {
+      std::vector<ir::Value*> ins;
+      for (const auto& in : n.input()) {
+        ir::Value* v = lookup(in, n, index);
+        KILN_CHECK(v->kind() == ir::Value::Kind::constant, n.op_type(),
+                   " of a symbolic shape value and a tensor computed at run time is not supported");
+        ins.push_back(v);
+      }
+      KILN_CHECK(ins.size() == (n.op_type() == "Equal" ? 2u : 3u), n.op_type(), " takes ",
+                 n.op_type() == "Equal" ? "two" : "three", " inputs");
+      outs = {symbolic_select(n.op_type(), ins)};
     } else {
       outs = it->second(ctx);
     }

@@ -229,6 +229,49 @@ TEST(OnnxImport, SymbolicShapeArithmeticScalesTheBatch) {
   EXPECT_KILN_ERROR(r.import(), "'from_one'", "Range(1, batch, 1)", "not a whole multiple");
 }
 
+// PyTorch's x.expand(n, -1, -1) with n = input.size(0), as ViT's class token is exported (Note
+// [Symbolic shape selection]): the target [n, -1, -1] reshaped, its Shape (static: 3), then
+// Where(Equal(target, -1), ones, target) before the Expand. The batch stays symbolic; an Equal
+// whose answer depends on the batch's value is refused.
+TEST(OnnxImport, SymbolicShapeSelectionExpandsAClassToken) {
+  ModelBuilder b;
+  b.input("x", DType::f32, {ir::Dim::sym("batch"), 5, 8}).output("y").output("len");
+  b.init("i0", full({}, 0, TensorOptions(DType::i64))).init("ax", i64({0})).init("m1", i64({-1}));
+  b.init("ones", i64({1, 1, 1})).init("neg", full({}, -1, TensorOptions(DType::i64)));
+  const Tensor tok = random_tensor({1, 1, 8}, DType::f32, 11);
+  b.init("tok", tok);
+  b.node("Shape", {"x"}, {"s"});
+  ModelBuilder::attr_int(b.node("Gather", {"s", "i0"}, {"n"}), "axis", 0);
+  b.node("Unsqueeze", {"n", "ax"}, {"nu"});
+  ModelBuilder::attr_int(b.node("Concat", {"nu", "m1", "m1"}, {"tgt"}), "axis", 0);
+  b.node("Reshape", {"tgt", "m1"}, {"flat"});
+  b.node("Shape", {"flat"}, {"len"});
+  b.node("Mul", {"ones", "neg"}, {"minus"});
+  b.node("Equal", {"flat", "minus"}, {"is_keep"});
+  b.node("Where", {"is_keep", "ones", "flat"}, {"target"});
+  b.node("Expand", {"tok", "target"}, {"toks"});
+  ModelBuilder::attr_int(b.node("Concat", {"toks", "x"}, {"y"}), "axis", 1);
+  onnx::Model m = b.import();
+  EXPECT_EQ(ir::type_str(m.graph.outputs()[0]->type()), "f32[batch, 6, 8]");
+  for (int64_t batch : {1, 3}) {
+    Tensor x = random_tensor({batch, 5, 8}, DType::f32, 12);
+    auto outs = run(m, {x});
+    ASSERT_EQ(outs[0].shape(), (Shape{batch, 6, 8}));
+    EXPECT_TRUE(all_close(outs[0].slice(1, 1, 6), x));
+    for (int64_t i = 0; i < batch; ++i) EXPECT_TRUE(all_close(outs[0].slice(0, i, i + 1).slice(1, 0, 1), tok));
+    EXPECT_TRUE(all_close(outs[1], i64({3})));
+  }
+  // batch == 3 is not known until the batch is.
+  ModelBuilder e;
+  e.input("x", DType::f32, {ir::Dim::sym("batch"), 4}).output("y");
+  e.init("three", i64({3, 4})).init("ones", i64({1, 1}));
+  e.node("Shape", {"x"}, {"s"});
+  e.node("Equal", {"s", "three"}, {"eq"}, "is_three");
+  e.node("Where", {"eq", "ones", "s"}, {"t"});
+  e.node("Expand", {"x", "t"}, {"y"});
+  EXPECT_KILN_ERROR(e.import(), "'is_three'", "Equal of shape values batch and 3", "depends on the symbol");
+}
+
 // A decoder with a dynamic batch (torch's ConvTranspose2d, F.interpolate by scale and to a size
 // built from Shape(x), GroupNorm): the batch stays symbolic and every batch matches the model
 // imported with the batch bound.
