@@ -23,6 +23,7 @@ void register_passes() {
     ir::register_pass("fold", passes::make_fold);
     ir::register_pass("reshape", passes::make_reshape);
     ir::register_pass("bn_fold", passes::make_bn_fold);
+    ir::register_pass("pad_fold", passes::make_pad_fold);
     ir::register_pass("epilogue", passes::make_epilogue);
     ir::register_pass("eltwise", passes::make_eltwise);
     ir::register_pass("layer_norm_fusion", passes::make_layer_norm_fusion);
@@ -38,8 +39,9 @@ std::vector<std::string> pipeline(int opt_level) {
   KILN_CHECK(opt_level >= 0 && opt_level <= 3, "optimization level -O", opt_level, " is not one of 0..3");
   if (opt_level == 0) return {};
   if (opt_level == 1) return {"identity", "dce", "cse"};
-  std::vector<std::string> o2{"identity",    "fold",     "reshape", "bn_fold", "layer_norm_fusion",
-                              "gelu_fusion", "attention_fusion", "epilogue", "cse", "dce"};
+  std::vector<std::string> o2{"identity",          "fold",        "reshape",          "pad_fold",
+                              "bn_fold",           "layer_norm_fusion", "gelu_fusion", "attention_fusion",
+                              "epilogue",          "cse",         "dce"};
   if (opt_level == 2) return o2;
   o2.push_back("eltwise");
   return o2;

@@ -249,6 +249,47 @@ TEST(Optimize, SiluFromMulAndSigmoid) {
   for (size_t i = 0; i < got.size(); ++i) EXPECT_TRUE(testing::all_close(got[i], want[i], {1e-6, 1e-6})) << i;
 }
 
+// pad_fold: TensorFlow's SAME padding of a strided convolution as tf2onnx writes it (a Pad of one
+// row and column at the end, then a VALID convolution) becomes the convolution's own padding; a
+// pad with another reader stays for it. Pads of another value or mode, of the channel dim, or
+// cropping stay where they are.
+TEST(Optimize, ZeroPadFoldsIntoTheConvolution) {
+  ir::Graph g;
+  ir::Value* x = g.add_input("x", ir::ValueType{DType::f32, {ir::Dim::sym("batch"), 8, 9, 10}});
+  ir::Value* w = g.add_constant("w", random_tensor({16, 8, 3, 3}, DType::f32, 20, -0.3, 0.3));
+  auto pad = [&](std::vector<int64_t> pads, const std::string& mode, double value) {
+    return node(g, "pad", {x}, {{"pads", std::move(pads)}, {"mode", mode}, {"value", value}});
+  };
+  auto conv = [&](ir::Value* in, int64_t stride) {
+    return node(g, "conv2d", {in, w}, {{"stride", std::vector<int64_t>{stride, stride}},
+                                       {"padding", std::vector<int64_t>{1, 0, 0, 1}}});
+  };
+  ir::Value* same = pad({0, 0, 0, 0, 0, 0, 1, 1}, "constant", 0.0);
+  g.add_output(conv(same, 2));                                  // folds: padding [1, 0, 1, 2]
+  g.add_output(node(g, "relu", {same}));                        // ... and the pad stays for relu
+  g.add_output(conv(pad({0, 0, 2, 1, 0, 0, 0, 3}, "constant", 0.0), 1));  // folds: [3, 1, 0, 4]
+  g.add_output(conv(pad({0, 0, 0, 0, 0, 0, 1, 1}, "constant", 1.0), 2));  // value 1: stays
+  g.add_output(conv(pad({0, 0, 1, 1, 0, 0, 1, 1}, "reflect", 0.0), 1));   // reflect: stays
+  ir::Value* wide = g.add_constant("w2", random_tensor({4, 10, 1, 1}, DType::f32, 21));
+  g.add_output(node(g, "conv2d", {pad({0, 1, 0, 0, 0, 1, 0, 0}, "constant", 0.0), wide}));  // channels: stays
+  g.add_output(conv(pad({0, 0, -1, 0, 0, 0, 1, 1}, "constant", 0.0), 1));  // crops: stays
+  ir::verify(g);
+  const std::vector<Tensor> in{random_tensor({2, 8, 9, 10}, DType::f32, 22)};
+  const std::vector<Tensor> want = ir::run(g, in);
+  auto reps = compiler::run_passes(g, {"pad_fold", "dce"}, true, true);
+  EXPECT_TRUE(reps[0].changed) << reps[0].report;
+  EXPECT_EQ(count_op(g, "pad"), 5) << ir::print(g);
+  std::vector<std::vector<int64_t>> folded;
+  for (const ir::Node* n : g.nodes())
+    if (n->op().name() == "conv2d" && n->inputs()[0] == g.inputs()[0]) folded.push_back(n->attrs().get_ints("padding"));
+  EXPECT_EQ(folded, (std::vector<std::vector<int64_t>>{{1, 0, 1, 2}, {3, 1, 0, 4}})) << ir::print(g);
+  const std::vector<Tensor> got = ir::run(g, in);
+  ASSERT_EQ(got.size(), want.size());
+  for (size_t i = 0; i < got.size(); ++i) EXPECT_TRUE(testing::all_close(got[i], want[i], kTol)) << i;
+  const std::vector<std::string> o2 = compiler::pipeline(2);
+  EXPECT_NE(std::find(o2.begin(), o2.end(), "pad_fold"), o2.end());
+}
+
 // Every epilogue shape the pass fuses, run before and after on random inputs.
 TEST(Optimize, EpilogueFusionKeepsNumerics) {
   const char* text = R"(graph f(%x: f32[2, 3, 5, 5], %m: f32[7, 6], %res: f32[7, 4], %cres: f32[2, 4, 5, 5]) {
