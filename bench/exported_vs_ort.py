@@ -1,0 +1,279 @@
+"""kiln against ONNX Runtime on models as exporters write them, not as bench/models.py builds them.
+
+issue #9 is judged on held-out models. The models of bench/models.py are clean onnx.helper graphs;
+models that users bring come out of torch.onnx.export and tf2onnx with their own idioms: SiLU as
+Sigmoid * x, nn.MultiheadAttention's seq-first layout and unbind (Gather), masked_fill (Where) in
+attention, expand(n, -1, -1) through Shape / Equal / Where, SAME padding as an explicit Pad. Each
+of those once cost kiln 1.1-1.7x ONNX Runtime's time (bench/RESULTS.md, 2026-12-05 18:35). This
+script exports such models, checks kiln's output against ONNX Runtime's, and times both.
+
+Models (--models, comma-separated; default all that can be built here):
+  torchvision (needs torch and torchvision): resnet18, resnet50, mobilenet_v2, mobilenet_v3_large,
+      mobilenet_v3_small, efficientnet_b0, regnet_y_400mf, vit_b_16
+  PyTorch modules written here (needs torch): torch_encoder (nn.TransformerEncoder, 12 x 768,
+      batch_first, post-norm, GELU; float input [B, 128, 768]), torch_encoder_prenorm, hf_bert
+      (a HuggingFace-style BERT-base: embeddings, additive finfo.min mask, erf GELU; inputs
+      input_ids and attention_mask [B, 128], the last 28 keys padded), distil_bert (the same
+      with DistilBERT's masked_fill and q / sqrt(d)), sdpa_bert (F.scaled_dot_product_attention)
+  onnx.helper (no torch): tf_mobilenet_v2 (bench/models.py's MobileNetV2 with an NHWC input,
+      batch norms folded into biased convolutions and SAME padding as explicit Pad nodes, as
+      tf2onnx writes it)
+
+Weights are random (seeded); torchvision's zero-initialized classifier heads are re-drawn so the
+check compares something. Batch is a dynamic axis; kiln compiles --batch 1:8 (and --dim seq=128
+for the BERTs). Per batch, kiln (`kiln bench`) and ONNX Runtime (all graph optimizations,
+intra-op threads = --threads, inter-op 1) run alternately in separate processes for --rounds
+rounds; the table gives each side's best median and the ratio kiln / ORT.
+
+    python3 bench/exported_vs_ort.py --kiln build/tools/kiln --work /tmp/exported \\
+        [--models efficientnet_b0,hf_bert] [--batch 1 8] [--threads 2] [--rounds 3]
+"""
+import argparse
+import json
+import math
+import os
+import re
+import subprocess
+import sys
+import time
+
+import numpy as np
+import onnxruntime as ort
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+VISION = ["resnet18", "resnet50", "mobilenet_v2", "mobilenet_v3_large", "mobilenet_v3_small", "efficientnet_b0",
+          "regnet_y_400mf", "vit_b_16"]
+ENCODERS = ["torch_encoder", "torch_encoder_prenorm", "hf_bert", "distil_bert", "sdpa_bert"]
+ALL = VISION + ENCODERS + ["tf_mobilenet_v2"]
+SEQ, VOCAB, PADDED = 128, 30522, 28
+
+
+# ---- exporters ---------------------------------------------------------------------------------
+
+def export_torch(name, path):
+    import torch
+    import torchvision
+    torch.manual_seed(0)
+    dyn = {"input": {0: "batch"}, "output": {0: "batch"}}
+    if name in VISION:
+        m = getattr(torchvision.models, name)().eval()
+        with torch.no_grad():
+            for mod in m.modules():
+                if isinstance(mod, torch.nn.BatchNorm2d):  # statistics that do something
+                    mod.running_mean.uniform_(-0.1, 0.1)
+                    mod.running_var.uniform_(0.5, 1.5)
+            for mod in m.modules():
+                if isinstance(mod, torch.nn.Linear) and float(mod.weight.abs().max()) == 0.0:
+                    torch.nn.init.normal_(mod.weight, std=0.02)
+        args, names = (torch.randn(1, 3, 224, 224),), ["input"]
+    elif name.startswith("torch_encoder"):
+        layer = torch.nn.TransformerEncoderLayer(768, 12, 3072, dropout=0.0, activation="gelu", batch_first=True,
+                                                 norm_first=name.endswith("prenorm"))
+        m = torch.nn.TransformerEncoder(layer, 12, enable_nested_tensor=False).eval()
+        args, names = (torch.randn(1, SEQ, 768),), ["input"]
+    else:
+        m = bert(name).eval()
+        args = (torch.randint(0, VOCAB, (1, SEQ)), torch.ones(1, SEQ, dtype=torch.int64))
+        names = ["input_ids", "attention_mask"]
+        dyn = {"input_ids": {0: "batch", 1: "seq"}, "attention_mask": {0: "batch", 1: "seq"},
+               "output": {0: "batch", 1: "seq"}}
+    # Not under no_grad: there nn.MultiheadAttention takes its fused fast path, which has no ONNX form.
+    torch.onnx.export(m, args, path, input_names=names, output_names=["output"], dynamic_axes=dyn, opset_version=17,
+                      dynamo=False)
+
+
+def bert(kind, layers=12, d=768, heads=12, ff=3072):
+    import torch
+
+    class Layer(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.dh = d // heads
+            self.q, self.k, self.v, self.o = (torch.nn.Linear(d, d) for _ in range(4))
+            self.ln1, self.ln2 = torch.nn.LayerNorm(d, eps=1e-12), torch.nn.LayerNorm(d, eps=1e-12)
+            self.f1, self.f2 = torch.nn.Linear(d, ff), torch.nn.Linear(ff, d)
+
+        def heads(self, x):
+            return x.view(x.shape[0], x.shape[1], heads, self.dh).permute(0, 2, 1, 3)
+
+        def forward(self, x, mask):
+            q, k, v = self.heads(self.q(x)), self.heads(self.k(x)), self.heads(self.v(x))
+            if kind == "sdpa_bert":
+                c = torch.nn.functional.scaled_dot_product_attention(q, k, v, attn_mask=mask)
+            else:
+                if kind == "distil_bert":
+                    s = torch.matmul(q / math.sqrt(self.dh), k.transpose(-1, -2))
+                    s = s.masked_fill(mask, torch.finfo(torch.float32).min)
+                else:
+                    s = torch.matmul(q, k.transpose(-1, -2)) / math.sqrt(self.dh) + mask
+                c = torch.matmul(torch.softmax(s, dim=-1), v)
+            c = c.permute(0, 2, 1, 3).contiguous()
+            x = self.ln1(self.o(c.view(c.shape[0], c.shape[1], -1)) + x)
+            return self.ln2(self.f2(torch.nn.functional.gelu(self.f1(x))) + x)
+
+    class Bert(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.words, self.pos, self.types = (torch.nn.Embedding(n, d) for n in (VOCAB, 512, 2))
+            self.ln = torch.nn.LayerNorm(d, eps=1e-12)
+            self.layers = torch.nn.ModuleList(Layer() for _ in range(layers))
+            self.register_buffer("positions", torch.arange(512).unsqueeze(0))
+
+        def forward(self, ids, attn):
+            x = self.words(ids) + self.pos(self.positions[:, :ids.shape[1]]) + self.types(torch.zeros_like(ids))
+            x = self.ln(x)
+            if kind == "distil_bert":
+                mask = (attn == 0)[:, None, None, :]
+            else:
+                mask = (1.0 - attn[:, None, None, :].to(torch.float32)) * torch.finfo(torch.float32).min
+            for layer in self.layers:
+                x = layer(x, mask)
+            return x
+
+    m = Bert()
+    for p in m.parameters():
+        if p.dim() > 1:
+            torch.nn.init.normal_(p, std=0.02)
+    return m
+
+
+def export_tf_mobilenet_v2(path):
+    """bench/models.py's MobileNetV2 as tf2onnx writes one: NHWC input, biased convolutions, Pad."""
+    sys.path.insert(0, HERE)
+    import onnx
+    from onnx import TensorProto, helper
+    import models
+
+    def conv_bn(g, x, cin, cout, k, hw, stride=1, group=1, act="relu"):
+        w = g.randn("w", (cout, cin // group, k, k), np.sqrt(2.0 / (cin // group * k * k)))
+        b = g.const("b", g.rng.normal(0, 0.1, cout))
+        pads = [k // 2] * 4
+        if stride == 2 and k > 1:  # SAME on an even size: nothing before, k - 2 after
+            x = g.op("Pad", [x, g.const("pads", [0, 0, 0, 0, 0, 0, k - 2, k - 2], np.int64)])
+            pads = [0] * 4
+        h = g.op("Conv", [x, w, b], kernel_shape=[k, k], strides=[stride, stride], pads=pads, group=group)
+        if act == "relu6":
+            h = g.op("Clip", [h, g.const("zero", 0.0), g.const("six", 6.0)])
+        return h, (hw + 2 * (k // 2) - k) // stride + 1
+
+    build = models.Graph.model
+
+    def model(self, name, inputs, outputs):
+        self.nodes.insert(0, helper.make_node("Transpose", ["input_nhwc"], ["input"], perm=[0, 3, 1, 2]))
+        return build(self, name, [helper.make_tensor_value_info("input_nhwc", TensorProto.FLOAT, ["N", 224, 224, 3])],
+                     outputs)
+
+    models.conv_bn, models.Graph.model = conv_bn, model
+    onnx.save(models.mobilenet_v2()[0], path)
+
+
+# ---- running -----------------------------------------------------------------------------------
+
+def inputs_for(session, batch, seed=0):
+    rng = np.random.default_rng(seed)
+    feeds = {}
+    for i in session.get_inputs():
+        if i.name == "input_ids":
+            feeds[i.name] = rng.integers(0, VOCAB, (batch, SEQ)).astype(np.int64)
+        elif i.name == "attention_mask":
+            m = np.ones((batch, SEQ), np.int64)
+            m[:, SEQ - PADDED:] = 0
+            feeds[i.name] = m
+        else:
+            feeds[i.name] = rng.standard_normal((batch, *i.shape[1:])).astype(np.float32)
+    return feeds
+
+
+def ort_session(model, threads):
+    so = ort.SessionOptions()
+    so.intra_op_num_threads, so.inter_op_num_threads = threads, 1
+    so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
+    so.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
+    return ort.InferenceSession(model, so, providers=["CPUExecutionProvider"])
+
+
+ORT_CHILD = """
+import sys, time, numpy as np, onnxruntime as ort
+model, threads, iters, warmup = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4])
+feeds = dict(np.load(sys.argv[5]))
+so = ort.SessionOptions(); so.intra_op_num_threads = threads; so.inter_op_num_threads = 1
+so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
+so.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
+s = ort.InferenceSession(model, so, providers=["CPUExecutionProvider"])
+for _ in range(warmup): s.run(None, feeds)
+ts = []
+for _ in range(iters):
+    t0 = time.perf_counter(); s.run(None, feeds); ts.append(time.perf_counter() - t0)
+print(np.median(ts) * 1e3)
+"""
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--kiln", default="build/tools/kiln")
+    ap.add_argument("--work", default="/tmp/kiln_exported")
+    ap.add_argument("--models", default=",".join(ALL))
+    ap.add_argument("--batch", type=int, nargs="+", default=[1, 8])
+    ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--json")
+    a = ap.parse_args()
+    os.makedirs(a.work, exist_ok=True)
+    try:
+        import torch  # noqa: F401
+        import torchvision  # noqa: F401
+        have_torch = True
+    except ImportError:
+        have_torch = False
+    rows = []
+    print(f"{'model':24} {'batch':>5} {'kiln ms':>9} {'ORT ms':>9} {'kiln/ORT':>8}  check")
+    for name in a.models.split(","):
+        onnx_path = os.path.join(a.work, name + ".onnx")
+        engine = os.path.join(a.work, name + ".kiln")
+        if not os.path.exists(onnx_path):
+            if name == "tf_mobilenet_v2":
+                export_tf_mobilenet_v2(onnx_path)
+            elif not have_torch:
+                print(f"{name:24} skipped: needs torch and torchvision (pip install torch torchvision)")
+                continue
+            else:
+                export_torch(name, onnx_path)
+        extra = ["--dim", f"seq={SEQ}"] if name.endswith("bert") else []
+        subprocess.run([a.kiln, "compile", onnx_path, "-o", engine, "--batch", "1:8", "--threads", str(a.threads)]
+                       + extra, check=True, stdout=subprocess.DEVNULL)
+        session = ort_session(onnx_path, a.threads)
+        for batch in a.batch:
+            feeds = inputs_for(session, batch)
+            feed_file = os.path.join(a.work, f"{name}_b{batch}.npz")
+            np.savez(feed_file, **feeds)
+            in_args = []
+            for k, v in feeds.items():
+                np.save(os.path.join(a.work, f"{name}_b{batch}_{k}.npy"), v)
+                in_args += ["-i", f"{k}={os.path.join(a.work, f'{name}_b{batch}_{k}.npy')}"]
+            out_dir = os.path.join(a.work, f"{name}_b{batch}_out")
+            subprocess.run([a.kiln, "run", engine, "-o", out_dir] + in_args, check=True, stdout=subprocess.DEVNULL)
+            got = np.load(os.path.join(out_dir, os.listdir(out_dir)[0]))
+            want = session.run(None, feeds)[0]
+            check = f"max |diff| {np.abs(got - want).max():.2g} of max |out| {np.abs(want).max():.2g}"
+            heavy = name in ("vit_b_16",) or name in ENCODERS
+            iters = (3 if batch > 1 else 6) if heavy else (6 if batch > 1 else 20)
+            kiln_ms, ort_ms = [], []
+            for _ in range(a.rounds):
+                # The text output, not --json: --json also times every layer.
+                r = subprocess.run([a.kiln, "bench", engine, "--batch", str(batch), "--threads", str(a.threads),
+                                    "--iterations", str(iters), "--warmup", "2"] + in_args,
+                                   check=True, capture_output=True, text=True)
+                kiln_ms.append(float(re.search(r"median ([0-9.]+)", r.stdout).group(1)))
+                r = subprocess.run([sys.executable, "-c", ORT_CHILD, onnx_path, str(a.threads), str(iters), "2",
+                                    feed_file], check=True, capture_output=True, text=True)
+                ort_ms.append(float(r.stdout))
+            k, o = min(kiln_ms), min(ort_ms)
+            rows.append({"model": name, "batch": batch, "kiln_ms": k, "ort_ms": o, "ratio": k / o, "check": check})
+            print(f"{name:24} {batch:>5} {k:>9.3f} {o:>9.3f} {k / o:>8.2f}  {check}", flush=True)
+    if a.json:
+        with open(a.json, "w") as f:
+            json.dump(rows, f, indent=1)
+
+
+if __name__ == "__main__":
+    main()
