@@ -88,6 +88,7 @@ TEST(Matmul, TransposedNonContiguousAndBroadcastOperands) {
     Tensor f = random_tensor({3, 33, 7}, t, 18), w = random_tensor({7, 19}, t, 19);
     EXPECT_TRUE(matmul_matches(f.transpose(0, 1), w)) << "permuted rows, wide b " << dtype_name(t);
     EXPECT_TRUE(matmul_matches(f.transpose(0, 1).slice(2, 1, 7, 1), w.slice(0, 0, 6, 1))) << "and sliced K " << dtype_name(t);
+    EXPECT_TRUE(matmul_matches(random_tensor({5, 7}, t, 20), w.expand({3, 7, 19}))) << "a broadcast, wide b " << dtype_name(t);
     EXPECT_TRUE(matmul_matches(d, e.expand({4, 7, 6}))) << "b expanded over batch " << dtype_name(t);
     EXPECT_TRUE(matmul_matches(random_tensor({7}, t, 16), e.expand({3, 7, 6}))) << "vector x expanded " << dtype_name(t);
     EXPECT_TRUE(matmul_matches(d.slice(2, 0, 7, 2), random_tensor({4, 4, 3}, t, 17))) << "sliced K " << dtype_name(t);

@@ -133,7 +133,8 @@ void batched_matmul(const MatmulPlan& p, const Tensor& out, const Tensor& a, con
     // seq, d] buffer) are copied into one contiguous (batch * M) x K matrix first. The copy reads
     // and writes M x K values once; the GEMM per batch index it saves would each have packed all
     // of b again for a few rows (128 products of 8 x 768 @ 768 x 2304 ran 3x slower than one).
-    if (p.n >= 16) {
+    // Only where a holds every row itself: a broadcast over the batch has fewer values.
+    if (p.n >= 16 && a.numel() == batches * p.m * p.k) {
       Tensor rows = a.contiguous();
       kernels::cpu::gemm(batches * p.m, p.n, p.k, T(1), static_cast<const T*>(rows.data_ptr()), p.k, 1, bp, lb.rs,
                          lb.cs, T(0), op, p.n);
