@@ -182,8 +182,8 @@ class AttentionFusion {
   }
 
   // Note [Masked fill as an additive mask]: s = where(cond, fill, scores) or where(cond, scores,
-  // fill). On a match, the scores' matmul, with m.mask_fill set to the fill's node and m.mask to
-  // nullptr (the pass emits the additive mask).
+  // fill). On a match, the scores' matmul, with m.fill set to the where node and m.mask left
+  // null (the pass emits the additive mask).
   ir::Node* masked_fill(ir::Value* s, const ir::ValueType& st, AttentionMatch& m) {
     ir::Node* w = producer_op(s, "where");
     if (!w || !sole_reader(g_, uses_, s) || w->inputs().size() != 3) return nullptr;
