@@ -45,9 +45,6 @@ struct FinishExp {
   bool silu, before;
   explicit FinishExp(const ConvTileEpilogueF32& ep)
       : silu(ep.act == ConvTileEpilogueF32::Act::silu), before(ep.residual_before_activation) {}
-  static bool wanted(const ConvTileEpilogueF32& ep) {
-    return ep.act == ConvTileEpilogueF32::Act::sigmoid || ep.act == ConvTileEpilogueF32::Act::silu;
-  }
   __m512 operator()(__m512 r, const float* res) const {
     if (res != nullptr && before) r = _mm512_add_ps(r, _mm512_loadu_ps(res));
     r = silu ? avx512::silu(r) : avx512::sigmoid(r);
@@ -55,6 +52,13 @@ struct FinishExp {
     return r;
   }
 };
+
+// f(finish) with the finish ep needs: FinishExp for sigmoid and silu, Finish for the rest.
+template <class F>
+void with_finish(const ConvTileEpilogueF32& ep, F&& f) {
+  if (ep.act == ConvTileEpilogueF32::Act::sigmoid || ep.act == ConvTileEpilogueF32::Act::silu) f(FinishExp(ep));
+  else f(Finish(ep));
+}
 
 // Each step broadcasts input channel c of each of the MR pixels (16 floats apart within a block,
 // so a tap's 16 steps read one cache line per pixel) and loads the NV filter vectors of (tap, c):
@@ -158,7 +162,7 @@ void nchwc_tile(const NchwcTileArgs& a) {
     return;
   }
   const float* const res = ep->residual == nullptr ? nullptr : Listed ? ep->residual : ep->residual + a.yoff[0];
-  auto store = [&](const auto& finish) {
+  with_finish(*ep, [&](const auto& finish) {
 #pragma GCC unroll 4
     for (int v = 0; v < NV; ++v) {
       const __m512 bv = _mm512_loadu_ps(ep->bias + 16 * v);
@@ -171,41 +175,7 @@ void nchwc_tile(const NchwcTileArgs& a) {
         _mm512_storeu_ps(y + at, finish(r, res != nullptr ? res + at : nullptr));
       }
     }
-  };
-  if (FinishExp::wanted(*ep)) store(FinishExp(*ep));
-  else store(Finish(*ep));
-}
-
-// depthwise_nchwc_outputs_avx512 (below) with its finish, Finish or FinishExp.
-template <class F, class XAt, class YAt>
-void depthwise_nchwc_outputs_with(const F& finish, int taps, const int64_t* tap_off, const int32_t* tap_w,
-                                  const float* w, float* y, int64_t count, const ConvTileEpilogueF32& ep, XAt x_at,
-                                  YAt y_at) {
-  const __m512 bv = _mm512_loadu_ps(ep.bias);
-  // N outputs from o on, each tap's filters loaded once for all N.
-  auto run = [&]<int N>(int64_t o) {
-    __m512 acc[N];
-    const float* xo[N];
-#pragma GCC unroll 8
-    for (int i = 0; i < N; ++i) acc[i] = bv, xo[i] = x_at(o + i);
-    for (int t = 0; t < taps; ++t) {
-      const __m512 wv = _mm512_loadu_ps(w + 16 * tap_w[t]);
-      const int64_t off = tap_off[t];
-#pragma GCC unroll 8
-      for (int i = 0; i < N; ++i) acc[i] = _mm512_fmadd_ps(_mm512_loadu_ps(xo[i] + off), wv, acc[i]);
-    }
-#pragma GCC unroll 8
-    for (int i = 0; i < N; ++i) {
-      const int64_t at = y_at(o + i);
-      _mm512_storeu_ps(y + at, finish(acc[i], ep.residual != nullptr ? ep.residual + at : nullptr));
-    }
-  };
-  // 8 at a time, then 4 (a 7 x 7 plane's 5 interior columns), then one: one at a time, every tap
-  // loaded its filters again, and MobileNetV2's 7 x 7 layers ran 1.2-1.4x ONNX Runtime's time.
-  int64_t o = 0;
-  for (; o + 8 <= count; o += 8) run.template operator()<8>(o);
-  for (; o + 4 <= count; o += 4) run.template operator()<4>(o);
-  for (; o < count; ++o) run.template operator()<1>(o);
+  });
 }
 
 // `count` outputs of the blocked depthwise convolution: output o reads x_at(o) + tap_off[t] and is
@@ -214,10 +184,33 @@ void depthwise_nchwc_outputs_with(const F& finish, int taps, const int64_t* tap_
 template <class XAt, class YAt>
 void depthwise_nchwc_outputs_avx512(int taps, const int64_t* tap_off, const int32_t* tap_w, const float* w, float* y,
                                     int64_t count, const ConvTileEpilogueF32& ep, XAt x_at, YAt y_at) {
-  if (FinishExp::wanted(ep))
-    depthwise_nchwc_outputs_with(FinishExp(ep), taps, tap_off, tap_w, w, y, count, ep, x_at, y_at);
-  else
-    depthwise_nchwc_outputs_with(Finish(ep), taps, tap_off, tap_w, w, y, count, ep, x_at, y_at);
+  const __m512 bv = _mm512_loadu_ps(ep.bias);
+  with_finish(ep, [&](const auto& finish) {
+    // N outputs from o on, each tap's filters loaded once for all N.
+    auto run = [&]<int N>(int64_t o) {
+      __m512 acc[N];
+      const float* xo[N];
+#pragma GCC unroll 8
+      for (int i = 0; i < N; ++i) acc[i] = bv, xo[i] = x_at(o + i);
+      for (int t = 0; t < taps; ++t) {
+        const __m512 wv = _mm512_loadu_ps(w + 16 * tap_w[t]);
+        const int64_t off = tap_off[t];
+#pragma GCC unroll 8
+        for (int i = 0; i < N; ++i) acc[i] = _mm512_fmadd_ps(_mm512_loadu_ps(xo[i] + off), wv, acc[i]);
+      }
+#pragma GCC unroll 8
+      for (int i = 0; i < N; ++i) {
+        const int64_t at = y_at(o + i);
+        _mm512_storeu_ps(y + at, finish(acc[i], ep.residual != nullptr ? ep.residual + at : nullptr));
+      }
+    };
+    // 8 at a time, then 4 (a 7 x 7 plane's 5 interior columns), then one: one at a time, every tap
+    // loaded its filters again, and MobileNetV2's 7 x 7 layers ran 1.2-1.4x ONNX Runtime's time.
+    int64_t o = 0;
+    for (; o + 8 <= count; o += 8) run.template operator()<8>(o);
+    for (; o + 4 <= count; o += 4) run.template operator()<4>(o);
+    for (; o < count; ++o) run.template operator()<1>(o);
+  });
 }
 
 }  // namespace
@@ -240,13 +233,11 @@ void depthwise_nchwc_pixels_avx512(int taps, const int64_t* tap_off, const int32
 void scale_shift_nchwc_avx512(int64_t count, const float* x, const float* scale, const float* shift, float* y,
                               const ConvTileEpilogueF32& ep) {
   const __m512 sv = _mm512_loadu_ps(scale), bv = _mm512_loadu_ps(shift);
-  auto run = [&](const auto& finish) {
+  with_finish(ep, [&](const auto& finish) {
 #pragma GCC unroll 4
     for (int64_t i = 0; i < count; ++i)
       _mm512_storeu_ps(y + i * 16, finish(_mm512_fmadd_ps(_mm512_loadu_ps(x + i * 16), sv, bv), nullptr));
-  };
-  if (FinishExp::wanted(ep)) run(FinishExp(ep));
-  else run(Finish(ep));
+  });
 }
 
 // The columns whose window lies inside the input run without bounds checks, over the window rows

@@ -30,7 +30,7 @@ using GemmRowsUkernelF32 = void (*)(int64_t k, const float* a, int64_t lda, cons
 // + bias[i], + residual (before or after), relu / relu6 (Note [Epilogue in the store]), or
 // hardswish without a residual where the kernel set says it can (GemmKernelF32::store_hardswish).
 // sigmoid and silu only in the blocked (NCHWc) convolutions' tiles (conv_nchwc_avx512.cc:
-// Finish); the GEMM tiles' stores never see them.
+// FinishExp); the GEMM tiles' stores never see them.
 struct ConvTileEpilogueF32 {
   enum class Act { none, relu, relu6, hardswish, sigmoid, silu };
   const float* bias = nullptr;      // bias[i] for tile row i, or nullptr
