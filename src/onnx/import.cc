@@ -119,6 +119,10 @@ class Importer {
   ir::Value* symbolic_arith(const std::string& op_type, ir::Value* a, ir::Value* b);
   // Note [Symbolic shape selection]
   ir::Value* symbolic_select(const std::string& op_type, const std::vector<ir::Value*>& ins);
+  // The result of op_type on shape values: int64 entries v (markers where `symbolic`) as a constant
+  // of dtype dt, 0-d when `scalar`; registered as symbolic when it holds a marker.
+  ir::Value* shape_value(const std::string& op_type, const std::vector<int64_t>& v, bool symbolic, DType dt,
+                         bool scalar);
   ir::Value* broadcast_to_dims(ir::Value* v, const std::vector<ir::Dim>& target);
 
  private:
@@ -239,15 +243,20 @@ ir::Value* Importer::symbolic_arith(const std::string& op_type, ir::Value* a, ir
       refuse();
     }
   }
-  bool any_symbolic = std::any_of(out.begin(), out.end(), [](const ir::Dim& d) { return d.is_symbolic(); });
-  KILN_CHECK(!any_symbolic || ta.dtype() == DType::i64, op_type, " of ", dtype_name(ta.dtype()),
-             " shape values: symbolic shape values must be int64");
+  const bool any_symbolic = std::any_of(out.begin(), out.end(), [](const ir::Dim& d) { return d.is_symbolic(); });
   std::vector<int64_t> v;
   for (const auto& d : out) v.push_back(d.is_symbolic() ? marker_of(d) : d.size);
+  return shape_value(op_type, v, any_symbolic, ta.dtype(), ta.dim() == 0 && tb.dim() == 0);
+}
+
+ir::Value* Importer::shape_value(const std::string& op_type, const std::vector<int64_t>& v, bool symbolic, DType dt,
+                                 bool scalar) {
+  KILN_CHECK(!symbolic || dt == DType::i64, op_type, " of ", dtype_name(dt),
+             " shape values: symbolic shape values must be int64");
   Tensor t = from_vector(v);
-  if (ta.dim() == 0 && tb.dim() == 0) t = t.reshape({});
-  ir::Value* c = constant(t.to(ta.dtype()).contiguous());
-  if (any_symbolic) symbolic_.insert(c);
+  if (scalar) t = t.reshape({});
+  ir::Value* c = constant(t.to(dt).contiguous());
+  if (symbolic) symbolic_.insert(c);
   return c;
 }
 
@@ -302,13 +311,7 @@ ir::Value* Importer::symbolic_select(const std::string& op_type, const std::vect
     for (int64_t i = 0; i < n; ++i) t.data<bool>()[i] = eq[static_cast<size_t>(i)] != 0;
     return constant(scalar ? t.reshape({}) : t);
   }
-  KILN_CHECK(!any_symbolic || ta.dtype() == DType::i64, "Where of ", dtype_name(ta.dtype()),
-             " shape values: symbolic shape values must be int64");
-  Tensor t = from_vector(v);
-  if (scalar) t = t.reshape({});
-  ir::Value* c = constant(t.to(ta.dtype()).contiguous());
-  if (any_symbolic) symbolic_.insert(c);
-  return c;
+  return shape_value(op_type, v, any_symbolic, ta.dtype(), scalar);
 }
 
 // A bool [scale * symbol] value cut from a graph input that has the symbol (its values do not matter).
