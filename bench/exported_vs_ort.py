@@ -35,7 +35,6 @@ import os
 import re
 import subprocess
 import sys
-import time
 
 import numpy as np
 import onnxruntime as ort
@@ -255,7 +254,7 @@ def main():
             got = np.load(os.path.join(out_dir, os.listdir(out_dir)[0]))
             want = session.run(None, feeds)[0]
             check = f"max |diff| {np.abs(got - want).max():.2g} of max |out| {np.abs(want).max():.2g}"
-            heavy = name in ("vit_b_16",) or name in ENCODERS
+            heavy = name == "vit_b_16" or name in ENCODERS
             iters = (3 if batch > 1 else 6) if heavy else (6 if batch > 1 else 20)
             kiln_ms, ort_ms = [], []
             for _ in range(a.rounds):
