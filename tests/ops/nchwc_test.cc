@@ -244,16 +244,20 @@ TEST(Nchwc, EitherPanelWidthMatchesFloat64Reference) {
   }
 }
 
-// A stem reads its NCHW input as it is (NchwcInput::plain) and writes blocked output.
+// A stem reads its NCHW input as it is (NchwcInput::plain), or copied by pixel and read a kernel
+// row at a time (Note [Stem rows]), and writes blocked output.
 TEST(Nchwc, StemConvReadsNchwInput) {
   struct Stem {
     int64_t n, c, k, h, w, r, stride, pad;
+    bool rows;
   };
-  const Stem stems[] = {{1, 3, 64, 23, 19, 7, 2, 3},   // ResNet's stem, odd sizes
-                        {2, 3, 32, 9, 9, 3, 2, 1},     // MobileNet's
-                        {1, 1, 16, 6, 5, 3, 1, 1},     // one channel
-                        {1, 5, 48, 7, 7, 3, 1, 0},     // 7 x 7 input, unpadded: read in place
-                        {1, 16, 16, 8, 8, 3, 1, 1}};   // 16 channels: as plain input
+  const Stem stems[] = {{1, 3, 64, 23, 19, 7, 2, 3, true},    // ResNet's stem, odd sizes
+                        {2, 3, 64, 17, 18, 7, 2, 3, true},    // two images, a row of 18
+                        {2, 3, 32, 9, 9, 3, 2, 1, false},     // MobileNet's
+                        {1, 1, 16, 6, 5, 3, 1, 1, false},     // one channel
+                        {1, 5, 48, 7, 7, 3, 1, 0, true},      // 5 channels, unpadded
+                        {1, 2, 33, 9, 11, 5, 1, 2, true},     // 2 channels, a partial block
+                        {1, 16, 16, 8, 8, 3, 1, 1, false}};   // 16 channels: as plain input
   int seed = 900;
   for (kernels::cpu::Isa isa : kernels::cpu::supported_isas()) {
     kernels::cpu::IsaOverride on(isa);
@@ -271,6 +275,11 @@ TEST(Nchwc, StemConvReadsNchwInput) {
         Tensor bias = random_tensor({st.k}, DType::f32, seed + 2000);
         Tensor ref = conv2d(f64(x), f64(w), f64(bias), o);
         Tensor res = mode ? random_tensor(ref.shape(), DType::f32, seed + 3000) : Tensor();
+        kernels::cpu::Conv2dParams p;
+        p.n = st.n, p.c = st.c, p.h = st.h, p.w = st.w, p.k = st.k, p.r = p.s = st.r;
+        p.ho = ref.shape()[2], p.wo = ref.shape()[3];
+        p.stride_h = p.stride_w = st.stride, p.pad_top = p.pad_left = st.pad;
+        EXPECT_EQ(kernels::cpu::conv2d_nchwc_reads_rows(p, kernels::cpu::NchwcInput::plain), st.rows);
         Tensor got = conv_nchwc(x, w, bias, mode ? to_nchwc(res) : Tensor(), o, "relu", /*mode=*/1);
         Tensor want = relu(mode ? add(ref, f64(res)) : ref);
         EXPECT_TRUE(testing::all_close(from_nchwc(got, st.k), want, {1e-4, 1e-4}));

@@ -136,12 +136,30 @@ std::vector<std::array<int64_t, 4>> bands(int64_t out, int64_t stride, int64_t p
 // slowed by a neighbour hands its last items to the other (Note [Chunks for every thread]).
 int64_t items_wanted() { return 4 * static_cast<int64_t>(get_num_threads()); }
 
+// Note [Stem rows]
+// A stem's plain input (Note [Blocked channels]) is read a channel a plane apart, C values a tap:
+// ResNet's 7 x 7 stem is 49 taps of 3 steps each, and GCC spills accumulators and pixel offsets
+// in the loop around a tap's 3 steps (three input bases, a tap's offsets, the prefetch). Copied
+// once into a zero-bordered plane whose pixels hold their C values together ([Hp][Wp][C], as
+// NHWC), a kernel row's S taps of C values are S * C consecutive floats (with no dilation across
+// columns), so the tiles run R taps of S * C steps, one input base each, through the same
+// contiguous loop as a 16-channel block; the filters' packed order (tap by tap, a tap's channels)
+// is already a row's order. The copy moves the input twice more, which pays where a copied float
+// is used often: ResNet's stem (64 filters of 7 x 7, stride 2: 784 multiply-adds a copied float)
+// went from 0.84 to 0.79 ms at batch 1 on two threads, but MobileNetV2's (32 of 3 x 3: 72) from
+// 0.123 to 0.148. Rows are taken from 256 multiply-adds a copied float on.
+bool stem_rows(const Conv2dParams& p) {
+  return p.s > 1 && p.dil_w == 1 && p.k * p.r * p.s >= 256 * p.stride_h * p.stride_w;
+}
+
 struct Plan {
   bool plain = false;      // NCHW input (NchwcInput::plain)
-  int64_t kb = 0, cb = 0, taps = 0;
+  bool rows = false;       // a plain input read as kernel rows of S * C values (Note [Stem rows])
+  int64_t kb = 0, cb = 0;
+  int64_t taps = 0;        // R * S, or R for rows
   int64_t lanes = 0;       // input channels a block: 16 (the last block's lanes past C are zero),
-                           // or C for a plain input (C <= 16)
-  int64_t px = 0;          // floats a pixel of the read plane: 16, or 1 for a plain input
+                           // or C for a plain input (C <= 16), or S * C for rows
+  int64_t px = 0;          // floats a pixel of the read plane: 16, or 1 for a plain input, C for rows
   bool copy = false;             // read a zero-bordered copy (Note [Borders without a copy])
   int64_t hp = 0, wp = 0;        // the plane read: the copy's, or x's
   int64_t oy = 0, ox = 0;        // input row and column of output (0, 0)'s kernel index 0
@@ -159,11 +177,12 @@ struct Plan {
 Plan plan(const Conv2dParams& p, NchwcInput input) {
   Plan pl;
   pl.plain = input == NchwcInput::plain;
+  pl.rows = pl.plain && stem_rows(p);
   pl.kb = nchwc_blocks(p.k);
   pl.cb = nchwc_blocks(p.c);
-  pl.lanes = pl.plain ? p.c : kChannelBlock;
-  pl.px = pl.plain ? 1 : kChannelBlock;
-  pl.taps = p.r * p.s;
+  pl.lanes = pl.rows ? p.s * p.c : pl.plain ? p.c : kChannelBlock;
+  pl.px = pl.rows ? p.c : pl.plain ? 1 : kChannelBlock;
+  pl.taps = pl.rows ? p.r : p.r * p.s;
   pl.pixels = p.ho * p.wo;
   pl.tiling = conv2d_nchwc_tiling(p);
   pl.panels = (pl.kb + pl.tiling.panel_blocks - 1) / pl.tiling.panel_blocks;
@@ -195,7 +214,9 @@ Plan plan(const Conv2dParams& p, NchwcInput input) {
   const auto col_bands = bands(p.wo, p.stride_w, p.pad_left, p.dil_w, p.w, p.s);
   const bool whole = row_bands.size() == 1 && col_bands.size() == 1 && row_bands[0][2] == 0 &&
                      row_bands[0][3] == p.r && col_bands[0][2] == 0 && col_bands[0][3] == p.s;
-  if (!whole) {
+  if (pl.rows) {
+    pl.copy = true;
+  } else if (!whole) {
     const int64_t mr = pl.tiling.pixels(pl.tiling.panel_blocks);
     int64_t rect_tiles = 0;
     for (const auto& rb : row_bands)
@@ -210,10 +231,11 @@ Plan plan(const Conv2dParams& p, NchwcInput input) {
   auto add_rect = [&](const std::array<int64_t, 4>& rb, const std::array<int64_t, 4>& cb) {
     Rect rc{rb[0], rb[1] - rb[0], cb[0], cb[1] - cb[0], rb[2] * p.dil_h, cb[2] * p.dil_w,
             static_cast<int64_t>(pl.tap_off.size()), 0, 0};
+    const int64_t row_taps = pl.taps / p.r;  // S, or 1 for rows
     for (int64_t r = rb[2]; r < rb[3]; ++r)
       for (int64_t c = cb[2]; c < cb[3]; ++c) {
         pl.tap_off.push_back(((r - rb[2]) * p.dil_h * pl.wp + (c - cb[2]) * p.dil_w) * pl.px);
-        pl.tap_w.push_back(static_cast<int32_t>(r * p.s + c));
+        pl.tap_w.push_back(static_cast<int32_t>(r * row_taps + c));
       }
     rc.taps = static_cast<int64_t>(pl.tap_off.size()) - rc.tap0;
     rc.first = pl.rects.empty() ? 0 : pl.rects.back().first + pl.rects.back().rows * pl.rects.back().cols;
@@ -224,7 +246,7 @@ Plan plan(const Conv2dParams& p, NchwcInput input) {
     pl.hp = (p.ho - 1) * p.stride_h + (p.r - 1) * p.dil_h + 1;
     pl.wp = (p.wo - 1) * p.stride_w + (p.s - 1) * p.dil_w + 1;
     pl.oy = pl.ox = 0;
-    add_rect({0, p.ho, 0, p.r}, {0, p.wo, 0, p.s});
+    add_rect({0, p.ho, 0, p.r}, {0, p.wo, 0, pl.rows ? 1 : p.s});
   } else {
     for (const auto& rb : row_bands)
       for (const auto& cb : col_bands) add_rect(rb, cb);
@@ -256,9 +278,39 @@ int panel_width(const Plan& pl, int64_t panel) {
   return static_cast<int>(std::min(pb, pl.kb - pb * panel));
 }
 
-// The plane the tiles read: x itself, or x copied into zero-bordered planes (a thread's scratch).
+// A plain input copied for rows (Note [Stem rows]): image by image [Hp][Wp][C], zero-bordered.
+const float* interleaved_input(const Conv2dParams& p, const Plan& pl, const float* x) {
+  const int64_t row_floats = pl.wp * p.c;
+  float* xp = thread_scratch<float, ScratchSlot::nchwc_pad>(static_cast<size_t>(p.n * pl.hp * row_floats));
+  const int64_t left = std::min(p.pad_left, pl.wp), cols = std::max<int64_t>(0, std::min(p.w, pl.wp - p.pad_left));
+  const bool avx512 = active_isa() == Isa::avx512;
+  parallel_for(0, p.n * pl.hp, 8, [&](int64_t r0, int64_t r1) {
+    for (int64_t row = r0; row < r1; ++row) {
+      const int64_t img = row / pl.hp, ih = row % pl.hp - p.pad_top;
+      float* d = xp + row * row_floats;
+      if (ih < 0 || ih >= p.h) {
+        std::memset(d, 0, static_cast<size_t>(row_floats) * sizeof(float));
+        continue;
+      }
+      std::memset(d, 0, static_cast<size_t>(left * p.c) * sizeof(float));
+      const float* xs = x + (img * p.c * p.h + ih) * p.w;
+      float* dc = d + left * p.c;
+      const int64_t plane = p.h * p.w;
+      if (p.c == 3 && avx512) interleave3_avx512(xs, xs + plane, xs + 2 * plane, dc, cols);
+      else
+        for (int64_t iw = 0; iw < cols; ++iw)
+          for (int64_t c = 0; c < p.c; ++c) dc[iw * p.c + c] = xs[c * plane + iw];
+      std::memset(d + (left + cols) * p.c, 0, static_cast<size_t>((pl.wp - left - cols) * p.c) * sizeof(float));
+    }
+  });
+  return xp;
+}
+
+// The plane the tiles read: x itself, or x copied into zero-bordered planes (a thread's scratch),
+// for rows one plane a image of pixels of C values.
 const float* padded_input(const Conv2dParams& p, const Plan& pl, const float* x) {
   if (!pl.copy) return x;
+  if (pl.rows) return interleaved_input(p, pl, x);
   const int64_t planes = pl.plain ? p.c : pl.cb, plane = pl.hp * pl.wp * pl.px;
   float* xp = thread_scratch<float, ScratchSlot::nchwc_pad>(static_cast<size_t>(p.n * planes * plane));
   const int64_t rows = p.n * planes * pl.hp, row_floats = pl.wp * pl.px;
@@ -432,6 +484,10 @@ void scale_shift_nchwc_f32(int64_t n, int64_t blocks, int64_t pixels, const floa
 
 bool conv2d_nchwc_copies_input(const Conv2dParams& p, NchwcInput input) { return plan(p, input).copy; }
 
+bool conv2d_nchwc_reads_rows(const Conv2dParams& p, NchwcInput input) {
+  return input == NchwcInput::plain && stem_rows(p);
+}
+
 bool conv2d_nchwc_supported(const Conv2dParams& p, NchwcInput input) {
   return p.groups == 1 && p.c > 0 && p.k > 0 && (input == NchwcInput::blocked || p.c <= kChannelBlock) && p.r >= 1 &&
          p.s >= 1 && p.ho >= 1 && p.wo >= 1 && p.stride_h >= 1 && p.stride_w >= 1 && p.dil_h >= 1 && p.dil_w >= 1 &&
@@ -484,16 +540,18 @@ size_t conv2d_nchwc_packed_weight_f32_floats(const Conv2dParams& p, NchwcInput i
 void pack_conv2d_nchwc_weight_f32(const Conv2dParams& p, const float* w, float* out, NchwcInput input) {
   KILN_ASSERT(conv2d_nchwc_supported(p, input), "pack_conv2d_nchwc_weight_f32: unsupported convolution");
   const Plan pl = plan(p, input);
+  // Tap by tap, a tap's channels: for rows the same order (Note [Stem rows]).
+  const int64_t taps = p.r * p.s, lanes = pl.plain ? p.c : kChannelBlock;
   for (int64_t panel = 0; panel < pl.panels; ++panel) {
     const int64_t width = kChannelBlock * panel_width(pl, panel);
     const int64_t k0 = panel * pl.tiling.panel_blocks * kChannelBlock;
     for (int64_t blk = 0; blk < pl.cb; ++blk)
-      for (int64_t t = 0; t < pl.taps; ++t)
-        for (int64_t c = 0; c < pl.lanes; ++c) {
+      for (int64_t t = 0; t < taps; ++t)
+        for (int64_t c = 0; c < lanes; ++c) {
           // Channels past C or K (a partial last block) get zero filters: their lanes stay zero.
           const int64_t ci = blk * kChannelBlock + c;
           for (int64_t j = 0; j < width; ++j)
-            *out++ = ci < p.c && k0 + j < p.k ? w[((k0 + j) * p.c + ci) * pl.taps + t] : 0.0f;
+            *out++ = ci < p.c && k0 + j < p.k ? w[((k0 + j) * p.c + ci) * taps + t] : 0.0f;
         }
   }
 }
@@ -520,14 +578,14 @@ void conv2d_nchwc_f32(const Conv2dParams& p, const float* x, const float* packed
   KILN_CHECK(!residual_in_y || epilogue.residual_before_activation || act == ConvTileEpilogueF32::Act::none,
              "conv2d_nchwc_f32: a residual in place of the output must be added before the activation");
   // A block's plane (blocked input) or a channel's (plain input), and an image's planes.
-  const int64_t plane = pl.hp * pl.wp * pl.px, planes = pl.plain ? p.c : pl.cb;
+  const int64_t plane = pl.hp * pl.wp * pl.px, planes = pl.rows ? 1 : pl.plain ? p.c : pl.cb;
   const float* xr = padded_input(p, pl, x);
   const bool avx512 = active_isa() == Isa::avx512;
   std::vector<float> bias_storage;
   bias = padded_bias(bias, p.k, bias_storage);
   const int64_t xplane = planes * plane, yplane = pl.kb * pl.pixels * kChannelBlock;
   // Input blocks (xblk apart) of `lanes` channels (ldc apart): a plain input is one block.
-  const int64_t xblk = pl.plain ? 0 : plane, ldc = pl.plain ? plane : 1;
+  const int64_t xblk = pl.plain ? 0 : plane, ldc = pl.plain && !pl.rows ? plane : 1;
   const int64_t depth = pl.cb * pl.taps * pl.lanes;  // packed floats per output channel
   const int64_t items = p.n * pl.panels * pl.chunks;
   auto item_of = [&](int64_t item) {

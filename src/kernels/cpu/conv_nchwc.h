@@ -46,6 +46,9 @@ bool conv2d_nchwc_supported(const Conv2dParams& p, NchwcInput input = NchwcInput
 // Whether conv2d_nchwc_f32 reads a zero-bordered copy of a padded input rather than cutting the
 // output into rectangles of the same taps (Note [Borders without a copy] in conv_nchwc.cc).
 bool conv2d_nchwc_copies_input(const Conv2dParams& p, NchwcInput input = NchwcInput::blocked);
+// Whether it reads a plain input copied by pixel, a kernel row's S * C values consecutive (Note
+// [Stem rows] in conv_nchwc.cc).
+bool conv2d_nchwc_reads_rows(const Conv2dParams& p, NchwcInput input);
 // Filters [K, C, R, S] packed per panel of up to 4 output blocks: [panel][C/16][R*S][16][width]
 // for blocked input, [panel][R*S][C][width] for plain input; zeros for channels past C and K.
 size_t conv2d_nchwc_packed_weight_f32_floats(const Conv2dParams& p, NchwcInput input = NchwcInput::blocked);
@@ -124,6 +127,9 @@ struct NchwcTileArgs {
   const ConvTileEpilogueF32* ep = nullptr;
 };
 using NchwcUkernelF32 = void (*)(const NchwcTileArgs& a);
+// d[3 i + c] = (c0, c1, c2)[c][i] for i < n under AVX-512: three channels' runs interleaved by
+// pixel (Note [Stem rows] in conv_nchwc.cc).
+void interleave3_avx512(const float* c0, const float* c1, const float* c2, float* d, int64_t n);
 // Rows [row0, row1) of max_pool2d_nchwc_f32's output (row = plane * Ho + oh) under AVX-512.
 void max_pool2d_nchwc_rows_avx512(const Pool2dParams& p, const float* x, float* y, int64_t row0, int64_t row1);
 // `count` consecutive outputs of a row of the blocked depthwise convolution under AVX-512: output o

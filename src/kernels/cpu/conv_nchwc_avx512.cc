@@ -125,6 +125,15 @@ void nchwc_tile(const NchwcTileArgs& a) {
 #pragma GCC unroll 2
         for (int c = 0; c < 16; ++c) step(xt + c);
       }
+  } else if (ldc == 1) {
+    // A stem's kernel rows of S * C consecutive values (Note [Stem rows] in conv_nchwc.cc).
+    for (int64_t b = 0; b < blocks; ++b, x += xblk)
+      for (int t = 0; t < taps; ++t) {
+        const float* xt = x + tap_off[t];
+        tap_filters(b, t);
+#pragma GCC unroll 2
+        for (int c = 0; c < lanes; ++c) step(xt + c);
+      }
   } else if (lanes == 3) {
     for (int64_t b = 0; b < blocks; ++b, x += xblk)
       for (int t = 0; t < taps; ++t) {
@@ -244,6 +253,30 @@ void scale_shift_nchwc_avx512(int64_t count, const float* x, const float* scale,
 // that exist: a NaN is remembered in a mask (vmaxps drops NaNs in its first operand) and written
 // out at the end. ResNet-18's 3x3 stride-2 pool: 0.134 -> 0.115 ms at batch 1 on two threads; at
 // batch 8 (25.7 MB read) it stays 1.29 ms, memory-bound.
+void interleave3_avx512(const float* c0, const float* c1, const float* c2, float* d, int64_t n) {
+  // Output vector j holds values 16 j .. 16 j + 15 of the interleaved run, value e being channel
+  // e % 3 of pixel e / 3 (pixels 0-5, 5-10, 10-15 of the 16 read): channels 0 and 1 are picked
+  // first, then channel 2 is put in.
+  __m512i pick01[3], put2[3];
+  for (int j = 0; j < 3; ++j) {
+    alignas(64) int32_t a[16], b[16];
+    for (int l = 0; l < 16; ++l) {
+      const int e = 16 * j + l, px = e / 3, ch = e % 3;
+      a[l] = ch == 0 ? px : ch == 1 ? 16 + px : 0;
+      b[l] = ch == 2 ? 16 + px : l;
+    }
+    pick01[j] = _mm512_load_si512(a);
+    put2[j] = _mm512_load_si512(b);
+  }
+  int64_t i = 0;
+  for (; i + 16 <= n; i += 16, d += 48) {
+    const __m512 v0 = _mm512_loadu_ps(c0 + i), v1 = _mm512_loadu_ps(c1 + i), v2 = _mm512_loadu_ps(c2 + i);
+    for (int j = 0; j < 3; ++j)
+      _mm512_storeu_ps(d + 16 * j, _mm512_permutex2var_ps(_mm512_permutex2var_ps(v0, pick01[j], v1), put2[j], v2));
+  }
+  for (; i < n; ++i, d += 3) d[0] = c0[i], d[1] = c1[i], d[2] = c2[i];
+}
+
 void max_pool2d_nchwc_rows_avx512(const Pool2dParams& p, const float* x, float* y, int64_t row0, int64_t row1) {
   const __m512 lowest = _mm512_set1_ps(-__builtin_inff());
   // Columns [lo, hi): every tap inside the input.
