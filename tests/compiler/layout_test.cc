@@ -277,6 +277,34 @@ TEST(Layout, SiluAndSigmoidEpiloguesRunBlocked) {
   }
 }
 
+// Note [Winograd tiles] (kernels/cpu/conv_nchwc.cc): without timing, the blocked 3x3 layers of
+// stride 1 take Winograd's tiles (Note [Heuristic tactics] in runtime/tactics.cc), the strided one
+// and the 1x1 keep the direct kernel, and the engine matches the reference, a residual summed in
+// place included.
+TEST(Layout, StrideOneThreeByThreeLayersRunWinograd) {
+  using Layout = runtime::CompileOptions::Layout;
+  const ir::Graph g = resnet_like(32);
+  runtime::Engine e = runtime::compile(g, opts(Layout::nchwc, 3)).engine;
+  int winograd = 0, direct = 0;
+  for (const runtime::EngineStep& st : e.steps) {
+    if (st.op->name() != "fused_conv2d_nchwc") continue;
+    const auto& w = e.values[static_cast<size_t>(st.inputs[1])].shape;
+    const bool three = w[2].size == 3 && st.attrs.get_ints("stride") == std::vector<int64_t>{1, 1};
+    EXPECT_EQ(st.tactic == "winograd", three) << "a " << w[2].size << "x" << w[3].size << " layer ran " << st.tactic;
+    ++(st.tactic == "winograd" ? winograd : direct);
+  }
+  EXPECT_EQ(winograd, 3);  // c1, c2, c4
+  EXPECT_EQ(direct, 2);    // c3 (stride 2), proj
+  runtime::Executor ex(std::make_shared<runtime::Engine>(e));
+  for (int64_t batch : {1, 3}) {
+    Tensor xin = random_tensor({batch, 16, 12, 12}, DType::f32, 90 + static_cast<uint64_t>(batch), -2, 2);
+    auto got = ex.run({xin});
+    auto want = ir::run(g, {xin});
+    for (size_t i = 0; i < got.size(); ++i)
+      EXPECT_TRUE(testing::all_close(got[i], want[i], {1e-4, 1e-4})) << "batch " << batch << " output " << i;
+  }
+}
+
 // Pre-activation blocks (ResNet v2): each block's input is batch-normalized and activated before its
 // first convolution while the shortcut reads it as it is, so no convolution precedes the batch
 // norm to fold it into. It runs blocked as one scale_shift_nchwc with the activation after it

@@ -704,6 +704,218 @@ void conv2d_nchwc_f32(const Conv2dParams& p, const float* x, const float* packed
   });
 }
 
+// Note [Winograd tiles]
+// A 3x3 convolution of stride 1 computes each 2 x 2 block of outputs from a 4 x 4 patch of input
+// with 16 multiplies a channel pair instead of 36: Winograd's F(2x2, 3x3), Y = A^T [U . V] A with
+// V = B^T d B the patch transformed, U = G g G^T the filter (Lavin and Gray, "Fast Algorithms for
+// Convolutional Neural Networks", 2015). Summed over input channels, each of the 16 positions of
+// the transformed tile is a matrix product [tiles, C] x [C, K]: a 1x1 blocked convolution over
+// "pixels" that are tiles, which the blocked micro-kernel runs as it runs any 1x1 layer. A work
+// item is an image's chunk of tiles: its patches transformed into V ([16][C/16][tiles][16]), the
+// 16 products into M (the same with K), M transformed back into the 2 x 2 outputs, finished with
+// the bias, residual and activation as they are stored. 2.25x fewer multiply-adds, against the
+// transforms' passes over V and M (each 4x the input or output, kept in L2 by the chunk's size)
+// and filters 16/9 the size. Every work item reads all the transformed filters, so they must stay
+// in L2: ResNet-50's 256-channel 14 x 14 layers (4 MB of them) ran 0.90 ms at batch 1 on two
+// threads against the direct kernel's 0.71, where its 64- and 128-channel layers at 56 x 56 and
+// 28 x 28 (256 KB, 1 MB) ran 0.43-0.48 against 0.64-0.69. So the "winograd" tactic of
+// fused_conv2d_nchwc is offered up to 1 MB of filters (conv2d_nchwc_winograd_offered), and taken
+// where it times faster, or without timing wherever offered (Note [Heuristic tactics] in
+// runtime/tactics.cc). The transforms' factors (0, +-1, +-1/2) keep f32 rounding near the direct
+// sum's.
+namespace {
+
+constexpr int64_t kWinogradPositions = 16;
+
+// Tiles a work item at most: 48, or fewer while that leaves under 4 items a thread, or while the
+// chunk's V and M (1 KiB a tile per 16 channels of C and of K) would pass what a thread's L2 holds.
+int64_t winograd_chunk(const Conv2dParams& p, int64_t tiles) {
+  const int64_t blocks = nchwc_blocks(p.c) + nchwc_blocks(p.k);
+  int64_t chunk = 48;
+  while (chunk > 6 && (static_cast<double>(chunk * blocks * 1024) > kNearBytes ||
+                       p.n * ((tiles + chunk - 1) / chunk) < items_wanted()))
+    chunk /= 2;
+  return chunk;
+}
+
+// The 1x1 problem of one position: C in, K out, panels of 4 blocks.
+Conv2dParams winograd_position_params(const Conv2dParams& p) {
+  Conv2dParams q;
+  q.c = p.c, q.k = p.k, q.nchwc_panel_blocks = 4;
+  return q;
+}
+
+void winograd_input_scalar(const float* x, const Conv2dParams& p, int64_t tw, int64_t t0, int64_t count, float* v,
+                           int64_t vpos) {
+  for (int64_t i = 0; i < count; ++i) {
+    const int64_t t = t0 + i, iy0 = 2 * (t / tw) - p.pad_top, ix0 = 2 * (t % tw) - p.pad_left;
+    for (int64_t l = 0; l < kChannelBlock; ++l) {
+      float d[4][4], e[4][4];
+      for (int r = 0; r < 4; ++r)
+        for (int c = 0; c < 4; ++c) {
+          const int64_t iy = iy0 + r, ix = ix0 + c;
+          d[r][c] = iy >= 0 && iy < p.h && ix >= 0 && ix < p.w ? x[(iy * p.w + ix) * kChannelBlock + l] : 0.0f;
+        }
+      for (int c = 0; c < 4; ++c) {
+        e[0][c] = d[0][c] - d[2][c], e[1][c] = d[1][c] + d[2][c];
+        e[2][c] = d[2][c] - d[1][c], e[3][c] = d[1][c] - d[3][c];
+      }
+      float* vi = v + kChannelBlock * i + l;
+      for (int r = 0; r < 4; ++r) {
+        vi[(4 * r + 0) * vpos] = e[r][0] - e[r][2], vi[(4 * r + 1) * vpos] = e[r][1] + e[r][2];
+        vi[(4 * r + 2) * vpos] = e[r][2] - e[r][1], vi[(4 * r + 3) * vpos] = e[r][1] - e[r][3];
+      }
+    }
+  }
+}
+
+void winograd_output_scalar(const float* m, int64_t mpos, const Conv2dParams& p, int64_t tw, int64_t t0, int64_t count,
+                            float* y, const ConvTileEpilogueF32& ep) {
+  for (int64_t i = 0; i < count; ++i) {
+    const int64_t t = t0 + i, oy = 2 * (t / tw), ox = 2 * (t % tw);
+    for (int64_t l = 0; l < kChannelBlock; ++l) {
+      const float* mi = m + kChannelBlock * i + l;
+      float s[2][4];
+      for (int c = 0; c < 4; ++c) {
+        s[0][c] = mi[c * mpos] + mi[(4 + c) * mpos] + mi[(8 + c) * mpos];
+        s[1][c] = mi[(4 + c) * mpos] - mi[(8 + c) * mpos] - mi[(12 + c) * mpos];
+      }
+      for (int a = 0; a < 2 && oy + a < p.ho; ++a)
+        for (int b = 0; b < 2 && ox + b < p.wo; ++b) {
+          const float out = b == 0 ? s[a][0] + s[a][1] + s[a][2] : s[a][1] - s[a][2] - s[a][3];
+          const int64_t at = ((oy + a) * p.wo + ox + b) * kChannelBlock + l;
+          y[at] = finish_scalar(out + ep.bias[l], ep.residual != nullptr ? ep.residual + at : nullptr, ep);
+        }
+    }
+  }
+}
+
+}  // namespace
+
+bool conv2d_nchwc_winograd_supported(const Conv2dParams& p) {
+  return p.groups == 1 && p.c > 0 && p.k > 0 && p.r == 3 && p.s == 3 && p.stride_h == 1 && p.stride_w == 1 &&
+         p.dil_h == 1 && p.dil_w == 1 && p.ho >= 1 && p.wo >= 1 && p.pad_top >= 0 && p.pad_left >= 0;
+}
+
+bool conv2d_nchwc_winograd_offered(int64_t c, int64_t k) {
+  Conv2dParams p;
+  p.c = c, p.k = k, p.r = p.s = 3;
+  return static_cast<double>(conv2d_nchwc_winograd_packed_weight_f32_floats(p) * sizeof(float)) <= kNearBytes;
+}
+
+size_t conv2d_nchwc_winograd_packed_weight_f32_floats(const Conv2dParams& p) {
+  return kWinogradPositions * conv2d_nchwc_packed_weight_f32_floats(winograd_position_params(p));
+}
+
+void pack_conv2d_nchwc_winograd_weight_f32(const Conv2dParams& p, const float* w, float* out) {
+  KILN_ASSERT(conv2d_nchwc_winograd_supported(p), "pack_conv2d_nchwc_winograd_weight_f32: unsupported convolution");
+  // U = G g G^T per (k, c), in double, as [position][K][C] for the 1x1 packing.
+  static constexpr double G[4][3] = {{1, 0, 0}, {0.5, 0.5, 0.5}, {0.5, -0.5, 0.5}, {0, 0, 1}};
+  std::vector<float> u(static_cast<size_t>(kWinogradPositions * p.k * p.c));
+  for (int64_t k = 0; k < p.k; ++k)
+    for (int64_t c = 0; c < p.c; ++c) {
+      const float* g = w + (k * p.c + c) * 9;
+      double gt[4][3];  // G g
+      for (int a = 0; a < 4; ++a)
+        for (int j = 0; j < 3; ++j) gt[a][j] = G[a][0] * g[j] + G[a][1] * g[3 + j] + G[a][2] * g[6 + j];
+      for (int a = 0; a < 4; ++a)
+        for (int b = 0; b < 4; ++b)
+          u[static_cast<size_t>(((a * 4 + b) * p.k + k) * p.c + c)] =
+              static_cast<float>(gt[a][0] * G[b][0] + gt[a][1] * G[b][1] + gt[a][2] * G[b][2]);
+    }
+  const Conv2dParams q = winograd_position_params(p);
+  const size_t per = conv2d_nchwc_packed_weight_f32_floats(q);
+  for (int64_t xi = 0; xi < kWinogradPositions; ++xi)
+    pack_conv2d_nchwc_weight_f32(q, u.data() + xi * p.k * p.c, out + static_cast<size_t>(xi) * per);
+}
+
+void conv2d_nchwc_winograd_f32(const Conv2dParams& p, const float* x, const float* packed_u, const float* bias,
+                               float* y, const Conv2dEpilogue& epilogue) {
+  KILN_CHECK(conv2d_nchwc_winograd_supported(p), "conv2d_nchwc_winograd_f32: needs a 3x3 filter of stride 1 and "
+             "dilation 1, one group; got ", p.r, "x", p.s, " stride ", p.stride_h, "x", p.stride_w, " dilation ",
+             p.dil_h, "x", p.dil_w, " groups ", p.groups);
+  const int64_t cb = nchwc_blocks(p.c), kb = nchwc_blocks(p.k);
+  const int64_t tw = (p.wo + 1) / 2, tiles = (p.ho + 1) / 2 * tw;
+  const int64_t chunk = winograd_chunk(p, tiles), chunks = (tiles + chunk - 1) / chunk;
+  const ConvTileEpilogueF32::Act act = blocked_act(epilogue.activation);
+  std::vector<float> bias_storage;
+  bias = padded_bias(bias, p.k, bias_storage);
+  const bool avx512 = active_isa() == Isa::avx512;
+  const size_t per_position = conv2d_nchwc_packed_weight_f32_floats(winograd_position_params(p));
+  const int64_t vpos = cb * chunk * kChannelBlock, mpos = kb * chunk * kChannelBlock;
+  const int64_t xplane = p.h * p.w * kChannelBlock, yplane = p.ho * p.wo * kChannelBlock;
+  const int64_t slice_blocks = std::max<int64_t>(1, kSliceDepth / kChannelBlock);
+  parallel_for(0, p.n * chunks, 1, [&](int64_t i0, int64_t i1) {
+    float* v = thread_scratch<float, ScratchSlot::winograd_v>(static_cast<size_t>(kWinogradPositions * vpos));
+    float* m = thread_scratch<float, ScratchSlot::winograd_m>(static_cast<size_t>(kWinogradPositions * mpos));
+    int64_t pix[48];
+    static constexpr int64_t kTap0 = 0;
+    static constexpr int32_t kTapW0 = 0;
+    for (int64_t item = i0; item < i1; ++item) {
+      const int64_t img = item / chunks, t0 = item % chunks * chunk, count = std::min(chunk, tiles - t0);
+      // The patches, block by block.
+      for (int64_t b = 0; b < cb; ++b) {
+        const float* xb = x + (img * cb + b) * xplane;
+        float* vb = v + b * chunk * kChannelBlock;
+        if (avx512) winograd_input_avx512(xb, p.h, p.w, p.pad_top, p.pad_left, tw, t0, count, vb, vpos);
+        else winograd_input_scalar(xb, p, tw, t0, count, vb, vpos);
+      }
+      // The 16 products, panel by panel, in tiles of the micro-kernel's pixels (the last one's
+      // spare pixels repeat its last tile and are not stored).
+      NchwcTileArgs args;
+      args.taps = 1;
+      args.tap_off = &kTap0;
+      args.tap_w = &kTapW0;
+      args.block_taps = 1;
+      args.xblk = chunk * kChannelBlock;
+      args.lanes = static_cast<int>(kChannelBlock);
+      args.ldc = 1;
+      args.yblk = chunk * kChannelBlock;
+      for (int64_t xi = 0; xi < kWinogradPositions; ++xi)
+        for (int64_t panel = 0; panel * 4 < kb; ++panel) {
+          const int nv = static_cast<int>(std::min<int64_t>(4, kb - 4 * panel));
+          const NchwcUkernelF32 uk = avx512 ? nchwc_ukernel_f32_avx512(nv, NchwcTiling{}.pixels(nv), false) : nullptr;
+          const int mr = uk != nullptr ? NchwcTiling{}.pixels(nv) : 4;
+          const float* wpanel = packed_u + static_cast<size_t>(xi) * per_position + panel * 4 * kChannelBlock * cb * kChannelBlock;
+          float* ypanel = m + xi * mpos + panel * 4 * chunk * kChannelBlock;
+          for (int64_t b0 = 0; b0 < cb; b0 += slice_blocks) {
+            args.blocks = std::min(slice_blocks, cb - b0);
+            args.w = wpanel + b0 * kChannelBlock * kChannelBlock * nv;
+            args.x = v + xi * vpos + b0 * chunk * kChannelBlock;
+            args.accumulate = b0 > 0;
+            for (int64_t t = 0; t < count; t += mr) {
+              args.m = static_cast<int>(std::min<int64_t>(mr, count - t));
+              for (int i = 0; i < mr; ++i) pix[i] = (t + std::min(i, args.m - 1)) * kChannelBlock;
+              args.pix = pix;
+              const int64_t yoff = t * kChannelBlock;
+              args.yoff = &yoff;
+              args.y = ypanel;
+              if (uk != nullptr) uk(args);
+              else {
+                int64_t yoffs[4];
+                for (int i = 0; i < 4; ++i) yoffs[i] = (t + std::min(i, args.m - 1)) * kChannelBlock;
+                args.yoff = yoffs;
+                nchwc_tile_scalar<4>(args, nv);
+              }
+            }
+          }
+        }
+      // Back to outputs, block by block, finished as they are stored.
+      for (int64_t o = 0; o < kb; ++o) {
+        ConvTileEpilogueF32 ep;
+        ep.bias = bias + o * kChannelBlock;
+        ep.act = act;
+        ep.residual_before_activation = epilogue.residual_before_activation;
+        ep.residual = epilogue.residual != nullptr ? epilogue.residual + (img * kb + o) * yplane : nullptr;
+        float* yo = y + (img * kb + o) * yplane;
+        const float* mo = m + o * chunk * kChannelBlock;
+        if (avx512) winograd_output_avx512(mo, mpos, p.ho, p.wo, tw, t0, count, yo, ep);
+        else winograd_output_scalar(mo, mpos, p, tw, t0, count, yo, ep);
+      }
+    }
+  });
+}
+
 // Note [Blocked depthwise]
 // A depthwise convolution on blocked channels is 16 independent lanes: each output vector is the
 // sum over taps of an input vector times the tap's 16 filters, with nothing to broadcast. Rows of

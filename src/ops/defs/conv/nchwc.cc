@@ -129,8 +129,9 @@ kernels::cpu::GemmActivation act_of(const std::string& a) {
 }
 
 // panel_blocks: the blocked convolution's panel width (Note [Panels as tactics] in
-// conv_nchwc.cc), 0 for its own choice; depthwise layers have no panels.
-void conv_nchwc(const KernelCall& k, int panel_blocks) {
+// conv_nchwc.cc), 0 for its own choice; depthwise layers have no panels. winograd: Winograd's
+// F(2x2, 3x3) (Note [Winograd tiles] in conv_nchwc.cc) where the layer allows it.
+void conv_nchwc(const KernelCall& k, int panel_blocks, bool winograd = false) {
   const Tensor& out = k.out(0);
   if (out.numel() == 0) return;
   Tensor x = k.in(0).contiguous(), w = k.in(1).contiguous();
@@ -158,7 +159,11 @@ void conv_nchwc(const KernelCall& k, int panel_blocks) {
   float* yp = static_cast<float*>(y.data_ptr());
   const float* wp = static_cast<const float*>(w.data_ptr());
   // Filters packed once per weight (Note [Prepacked tactics]), keyed by what the packing follows.
-  if (groups > 1) {
+  if (winograd && input == kernels::cpu::NchwcInput::blocked && kernels::cpu::conv2d_nchwc_winograd_supported(p)) {
+    auto packed = cached_packed_weight_f32(w, {5, p.k, p.c, p.r, p.s}, kernels::cpu::conv2d_nchwc_winograd_packed_weight_f32_floats(p),
+                                           [&](float* buf) { kernels::cpu::pack_conv2d_nchwc_winograd_weight_f32(p, wp, buf); });
+    kernels::cpu::conv2d_nchwc_winograd_f32(p, xp, packed.get(), bp, yp, ep);
+  } else if (groups > 1) {
     auto packed = cached_packed_weight_f32(w, {4, p.k, p.r, p.s}, kernels::cpu::depthwise_nchwc_packed_weight_f32_floats(p),
                                            [&](float* buf) { kernels::cpu::pack_depthwise_nchwc_weight_f32(p, wp, buf); });
     kernels::cpu::depthwise_conv2d_nchwc_f32(p, xp, packed.get(), bp, yp, ep);
@@ -178,6 +183,7 @@ template <int PanelBlocks>
 void conv_nchwc_panels_kernel(const KernelCall& k) {
   conv_nchwc(k, PanelBlocks);
 }
+void conv_nchwc_winograd_kernel(const KernelCall& k) { conv_nchwc(k, 0, true); }
 
 std::vector<TensorMeta> infer_max_pool_nchwc(const InferCtx& c) {
   check_f32(c, 0);
@@ -282,6 +288,8 @@ void register_nchwc_ops(OpRegistry& r) {
       // (tactic_fits in src/ops/defs/linalg/matmul_tactics.cc).
       .kernel(DeviceType::cpu, f32, conv_nchwc_panels_kernel<3>, "panels3")
       .kernel(DeviceType::cpu, f32, conv_nchwc_panels_kernel<4>, "panels4")
+      // Note [Winograd tiles] (conv_nchwc.cc): 3x3 filters of stride 1, one group.
+      .kernel(DeviceType::cpu, f32, conv_nchwc_winograd_kernel, "winograd")
       .no_vjp(kNoVjp)
       .no_batch(kNoBatch)
       .no_onnx(kNoOnnx)

@@ -32,6 +32,7 @@
 #include <vector>
 
 #include "kernels/cpu/conv.h"
+#include "kernels/cpu/conv_nchwc.h"
 #include "kernels/cpu/gemm.h"
 #include "kernels/cpu/isa.h"
 #include "kernels/cpu/loops.h"
@@ -405,6 +406,13 @@ bool tactic_fits(const OpDef& op, const std::string& tactic, const Attrs& attrs,
   // last panel; a depthwise layer has no panels.
   if (name == "fused_conv2d_nchwc" && (tactic == "panels3" || tactic == "panels4"))
     return weight.size() == 4 && attrs.get_int("groups") == 1 && (weight[0] + 15) / 16 % 4 != 0;
+  // Note [Winograd tiles] in conv_nchwc.cc: 3x3 filters of stride 1 and dilation 1, one group,
+  // whose transformed filters stay in L2.
+  if (name == "fused_conv2d_nchwc" && tactic == "winograd")
+    return weight.size() == 4 && weight[2] == 3 && weight[3] == 3 && attrs.get_int("groups") == 1 &&
+           attrs.get_ints("stride") == std::vector<int64_t>{1, 1} &&
+           attrs.get_ints("dilation") == std::vector<int64_t>{1, 1} &&
+           kernels::cpu::conv2d_nchwc_winograd_offered(weight[1], weight[0]);
   if (!tactic_packs_weight(tactic) || (name != "conv2d" && name != "fused_conv2d")) return true;
   // Depthwise (one input channel per group): conv_params sends it to the default kernel.
   return !(weight.size() == 4 && attrs.get_int("groups") > 1 && weight[1] == 1);
