@@ -278,56 +278,37 @@ int panel_width(const Plan& pl, int64_t panel) {
   return static_cast<int>(std::min(pb, pl.kb - pb * panel));
 }
 
-// A plain input copied for rows (Note [Stem rows]): image by image [Hp][Wp][C], zero-bordered.
-const float* interleaved_input(const Conv2dParams& p, const Plan& pl, const float* x) {
-  const int64_t row_floats = pl.wp * p.c;
-  float* xp = thread_scratch<float, ScratchSlot::nchwc_pad>(static_cast<size_t>(p.n * pl.hp * row_floats));
-  const int64_t left = std::min(p.pad_left, pl.wp), cols = std::max<int64_t>(0, std::min(p.w, pl.wp - p.pad_left));
-  const bool avx512 = active_isa() == Isa::avx512;
-  parallel_for(0, p.n * pl.hp, 8, [&](int64_t r0, int64_t r1) {
-    for (int64_t row = r0; row < r1; ++row) {
-      const int64_t img = row / pl.hp, ih = row % pl.hp - p.pad_top;
-      float* d = xp + row * row_floats;
-      if (ih < 0 || ih >= p.h) {
-        std::memset(d, 0, static_cast<size_t>(row_floats) * sizeof(float));
-        continue;
-      }
-      std::memset(d, 0, static_cast<size_t>(left * p.c) * sizeof(float));
-      const float* xs = x + (img * p.c * p.h + ih) * p.w;
-      float* dc = d + left * p.c;
-      const int64_t plane = p.h * p.w;
-      if (p.c == 3 && avx512) interleave3_avx512(xs, xs + plane, xs + 2 * plane, dc, cols);
-      else
-        for (int64_t iw = 0; iw < cols; ++iw)
-          for (int64_t c = 0; c < p.c; ++c) dc[iw * p.c + c] = xs[c * plane + iw];
-      std::memset(d + (left + cols) * p.c, 0, static_cast<size_t>((pl.wp - left - cols) * p.c) * sizeof(float));
-    }
-  });
-  return xp;
-}
-
-// The plane the tiles read: x itself, or x copied into zero-bordered planes (a thread's scratch),
-// for rows one plane a image of pixels of C values.
+// The plane the tiles read: x itself, or x copied into zero-bordered planes (a thread's scratch):
+// per image a plane per block (blocked input) or channel (plain), or for rows one plane of pixels
+// of C values (Note [Stem rows]).
 const float* padded_input(const Conv2dParams& p, const Plan& pl, const float* x) {
   if (!pl.copy) return x;
-  if (pl.rows) return interleaved_input(p, pl, x);
-  const int64_t planes = pl.plain ? p.c : pl.cb, plane = pl.hp * pl.wp * pl.px;
-  float* xp = thread_scratch<float, ScratchSlot::nchwc_pad>(static_cast<size_t>(p.n * planes * plane));
-  const int64_t rows = p.n * planes * pl.hp, row_floats = pl.wp * pl.px;
-  parallel_for(0, rows, 16, [&](int64_t r0, int64_t r1) {
+  const int64_t planes = p.n * (pl.rows ? 1 : pl.plain ? p.c : pl.cb), row_floats = pl.wp * pl.px;
+  float* xp = thread_scratch<float, ScratchSlot::nchwc_pad>(static_cast<size_t>(planes * pl.hp * row_floats));
+  const int64_t left = std::min(p.pad_left, pl.wp), cols = std::max<int64_t>(0, std::min(p.w, pl.wp - p.pad_left));
+  const bool avx512 = active_isa() == Isa::avx512;
+  parallel_for(0, planes * pl.hp, 16, [&](int64_t r0, int64_t r1) {
     for (int64_t row = r0; row < r1; ++row) {
-      const int64_t nb = row / pl.hp, ih = row % pl.hp - p.pad_top;
+      const int64_t plane = row / pl.hp, ih = row % pl.hp - p.pad_top;
       float* d = xp + row * row_floats;
       if (ih < 0 || ih >= p.h) {
         std::memset(d, 0, static_cast<size_t>(row_floats) * sizeof(float));
         continue;
       }
-      const int64_t left = std::min(p.pad_left, pl.wp);
-      const int64_t cols = std::max<int64_t>(0, std::min(p.w, pl.wp - p.pad_left));
       std::memset(d, 0, static_cast<size_t>(left * pl.px) * sizeof(float));
-      std::memcpy(d + left * pl.px, x + (nb * p.h + ih) * p.w * pl.px, static_cast<size_t>(cols * pl.px) * sizeof(float));
+      float* dc = d + left * pl.px;
+      if (!pl.rows) {
+        std::memcpy(dc, x + (plane * p.h + ih) * p.w * pl.px, static_cast<size_t>(cols * pl.px) * sizeof(float));
+      } else {  // the image's C channel rows interleaved by pixel
+        const int64_t hw = p.h * p.w;
+        const float* xs = x + (plane * p.c * p.h + ih) * p.w;
+        if (p.c == 3 && avx512) interleave3_avx512(xs, xs + hw, xs + 2 * hw, dc, cols);
+        else
+          for (int64_t iw = 0; iw < cols; ++iw)
+            for (int64_t c = 0; c < p.c; ++c) dc[iw * p.c + c] = xs[c * hw + iw];
+      }
       const int64_t right = pl.wp - left - cols;
-      if (right > 0) std::memset(d + (left + cols) * pl.px, 0, static_cast<size_t>(right * pl.px) * sizeof(float));
+      if (right > 0) std::memset(dc + cols * pl.px, 0, static_cast<size_t>(right * pl.px) * sizeof(float));
     }
   });
   return xp;
