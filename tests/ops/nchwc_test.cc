@@ -261,7 +261,9 @@ TEST(Nchwc, WinogradMatchesFloat64Reference) {
                         {3, 160, 48, 6, 5, {1, 1, 1, 1}},     // 10 input blocks: two slices
                         {1, 16, 32, 1, 1, {1, 1, 1, 1}},      // a 1 x 1 plane
                         {1, 16, 16, 1, 1000, {1, 1, 1, 1}},   // one row of 1000
-                        {2, 24, 40, 33, 33, {1, 1, 1, 1}}};   // 289 tiles an image: several chunks
+                        {2, 24, 40, 33, 33, {1, 1, 1, 1}},    // 289 tiles an image: several chunks
+                        // 1.3 MB of transformed filters: two passes, panels of 4 + 4 + 1 blocks
+                        {2, 144, 144, 9, 10, {1, 1, 1, 1}}};
   int seed = 1700;
   for (kernels::cpu::Isa isa : kernels::cpu::supported_isas()) {
     kernels::cpu::IsaOverride on(isa);
@@ -306,12 +308,13 @@ TEST(Nchwc, WinogradMatchesFloat64Reference) {
   }
 }
 
-// Where the transformed filters fit L2 (Note [Winograd tiles]): ResNet's 64- and 128-channel
-// layers, not its 256- and 512-channel ones.
-TEST(Nchwc, WinogradIsOfferedWhereItsFiltersStayInL2) {
+// Where a panel's transformed filters fit L2 (Note [Winograd in two passes]): ResNet's 64- to
+// 256-channel layers, not its 512-channel ones.
+TEST(Nchwc, WinogradIsOfferedWhereAPanelsFiltersStayInL2) {
   EXPECT_TRUE(kernels::cpu::conv2d_nchwc_winograd_offered(64, 64));
   EXPECT_TRUE(kernels::cpu::conv2d_nchwc_winograd_offered(128, 128));
-  EXPECT_FALSE(kernels::cpu::conv2d_nchwc_winograd_offered(256, 256));
+  EXPECT_TRUE(kernels::cpu::conv2d_nchwc_winograd_offered(256, 256));
+  EXPECT_TRUE(kernels::cpu::conv2d_nchwc_winograd_offered(256, 512));
   EXPECT_FALSE(kernels::cpu::conv2d_nchwc_winograd_offered(512, 512));
   kernels::cpu::Conv2dParams p;
   p.c = p.k = 16, p.r = p.s = 3, p.h = p.w = p.ho = p.wo = 8, p.pad_top = p.pad_left = 1;

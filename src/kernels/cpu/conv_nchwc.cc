@@ -696,25 +696,29 @@ void conv2d_nchwc_f32(const Conv2dParams& p, const float* x, const float* packed
 // 16 products into M (the same with K), M transformed back into the 2 x 2 outputs, finished with
 // the bias, residual and activation as they are stored. 2.25x fewer multiply-adds, against the
 // transforms' passes over V and M (each 4x the input or output, kept in L2 by the chunk's size)
-// and filters 16/9 the size. Every work item reads all the transformed filters, so they must stay
-// in L2: ResNet-50's 256-channel 14 x 14 layers (4 MB of them) ran 0.90 ms at batch 1 on two
-// threads against the direct kernel's 0.71, where its 64- and 128-channel layers at 56 x 56 and
-// 28 x 28 (256 KB, 1 MB) ran 0.43-0.48 against 0.64-0.69. So the "winograd" tactic of
-// fused_conv2d_nchwc is offered up to 1 MB of filters (conv2d_nchwc_winograd_offered), and taken
-// where it times faster, or without timing wherever offered (Note [Heuristic tactics] in
-// runtime/tactics.cc). The transforms' factors (0, +-1, +-1/2) keep f32 rounding near the direct
-// sum's.
+// and filters 16/9 the size. ResNet-50's 64- and 128-channel layers at 56 x 56 and 28 x 28 ran
+// 0.43-0.48 ms at batch 1 on two threads against the direct kernel's 0.64-0.69. Every work item
+// reads the transformed filters, which must stay in L2: where all of them do not (Note [Winograd
+// in two passes]), a panel's must, so the "winograd" tactic of fused_conv2d_nchwc is offered up to
+// C = 256 (conv2d_nchwc_winograd_offered), and taken where it times faster, or without timing
+// wherever offered (Note [Heuristic tactics] in runtime/tactics.cc). The transforms' factors
+// (0, +-1, +-1/2) keep f32 rounding near the direct sum's.
 namespace {
 
 constexpr int64_t kWinogradPositions = 16;
 
-// Tiles a work item at most: 48, or fewer while that leaves under 4 items a thread, or while the
-// chunk's V and M (1 KiB a tile per 16 channels of C and of K) would pass what a thread's L2 holds.
-int64_t winograd_chunk(const Conv2dParams& p, int64_t tiles) {
-  const int64_t blocks = nchwc_blocks(p.c) + nchwc_blocks(p.k);
-  int64_t chunk = 48;
+// Tiles a work item at most: 24, or fewer while that leaves under 4 items a thread, or while the
+// item's V and M (1 KiB a tile per 16 channels of C and of K; two passes: M for a panel's 4 blocks)
+// would pass what a thread's L2 holds. The transforms' stores miss L1 (16 lines a tile and block,
+// one per position): chunks of 24 tiles ran a 64-channel 56 x 56 layer ~4-6% faster than 48, on
+// one thread and two, at batch 1 and 8; at 28 x 28 and 14 x 14 (two passes) 12, 24 and 48 were
+// within the noise.
+int64_t winograd_chunk(const Conv2dParams& p, int64_t tiles, bool two_passes) {
+  const int64_t blocks = two_passes ? 4 : nchwc_blocks(p.c) + nchwc_blocks(p.k);
+  const int64_t panels = two_passes ? (nchwc_blocks(p.k) + 3) / 4 : 1;
+  int64_t chunk = 24;
   while (chunk > 6 && (static_cast<double>(chunk * blocks * 1024) > kNearBytes ||
-                       p.n * ((tiles + chunk - 1) / chunk) < items_wanted()))
+                       panels * p.n * ((tiles + chunk - 1) / chunk) < items_wanted()))
     chunk /= 2;
   return chunk;
 }
@@ -779,8 +783,9 @@ bool conv2d_nchwc_winograd_supported(const Conv2dParams& p) {
 }
 
 bool conv2d_nchwc_winograd_offered(int64_t c, int64_t k) {
+  // A panel's transformed filters (Note [Winograd in two passes]).
   Conv2dParams p;
-  p.c = c, p.k = k, p.r = p.s = 3;
+  p.c = c, p.k = std::min<int64_t>(k, 4 * kChannelBlock), p.r = p.s = 3;
   return static_cast<double>(conv2d_nchwc_winograd_packed_weight_f32_floats(p) * sizeof(float)) <= kNearBytes;
 }
 
@@ -815,84 +820,122 @@ void conv2d_nchwc_winograd_f32(const Conv2dParams& p, const float* x, const floa
   KILN_CHECK(conv2d_nchwc_winograd_supported(p), "conv2d_nchwc_winograd_f32: needs a 3x3 filter of stride 1 and "
              "dilation 1, one group; got ", p.r, "x", p.s, " stride ", p.stride_h, "x", p.stride_w, " dilation ",
              p.dil_h, "x", p.dil_w, " groups ", p.groups);
-  const int64_t cb = nchwc_blocks(p.c), kb = nchwc_blocks(p.k);
+  const int64_t cb = nchwc_blocks(p.c), kb = nchwc_blocks(p.k), panels = (kb + 3) / 4;
   const int64_t tw = (p.wo + 1) / 2, tiles = (p.ho + 1) / 2 * tw;
-  const int64_t chunk = winograd_chunk(p, tiles), chunks = (tiles + chunk - 1) / chunk;
   const ConvTileEpilogueF32::Act act = blocked_act(epilogue.activation);
   std::vector<float> bias_storage;
   bias = padded_bias(bias, p.k, bias_storage);
   const bool avx512 = active_isa() == Isa::avx512;
   const size_t per_position = conv2d_nchwc_packed_weight_f32_floats(winograd_position_params(p));
-  const int64_t vpos = cb * chunk * kChannelBlock, mpos = kb * chunk * kChannelBlock;
   const int64_t xplane = p.h * p.w * kChannelBlock, yplane = p.ho * p.wo * kChannelBlock;
   const int64_t slice_blocks = std::max<int64_t>(1, kSliceDepth / kChannelBlock);
-  parallel_for(0, p.n * chunks, 1, [&](int64_t i0, int64_t i1) {
-    float* v = thread_scratch<float, ScratchSlot::winograd_v>(static_cast<size_t>(kWinogradPositions * vpos));
-    float* m = thread_scratch<float, ScratchSlot::winograd_m>(static_cast<size_t>(kWinogradPositions * mpos));
-    int64_t pix[48];
+  // Note [Winograd in two passes]: all the filters in L2, or a panel's.
+  const bool two_passes = static_cast<double>(kWinogradPositions * per_position * sizeof(float)) > kNearBytes;
+  const int64_t chunk = winograd_chunk(p, tiles, two_passes), chunks = (tiles + chunk - 1) / chunk;
+  // V: [16][C/16][vtiles][16], tile t0 + i of image img at vbase + i; vtiles = a chunk's tiles (one
+  // pass), or every image's (two passes).
+  const int64_t vtiles = two_passes ? p.n * tiles : chunk, vpos = cb * vtiles * kChannelBlock;
+  // The patches of an image's tiles t0 .. t0 + count - 1, block by block.
+  auto patches = [&](int64_t img, int64_t t0, int64_t count, float* v, int64_t vbase) {
+    for (int64_t b = 0; b < cb; ++b) {
+      const float* xb = x + (img * cb + b) * xplane;
+      float* vb = v + (b * vtiles + vbase) * kChannelBlock;
+      if (avx512) winograd_input_avx512(xb, p.h, p.w, p.pad_top, p.pad_left, tw, t0, count, vb, vpos);
+      else winograd_input_scalar(xb, p, tw, t0, count, vb, vpos);
+    }
+  };
+  // The 16 products of `count` tiles from V (at vbase) for panels [panel0, panel1) into M
+  // ([16][4 blocks a panel][chunk][16]), in tiles of the micro-kernel's pixels (the last one's
+  // spare pixels repeat its last tile and are not stored); then M back to outputs, block by block,
+  // finished as they are stored.
+  auto products_and_outputs = [&](const float* v, int64_t vbase, int64_t img, int64_t t0, int64_t count, float* m,
+                                  int64_t panel0, int64_t panel1) {
+    const int64_t mpos = (panel1 - panel0) * 4 * chunk * kChannelBlock;
     static constexpr int64_t kTap0 = 0;
     static constexpr int32_t kTapW0 = 0;
-    for (int64_t item = i0; item < i1; ++item) {
-      const int64_t img = item / chunks, t0 = item % chunks * chunk, count = std::min(chunk, tiles - t0);
-      // The patches, block by block.
-      for (int64_t b = 0; b < cb; ++b) {
-        const float* xb = x + (img * cb + b) * xplane;
-        float* vb = v + b * chunk * kChannelBlock;
-        if (avx512) winograd_input_avx512(xb, p.h, p.w, p.pad_top, p.pad_left, tw, t0, count, vb, vpos);
-        else winograd_input_scalar(xb, p, tw, t0, count, vb, vpos);
-      }
-      // The 16 products, panel by panel, in tiles of the micro-kernel's pixels (the last one's
-      // spare pixels repeat its last tile and are not stored).
-      NchwcTileArgs args;
-      args.taps = 1;
-      args.tap_off = &kTap0;
-      args.tap_w = &kTapW0;
-      args.block_taps = 1;
-      args.xblk = chunk * kChannelBlock;
-      args.lanes = static_cast<int>(kChannelBlock);
-      args.ldc = 1;
-      args.yblk = chunk * kChannelBlock;
-      for (int64_t xi = 0; xi < kWinogradPositions; ++xi)
-        for (int64_t panel = 0; panel * 4 < kb; ++panel) {
-          const int nv = static_cast<int>(std::min<int64_t>(4, kb - 4 * panel));
-          const NchwcUkernelF32 uk = avx512 ? nchwc_ukernel_f32_avx512(nv, NchwcTiling{}.pixels(nv), false) : nullptr;
-          const int mr = uk != nullptr ? NchwcTiling{}.pixels(nv) : 4;
-          const float* wpanel = packed_u + static_cast<size_t>(xi) * per_position + panel * 4 * kChannelBlock * cb * kChannelBlock;
-          float* ypanel = m + xi * mpos + panel * 4 * chunk * kChannelBlock;
-          for (int64_t b0 = 0; b0 < cb; b0 += slice_blocks) {
-            args.blocks = std::min(slice_blocks, cb - b0);
-            args.w = wpanel + b0 * kChannelBlock * kChannelBlock * nv;
-            args.x = v + xi * vpos + b0 * chunk * kChannelBlock;
-            args.accumulate = b0 > 0;
-            for (int64_t t = 0; t < count; t += mr) {
-              args.m = static_cast<int>(std::min<int64_t>(mr, count - t));
-              for (int i = 0; i < mr; ++i) pix[i] = (t + std::min(i, args.m - 1)) * kChannelBlock;
-              args.pix = pix;
-              const int64_t yoff = t * kChannelBlock;
-              args.yoff = &yoff;
-              args.y = ypanel;
-              if (uk != nullptr) uk(args);
-              else {
-                int64_t yoffs[4];
-                for (int i = 0; i < 4; ++i) yoffs[i] = (t + std::min(i, args.m - 1)) * kChannelBlock;
-                args.yoff = yoffs;
-                nchwc_tile_scalar<4>(args, nv);
-              }
-            }
+    int64_t pix[48];
+    NchwcTileArgs args;
+    args.taps = 1;
+    args.tap_off = &kTap0;
+    args.tap_w = &kTapW0;
+    args.block_taps = 1;
+    args.xblk = vtiles * kChannelBlock;
+    args.lanes = static_cast<int>(kChannelBlock);
+    args.ldc = 1;
+    args.yblk = chunk * kChannelBlock;
+    for (int64_t xi = 0; xi < kWinogradPositions; ++xi)
+      for (int64_t panel = panel0; panel < panel1; ++panel) {
+        const int nv = static_cast<int>(std::min<int64_t>(4, kb - 4 * panel));
+        const NchwcUkernelF32 uk = avx512 ? nchwc_ukernel_f32_avx512(nv, NchwcTiling{}.pixels(nv), false) : nullptr;
+        const int mr = uk != nullptr ? NchwcTiling{}.pixels(nv) : 4;
+        const float* wpanel =
+            packed_u + static_cast<size_t>(xi) * per_position + panel * 4 * kChannelBlock * cb * kChannelBlock;
+        float* ypanel = m + xi * mpos + (panel - panel0) * 4 * chunk * kChannelBlock;
+        for (int64_t b0 = 0; b0 < cb; b0 += slice_blocks) {
+          args.blocks = std::min(slice_blocks, cb - b0);
+          args.w = wpanel + b0 * kChannelBlock * kChannelBlock * nv;
+          args.x = v + xi * vpos + (b0 * vtiles + vbase) * kChannelBlock;
+          args.accumulate = b0 > 0;
+          for (int64_t t = 0; t < count; t += mr) {
+            args.m = static_cast<int>(std::min<int64_t>(mr, count - t));
+            for (int i = 0; i < mr; ++i) pix[i] = (t + std::min(i, args.m - 1)) * kChannelBlock;
+            args.pix = pix;
+            int64_t yoff[4];
+            for (int i = 0; i < 4; ++i) yoff[i] = (t + std::min(i, args.m - 1)) * kChannelBlock;
+            args.yoff = yoff;
+            args.y = ypanel;
+            if (uk != nullptr) uk(args);
+            else nchwc_tile_scalar<4>(args, nv);
           }
         }
-      // Back to outputs, block by block, finished as they are stored.
-      for (int64_t o = 0; o < kb; ++o) {
-        ConvTileEpilogueF32 ep;
-        ep.bias = bias + o * kChannelBlock;
-        ep.act = act;
-        ep.residual_before_activation = epilogue.residual_before_activation;
-        ep.residual = epilogue.residual != nullptr ? epilogue.residual + (img * kb + o) * yplane : nullptr;
-        float* yo = y + (img * kb + o) * yplane;
-        const float* mo = m + o * chunk * kChannelBlock;
-        if (avx512) winograd_output_avx512(mo, mpos, p.ho, p.wo, tw, t0, count, yo, ep);
-        else winograd_output_scalar(mo, mpos, p, tw, t0, count, yo, ep);
       }
+    for (int64_t o = 4 * panel0; o < std::min(kb, 4 * panel1); ++o) {
+      ConvTileEpilogueF32 ep;
+      ep.bias = bias + o * kChannelBlock;
+      ep.act = act;
+      ep.residual_before_activation = epilogue.residual_before_activation;
+      ep.residual = epilogue.residual != nullptr ? epilogue.residual + (img * kb + o) * yplane : nullptr;
+      float* yo = y + (img * kb + o) * yplane;
+      const float* mo = m + (o - 4 * panel0) * chunk * kChannelBlock;
+      if (avx512) winograd_output_avx512(mo, mpos, p.ho, p.wo, tw, t0, count, yo, ep);
+      else winograd_output_scalar(mo, mpos, p, tw, t0, count, yo, ep);
+    }
+  };
+  auto thread_m = [&](int64_t panels_an_item) {
+    return thread_scratch<float, ScratchSlot::winograd_m>(
+        static_cast<size_t>(kWinogradPositions * panels_an_item * 4 * chunk * kChannelBlock));
+  };
+  if (!two_passes) {
+    // An item: an image's chunk of tiles, start to end.
+    parallel_for(0, p.n * chunks, 1, [&](int64_t i0, int64_t i1) {
+      float* v = thread_scratch<float, ScratchSlot::winograd_v>(static_cast<size_t>(kWinogradPositions * vpos));
+      float* m = thread_m(panels);
+      for (int64_t item = i0; item < i1; ++item) {
+        const int64_t img = item / chunks, t0 = item % chunks * chunk, count = std::min(chunk, tiles - t0);
+        patches(img, t0, count, v, 0);
+        products_and_outputs(v, 0, img, t0, count, m, 0, panels);
+      }
+    });
+    return;
+  }
+  // Note [Winograd in two passes]
+  // Transformed filters past L2 (256 -> 256 channels: 4 MB) were read again by every item: ResNet-50's
+  // 14 x 14 layers ran 0.90 ms against the direct kernel's 0.71. There the patches of every image
+  // are transformed first, and the products and outputs then run as items of (panel, image, chunk),
+  // panel by panel: an item reads only its panel's filters (16 x C x 64 floats, 1 MB for C = 256),
+  // which the panel's next items read again from L2.
+  float* v = thread_scratch<float, ScratchSlot::winograd_v>(static_cast<size_t>(kWinogradPositions * vpos));
+  parallel_for(0, p.n * chunks, 1, [&](int64_t i0, int64_t i1) {
+    for (int64_t item = i0; item < i1; ++item) {
+      const int64_t img = item / chunks, t0 = item % chunks * chunk;
+      patches(img, t0, std::min(chunk, tiles - t0), v, img * tiles + t0);
+    }
+  });
+  parallel_for(0, panels * p.n * chunks, 1, [&](int64_t i0, int64_t i1) {
+    float* m = thread_m(1);
+    for (int64_t item = i0; item < i1; ++item) {
+      const int64_t panel = item / (p.n * chunks), img = item / chunks % p.n, t0 = item % chunks * chunk;
+      products_and_outputs(v, img * tiles + t0, img, t0, std::min(chunk, tiles - t0), m, panel, panel + 1);
     }
   });
 }

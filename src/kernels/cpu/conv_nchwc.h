@@ -81,8 +81,8 @@ void global_avg_pool_nchwc_f32(int64_t planes, int64_t pixels, const float* x, f
 // one group. The filters are transformed and packed for it: U = G g G^T, per position of the 4 x 4
 // tile a 1x1 blocked convolution's filters [K, C].
 bool conv2d_nchwc_winograd_supported(const Conv2dParams& p);
-// Whether it is worth timing: its transformed filters for C -> K fit what a thread's L2 holds
-// across a layer's work items (Note [Winograd tiles]).
+// Whether it is worth timing: a panel's transformed filters for C -> K fit what a thread's L2
+// holds across a layer's work items (Note [Winograd in two passes] in conv_nchwc.cc).
 bool conv2d_nchwc_winograd_offered(int64_t c, int64_t k);
 size_t conv2d_nchwc_winograd_packed_weight_f32_floats(const Conv2dParams& p);
 void pack_conv2d_nchwc_winograd_weight_f32(const Conv2dParams& p, const float* w, float* out);

@@ -255,8 +255,10 @@ void scale_shift_nchwc_avx512(int64_t count, const float* x, const float* scale,
 // batch 8 (25.7 MB read) it stays 1.29 ms, memory-bound.
 void winograd_input_avx512(const float* x, int64_t h, int64_t w, int64_t pad_top, int64_t pad_left, int64_t tw,
                            int64_t t0, int64_t count, float* v, int64_t vpos) {
+  int64_t ty = t0 / tw, tx = t0 % tw;  // stepped, not divided, from here on
   for (int64_t i = 0; i < count; ++i) {
-    const int64_t t = t0 + i, iy0 = 2 * (t / tw) - pad_top, ix0 = 2 * (t % tw) - pad_left;
+    const int64_t iy0 = 2 * ty - pad_top, ix0 = 2 * tx - pad_left;
+    if (++tx == tw) tx = 0, ++ty;
     const bool inside = iy0 >= 0 && ix0 >= 0 && iy0 + 4 <= h && ix0 + 4 <= w;
     __m512 d[4][4];
     for (int r = 0; r < 4; ++r)
@@ -273,12 +275,13 @@ void winograd_input_avx512(const float* x, int64_t h, int64_t w, int64_t pad_top
       e[2][c] = _mm512_sub_ps(d[2][c], d[1][c]);
       e[3][c] = _mm512_sub_ps(d[1][c], d[3][c]);
     }
-    float* vi = v + 16 * i;
+    float* vi = v + 16 * i;  // position 4 r + c at vi + (4 r + c) * vpos
     for (int r = 0; r < 4; ++r) {
-      _mm512_storeu_ps(vi + (4 * r + 0) * vpos, _mm512_sub_ps(e[r][0], e[r][2]));
-      _mm512_storeu_ps(vi + (4 * r + 1) * vpos, _mm512_add_ps(e[r][1], e[r][2]));
-      _mm512_storeu_ps(vi + (4 * r + 2) * vpos, _mm512_sub_ps(e[r][2], e[r][1]));
-      _mm512_storeu_ps(vi + (4 * r + 3) * vpos, _mm512_sub_ps(e[r][1], e[r][3]));
+      _mm512_storeu_ps(vi, _mm512_sub_ps(e[r][0], e[r][2]));
+      _mm512_storeu_ps(vi + vpos, _mm512_add_ps(e[r][1], e[r][2]));
+      _mm512_storeu_ps(vi + 2 * vpos, _mm512_sub_ps(e[r][2], e[r][1]));
+      _mm512_storeu_ps(vi + 3 * vpos, _mm512_sub_ps(e[r][1], e[r][3]));
+      vi += 4 * vpos;
     }
   }
 }
@@ -287,16 +290,18 @@ void winograd_output_avx512(const float* m, int64_t mpos, int64_t ho, int64_t wo
                             int64_t count, float* y, const ConvTileEpilogueF32& ep) {
   const __m512 bias = _mm512_loadu_ps(ep.bias);
   with_finish(ep, [&](const auto& finish) {
+    int64_t ty = t0 / tw, tx = t0 % tw;
     for (int64_t i = 0; i < count; ++i) {
-      const int64_t t = t0 + i, oy = 2 * (t / tw), ox = 2 * (t % tw);
-      const float* mi = m + 16 * i;
+      const int64_t oy = 2 * ty, ox = 2 * tx;
+      if (++tx == tw) tx = 0, ++ty;
       // A^T m: rows 0 + 1 + 2 and 1 - 2 - 3; then the same across.
+      const float* mi = m + 16 * i;
+      __m512 mv[16];
+      for (int k = 0; k < 16; ++k, mi += mpos) mv[k] = _mm512_loadu_ps(mi);
       __m512 s[2][4];
       for (int c = 0; c < 4; ++c) {
-        const __m512 m0 = _mm512_loadu_ps(mi + c * mpos), m1 = _mm512_loadu_ps(mi + (4 + c) * mpos),
-                     m2 = _mm512_loadu_ps(mi + (8 + c) * mpos), m3 = _mm512_loadu_ps(mi + (12 + c) * mpos);
-        s[0][c] = _mm512_add_ps(_mm512_add_ps(m0, m1), m2);
-        s[1][c] = _mm512_sub_ps(_mm512_sub_ps(m1, m2), m3);
+        s[0][c] = _mm512_add_ps(_mm512_add_ps(mv[c], mv[4 + c]), mv[8 + c]);
+        s[1][c] = _mm512_sub_ps(_mm512_sub_ps(mv[4 + c], mv[8 + c]), mv[12 + c]);
       }
       for (int a = 0; a < 2; ++a) {
         if (oy + a >= ho) break;

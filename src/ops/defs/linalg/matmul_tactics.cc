@@ -407,7 +407,7 @@ bool tactic_fits(const OpDef& op, const std::string& tactic, const Attrs& attrs,
   if (name == "fused_conv2d_nchwc" && (tactic == "panels3" || tactic == "panels4"))
     return weight.size() == 4 && attrs.get_int("groups") == 1 && (weight[0] + 15) / 16 % 4 != 0;
   // Note [Winograd tiles] in conv_nchwc.cc: 3x3 filters of stride 1 and dilation 1, one group,
-  // whose transformed filters stay in L2.
+  // where a panel's transformed filters stay in L2.
   if (name == "fused_conv2d_nchwc" && tactic == "winograd")
     return weight.size() == 4 && weight[2] == 3 && weight[3] == 3 && attrs.get_int("groups") == 1 &&
            attrs.get_ints("stride") == std::vector<int64_t>{1, 1} &&
