@@ -137,6 +137,10 @@ struct CompileOptions {
   Layout layout = Layout::automatic;
   int tune_runs = 5;             // timed runs per tactic per step (after one warm-up run) ...
   double tune_ms = 50;           // ... or fewer, once a tactic has used this many milliseconds
+  // Tactics never offered, timed or taken by the heuristics (e.g. "winograd", "openblas"): for
+  // comparing a kernel against the rest. Each must name some op's CPU tactic; an op's default
+  // kernel cannot be left out.
+  std::vector<std::string> excluded_tactics;
 };
 struct TuneReport {
   bool autotune = false;

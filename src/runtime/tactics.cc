@@ -333,6 +333,13 @@ TuneReport select_tactics(Engine& e, const CompileOptions& options) {
   rep.autotune = options.autotune;
   KILN_CHECK(options.tune_runs >= 1 && options.tune_ms > 0, "compile: tune_runs (", options.tune_runs,
              ") and tune_ms (", options.tune_ms, ") must be positive");
+  for (const std::string& t : options.excluded_tactics) {
+    bool known = false;
+    for (const OpDef* def : OpRegistry::instance().all())
+      for (const KernelEntry& k : def->kernels()) known = known || (k.device == DeviceType::cpu && k.tactic == t);
+    KILN_CHECK(known && !t.empty(), "compile: no op has a CPU tactic named '", t,
+               "' to leave out (names: kiln compile --show-tactics, or a per-layer table of kiln bench)");
+  }
   Cache cache;
   if (options.autotune) {
     rep.cache_path = options.timing_cache.empty() ? default_timing_cache_path() : options.timing_cache;
@@ -358,6 +365,10 @@ TuneReport select_tactics(Engine& e, const CompileOptions& options) {
       if (st.op->is_view() || st.outputs.empty()) continue;
       const DType dt = key_dtype(e, st);
       std::vector<std::string> tactics = candidate_tactics(e, st, dt);
+      std::erase_if(tactics, [&](const std::string& t) {
+        return std::find(options.excluded_tactics.begin(), options.excluded_tactics.end(), t) !=
+               options.excluded_tactics.end();
+      });
       if (tactics.size() < 2) continue;
       ++rep.tuned_steps;
       // A prepacked tactic keeps a packed copy of the weight: only where the budget has room.

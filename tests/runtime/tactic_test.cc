@@ -175,6 +175,29 @@ TEST(Tactics, NoAutotunePacksConstantWeightsAndWritesNoCache) {
   EXPECT_EQ(n.tuning.cache_path, "");
 }
 
+// A tactic left out (`kiln compile --no-tactic`) is neither timed nor taken by the heuristics; a
+// name no op has is an error naming it, as is the default kernel's empty name.
+TEST(Tactics, ExcludedTacticsAreNeverTakenAndMustExist) {
+  for (bool autotune : {false, true}) {
+    CompileOptions o = tuned("none");
+    o.autotune = autotune;
+    o.excluded_tactics = {"prepacked"};
+    CompileResult r = compile(mlp(), o);
+    for (const EngineStep& st : r.engine.steps) {
+      EXPECT_NE(st.tactic, "prepacked") << st.name << (autotune ? " timed" : " heuristic");
+      EXPECT_NE(st.small_tactic, "prepacked") << st.name;
+    }
+    Tensor x = random_tensor({2, 13}, DType::f32, 61);
+    EXPECT_TRUE(testing::all_close(Executor(std::make_shared<Engine>(r.engine)).run({x})[0], ir::run(mlp(), {x})[0],
+                                   {1e-5, 1e-5}));
+  }
+  CompileOptions o = tuned("none");
+  o.excluded_tactics = {"winograd", "no_such_tactic"};
+  EXPECT_KILN_ERROR(compile(mlp(), o), "no op has a CPU tactic named 'no_such_tactic'");
+  o.excluded_tactics = {""};
+  EXPECT_KILN_ERROR(compile(mlp(), o), "no op has a CPU tactic named ''");
+}
+
 // The latency objective times a batch range at both ends ("tactic=max/min ms" in the report), the
 // throughput objective at the largest batch alone; the two never share a timing cache entry.
 TEST(Tactics, TheObjectiveDecidesWhichBatchesAreTimed) {

@@ -1,5 +1,6 @@
 // `kiln compile MODEL.onnx|GRAPH.kir -o model.kiln [-O N] [--disable-pass NAME] [--batch MIN:MAX]
-//  [--target host|ARCH-ISA] [--threads N] [--memory-budget SIZE] [--no-autotune] [--timing-cache FILE]`:
+//  [--target host|ARCH-ISA] [--threads N] [--memory-budget SIZE] [--no-autotune] [--timing-cache FILE]
+//  [--no-tactic NAME]`:
 // optimizes the graph, plans its memory, picks tactics (timed, with a timing cache) and writes an
 // engine; prints the pass report, the plan and the tactic report.
 // Also the engine side of `kiln run` and `kiln inspect`.
@@ -50,6 +51,8 @@ CLI::App* add_compile_command(CLI::App& app, CompileCommandOptions& opt) {
   c->add_option("--tune-runs", opt.tune_runs, "timed runs per tactic per layer")->check(CLI::Range(1, 1000));
   c->add_option("--tune-ms", opt.tune_ms, "time budget per tactic per layer, milliseconds")->check(CLI::Range(0.1, 1e5));
   c->add_flag("--show-tactics", opt.show_tactics, "print every tuned step's choice and timings");
+  c->add_option("--no-tactic", opt.no_tactics,
+                "leave a tactic out of every layer's choice, timed or not (repeat; e.g. winograd, openblas)");
   return c;
 }
 
@@ -118,6 +121,7 @@ int run_compile_command(const CompileCommandOptions& opt) {
   target.objective = kiln::runtime::parse_objective(opt.objective);
   co.target = target;
   co.autotune = !opt.no_autotune;
+  co.excluded_tactics = opt.no_tactics;
   co.layout = opt.layout == "nchw"    ? kiln::runtime::CompileOptions::Layout::nchw
               : opt.layout == "nchwc" ? kiln::runtime::CompileOptions::Layout::nchwc
                                       : kiln::runtime::CompileOptions::Layout::automatic;

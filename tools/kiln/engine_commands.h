@@ -30,6 +30,7 @@ struct CompileCommandOptions {
   int tune_runs = 5;
   double tune_ms = 50;
   bool show_tactics = false;
+  std::vector<std::string> no_tactics;  // tactics left out
 };
 struct BenchOptions {
   std::string model;
