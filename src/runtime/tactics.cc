@@ -2,10 +2,14 @@
 // cache] below) and the memory budget check.
 #include "runtime/tactics.h"
 
+#include <elf.h>
+#include <link.h>
+
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <limits>
@@ -36,7 +40,54 @@ std::string mib(int64_t b) {
 // (with "@const" for constant weights: some tactics need them), the ISA and the thread count.
 // A file that does not parse is ignored with a warning (and rewritten after the next timing); a
 // hit whose tactic this kiln no longer has counts as a miss.
+//
+// Each key ends in "|build=<id>", the ELF build ID of the binary holding kiln's kernels: a kiln
+// rebuilt with faster or slower kernels under the same tactic names (the Winograd tiles' chunking,
+// say) would otherwise keep the old build's choices. Entries of another build are dropped when
+// the file is read, with a warning, and the file is rewritten with this build's.
 constexpr const char* kCacheHeader = "kiln-timing-cache 2";
+
+// The GNU build ID (hex) of the loaded object that holds this function, or "unknown".
+int find_build_id(dl_phdr_info* info, size_t, void* data) {
+  auto* want = static_cast<std::pair<uintptr_t, std::string>*>(data);
+  bool mine = false;
+  for (int i = 0; i < info->dlpi_phnum && !mine; ++i) {
+    const ElfW(Phdr)& ph = info->dlpi_phdr[i];
+    const uintptr_t lo = info->dlpi_addr + ph.p_vaddr;
+    mine = ph.p_type == PT_LOAD && want->first >= lo && want->first < lo + ph.p_memsz;
+  }
+  if (!mine) return 0;
+  for (int i = 0; i < info->dlpi_phnum; ++i) {
+    const ElfW(Phdr)& ph = info->dlpi_phdr[i];
+    if (ph.p_type != PT_NOTE) continue;
+    const auto* p = reinterpret_cast<const unsigned char*>(info->dlpi_addr + ph.p_vaddr);
+    const unsigned char* end = p + ph.p_memsz;
+    while (p + sizeof(ElfW(Nhdr)) <= end) {
+      const auto* n = reinterpret_cast<const ElfW(Nhdr)*>(p);
+      const unsigned char* name = p + sizeof(ElfW(Nhdr));
+      const unsigned char* desc = name + ((n->n_namesz + 3) & ~3u);
+      if (desc + n->n_descsz > end) break;
+      if (n->n_type == NT_GNU_BUILD_ID && n->n_namesz == 4 && std::memcmp(name, "GNU", 4) == 0) {
+        static constexpr char kHex[] = "0123456789abcdef";
+        for (size_t k = 0; k < n->n_descsz; ++k) want->second += {kHex[desc[k] >> 4], kHex[desc[k] & 15]};
+        return 1;
+      }
+      p = desc + ((n->n_descsz + 3) & ~3u);
+    }
+  }
+  return 1;
+}
+
+const std::string& kernels_build_id() {
+  static const std::string id = [] {
+    std::pair<uintptr_t, std::string> want{reinterpret_cast<uintptr_t>(&find_build_id), std::string()};
+    dl_iterate_phdr(find_build_id, &want);
+    return want.second.empty() ? std::string("unknown") : want.second;
+  }();
+  return id;
+}
+
+constexpr const char* kBuildMark = "|build=";
 
 struct CacheEntry {
   std::string best;
@@ -78,7 +129,7 @@ bool load_cache(const std::string& path, Cache& cache, std::vector<std::string>&
   std::ifstream f(path);
   if (!f) return false;  // no file yet
   std::string line;
-  int64_t lineno = 0;
+  int64_t lineno = 0, other_builds = 0;
   Cache loaded;
   auto corrupt = [&](const std::string& why) {
     warnings.push_back("timing cache '" + path + "' is unreadable at line " + std::to_string(lineno) + " (" + why +
@@ -101,9 +152,19 @@ bool load_cache(const std::string& path, Cache& cache, std::vector<std::string>&
     auto t2 = t1 == std::string::npos ? t1 : line.find('\t', t1 + 1);
     if (t2 == std::string::npos || line.find('\t', t2 + 1) != std::string::npos || t1 == 0 || t2 == t1 + 1)
       return corrupt("expected <key> TAB <tactic> TAB <timings>");
-    loaded[line.substr(0, t1)] = CacheEntry{line.substr(t1 + 1, t2 - t1 - 1), line.substr(t2 + 1)};
+    const std::string key = line.substr(0, t1);
+    const size_t mark = key.rfind(kBuildMark);
+    if (mark == std::string::npos || key.compare(mark + std::strlen(kBuildMark), std::string::npos, kernels_build_id()) != 0) {
+      ++other_builds;
+      continue;
+    }
+    loaded[key] = CacheEntry{line.substr(t1 + 1, t2 - t1 - 1), line.substr(t2 + 1)};
   }
   if (lineno == 0) return corrupt("empty file");
+  if (other_builds > 0)
+    warnings.push_back("timing cache '" + path + "': " + std::to_string(other_builds) +
+                       " entries from another kiln build ignored (its kernels may time differently); they are "
+                       "timed again and the file is rewritten");
   cache = std::move(loaded);
   return true;
 }
@@ -194,6 +255,7 @@ std::string cache_key(const Engine& e, const EngineStep& st, const Target& t, co
   os << "|" << t.name() << "|t" << t.threads;
   // Note [Tuning both ends of the batch range]: what is timed depends on the range and the objective.
   if (!e.batch.symbol.empty()) os << "|b" << e.batch.min << ":" << e.batch.max << "|" << objective_name(t.objective);
+  os << kBuildMark << kernels_build_id();  // last: load_cache reads it there
   return clean(os.str());
 }
 

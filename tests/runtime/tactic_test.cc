@@ -12,6 +12,7 @@
 #include <fstream>
 #include <limits>
 #include <set>
+#include <sstream>
 
 #include "kernels/cpu/gemm_ukernel.h"
 #include "kiln/core/thread_pool.h"
@@ -147,6 +148,37 @@ TEST(Tactics, AutotunePicksAndRecordsThenTheCacheIsReused) {
   CompileOptions o = tuned(cache);
   o.batch_max = 3;
   EXPECT_EQ(compile(mlp(), o).tuning.misses, 3);
+  std::filesystem::remove(cache);
+}
+
+// Note [Timing cache]: entries carry the build ID of the kernels that were timed; another build's
+// are dropped on reading, with a warning saying why, timed again and the file rewritten.
+TEST(Tactics, CacheEntriesOfAnotherBuildAreTimedAgain) {
+  std::string cache = temp_path("other_build");
+  CompileResult first = compile(mlp(), tuned(cache));
+  EXPECT_EQ(first.tuning.misses, 3);
+  std::stringstream text;
+  text << std::ifstream(cache).rdbuf();
+  std::string s = text.str();
+  size_t marks = 0;
+  for (size_t at = s.find("|build="); at != std::string::npos; at = s.find("|build=", at + 1)) {
+    const size_t end = s.find('\t', at);
+    ASSERT_NE(end, std::string::npos);
+    EXPECT_GT(end - at, std::string("|build=").size()) << "an empty build id";
+    s.replace(at, end - at, "|build=0123abcd");
+    ++marks;
+  }
+  EXPECT_EQ(marks, 3u);
+  std::ofstream(cache, std::ios::trunc) << s;
+  CompileResult second = compile(mlp(), tuned(cache));
+  EXPECT_EQ(second.tuning.hits, 0);
+  EXPECT_EQ(second.tuning.misses, 3);
+  ASSERT_EQ(second.tuning.warnings.size(), 1u);
+  EXPECT_NE(second.tuning.warnings[0].find("3 entries from another kiln build"), std::string::npos)
+      << second.tuning.warnings[0];
+  CompileResult third = compile(mlp(), tuned(cache));  // rewritten with this build's
+  EXPECT_EQ(third.tuning.hits, 3);
+  EXPECT_TRUE(third.tuning.warnings.empty());
   std::filesystem::remove(cache);
 }
 
