@@ -44,7 +44,8 @@ std::string mib(int64_t b) {
 // Each key ends in "|build=<id>", the ELF build ID of the binary holding kiln's kernels: a kiln
 // rebuilt with faster or slower kernels under the same tactic names (the Winograd tiles' chunking,
 // say) would otherwise keep the old build's choices. Entries of another build are dropped when
-// the file is read, with a warning, and the file is rewritten with this build's.
+// the file is read, with a warning, and the file is rewritten with this build's. Where the linker
+// wrote no build ID the id is "unknown" and builds share entries, as before.
 constexpr const char* kCacheHeader = "kiln-timing-cache 2";
 
 // The GNU build ID (hex) of the loaded object that holds this function, or "unknown".
