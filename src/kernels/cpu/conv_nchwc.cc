@@ -42,7 +42,8 @@ namespace kiln::kernels::cpu {
 // items in order. Channel counts that are not multiples of 16 leave the last block's extra lanes
 // zero: their filters and bias are packed as zeros, so they stay zero through every layer. A stem
 // (at most 16 input channels, NchwcInput::plain) reads its NCHW input as it is, one channel a
-// plane apart, and writes blocked output: a region starts at the network's input unconverted.
+// plane apart (or, when heavy, a copy interleaved by pixel: Note [Stem rows]), and writes blocked
+// output: a region starts at the network's input unconverted.
 
 namespace {
 

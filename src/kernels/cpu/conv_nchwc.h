@@ -108,17 +108,17 @@ NchwcTiling conv2d_nchwc_tiling(const Conv2dParams& p);
 // ---- the micro-kernel, per ISA ----
 // One tile: m <= MR output pixels of a panel's output blocks, summed over `blocks` input blocks
 // (xblk floats apart) and, in each, the `taps` filter taps listed and `lanes` channels (ldc floats
-// apart: 16 and 1 for blocked input, C and a plane for plain input). Pixel i reads
-// x[pix[i] + tap_off[t] + c * ldc] for listed tap t (never outside the input: a border pixel's
-// list leaves out the taps that would fall in the padding, Note [Borders without a copy] in
-// conv_nchwc.cc) with filter tap tap_w[t] of the block_taps packed per block, and its outputs are
-// y + v * yblk + yoff[i] for output block v (pixels past m repeat the last one and are not
-// stored). Adds y's contents when `accumulate`; finished with `ep` when given: the NCHW tiles'
-// ConvTileEpilogueF32 (gemm_ukernel.h) with the bias at the panel's first channel (never nullptr:
-// 16 floats a block) and the residual laid out as y (its ldr unused). w: the panel's packed
-// filters from the first block on. prefetch: the address of filters to fetch into L2 as it runs,
-// a line a step (Note [Filters fetched ahead] in conv_nchwc.cc), or 0 to fetch w's own ahead
-// into L1.
+// apart: 16 and 1 for blocked input, C and a plane for plain input, S * C and 1 for a plain input
+// read as rows, Note [Stem rows] in conv_nchwc.cc). Pixel i reads x[pix[i] + tap_off[t] + c * ldc]
+// for listed tap t (never outside the input: a border pixel's list leaves out the taps that would
+// fall in the padding, Note [Borders without a copy] in conv_nchwc.cc) with filter tap tap_w[t] of
+// the block_taps packed per block, and its outputs are y + v * yblk + yoff[i] for output block v
+// (pixels past m repeat the last one and are not stored). Adds y's contents when `accumulate`;
+// finished with `ep` when given: the NCHW tiles' ConvTileEpilogueF32 (gemm_ukernel.h) with the bias
+// at the panel's first channel (never nullptr: 16 floats a block) and the residual laid out as y
+// (its ldr unused). w: the panel's packed filters from the first block on. prefetch: the address of
+// filters to fetch into L2 as it runs, a line a step (Note [Filters fetched ahead] in
+// conv_nchwc.cc), or 0 to fetch w's own ahead into L1.
 struct NchwcTileArgs {
   int64_t blocks = 0;
   int taps = 0;
