@@ -61,19 +61,21 @@ int find_build_id(dl_phdr_info* info, size_t, void* data) {
   for (int i = 0; i < info->dlpi_phnum; ++i) {
     const ElfW(Phdr)& ph = info->dlpi_phdr[i];
     if (ph.p_type != PT_NOTE) continue;
-    const auto* p = reinterpret_cast<const unsigned char*>(info->dlpi_addr + ph.p_vaddr);
-    const unsigned char* end = p + ph.p_memsz;
-    while (p + sizeof(ElfW(Nhdr)) <= end) {
-      const auto* n = reinterpret_cast<const ElfW(Nhdr)*>(p);
-      const unsigned char* name = p + sizeof(ElfW(Nhdr));
-      const unsigned char* desc = name + ((n->n_namesz + 3) & ~3u);
-      if (desc + n->n_descsz > end) break;
-      if (n->n_type == NT_GNU_BUILD_ID && n->n_namesz == 4 && std::memcmp(name, "GNU", 4) == 0) {
+    // Notes padded to the segment's alignment (4, or 8 for .note.gnu.property), as offsets so
+    // that a malformed size never forms a pointer past the segment.
+    const auto* base = reinterpret_cast<const unsigned char*>(info->dlpi_addr + ph.p_vaddr);
+    const size_t size = ph.p_memsz, pad = ph.p_align == 8 ? 7 : 3;
+    for (size_t at = 0; at + sizeof(ElfW(Nhdr)) <= size;) {
+      ElfW(Nhdr) n;
+      std::memcpy(&n, base + at, sizeof n);
+      const size_t name = at + sizeof n, desc = name + ((n.n_namesz + pad) & ~pad);
+      if (desc > size || n.n_descsz > size - desc) break;
+      if (n.n_type == NT_GNU_BUILD_ID && n.n_namesz == 4 && std::memcmp(base + name, "GNU", 4) == 0) {
         static constexpr char kHex[] = "0123456789abcdef";
-        for (size_t k = 0; k < n->n_descsz; ++k) want->second += {kHex[desc[k] >> 4], kHex[desc[k] & 15]};
+        for (size_t k = 0; k < n.n_descsz; ++k) want->second += {kHex[base[desc + k] >> 4], kHex[base[desc + k] & 15]};
         return 1;
       }
-      p = desc + ((n->n_descsz + 3) & ~3u);
+      at = desc + ((n.n_descsz + pad) & ~pad);
     }
   }
   return 1;
