@@ -121,6 +121,16 @@ void nchwc_tile(const NchwcTileArgs& a) {
     for (int64_t b = 0; b < blocks; ++b, x += xblk)
       for (int t = 0; t < taps; ++t) {
         const float* xt = x + tap_off[t];
+        // A 1x1 layer's next block is new lines a block plane away (12.5 KB at 14 x 14), which no
+        // hardware prefetcher follows: its pixels' lines are fetched into L1 a block ahead (as an
+        // address: past the last block it may lie outside x). ResNet-50's 14 x 14 1x1 layers ran
+        // 2-4% faster, MobileNetV2 and V3-Large 3-4% at batch 1 on two threads. Not for larger
+        // filters, whose taps mostly reread the lines before them: a 3x3 layer ran ~1-3% slower.
+        if (taps == 1) {
+          const uintptr_t next = reinterpret_cast<uintptr_t>(xt) + 4 * xblk;
+#pragma GCC unroll 16
+          for (int i = 0; i < MR; ++i) _mm_prefetch(reinterpret_cast<const char*>(next + 4 * off[i]), _MM_HINT_T0);
+        }
         tap_filters(b, t);
 #pragma GCC unroll 2
         for (int c = 0; c < 16; ++c) step(xt + c);
