@@ -259,10 +259,6 @@ void scale_shift_nchwc_avx512(int64_t count, const float* x, const float* scale,
   });
 }
 
-// The columns whose window lies inside the input run without bounds checks, over the window rows
-// that exist: a NaN is remembered in a mask (vmaxps drops NaNs in its first operand) and written
-// out at the end. ResNet-18's 3x3 stride-2 pool: 0.134 -> 0.115 ms at batch 1 on two threads; at
-// batch 8 (25.7 MB read) it stays 1.29 ms, memory-bound.
 void winograd_input_avx512(const float* x, int64_t h, int64_t w, int64_t pad_top, int64_t pad_left, int64_t tw,
                            int64_t t0, int64_t count, float* v, int64_t vpos) {
   int64_t ty = t0 / tw, tx = t0 % tw;  // stepped, not divided, from here on
@@ -351,6 +347,10 @@ void interleave3_avx512(const float* c0, const float* c1, const float* c2, float
   for (; i < n; ++i, d += 3) d[0] = c0[i], d[1] = c1[i], d[2] = c2[i];
 }
 
+// The columns whose window lies inside the input run without bounds checks, over the window rows
+// that exist: a NaN is remembered in a mask (vmaxps drops NaNs in its first operand) and written
+// out at the end. ResNet-18's 3x3 stride-2 pool: 0.134 -> 0.115 ms at batch 1 on two threads; at
+// batch 8 (25.7 MB read) it stays 1.29 ms, memory-bound.
 void max_pool2d_nchwc_rows_avx512(const Pool2dParams& p, const float* x, float* y, int64_t row0, int64_t row1) {
   const __m512 lowest = _mm512_set1_ps(-__builtin_inff());
   // Columns [lo, hi): every tap inside the input.
