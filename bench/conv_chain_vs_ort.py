@@ -9,7 +9,8 @@ and the best median of each is printed.
 
     python3 bench/conv_chain_vs_ort.py --kiln build/tools/kiln --chains 64x56,256x14 --threads 1 2
 
-ONNX Runtime: all graph optimizations, intra-op threads = threads, inter-op 1, sequential.
+ONNX Runtime: run_vs_ort.py's worker (all graph optimizations, intra-op threads = threads, inter-op
+1, sequential).
 """
 import argparse
 import os
@@ -21,6 +22,9 @@ import tempfile
 import numpy as np
 import onnx
 from onnx import TensorProto, helper, numpy_helper
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from run_vs_ort import run_ort  # noqa: E402  (ONNX Runtime in its own process, as the table's)
 
 
 def chain_model(path, c, h, layers):
@@ -44,28 +48,6 @@ def kiln_median(kiln, engine, batch, threads, iterations):
     out = subprocess.check_output([kiln, "bench", engine, "--batch", str(batch), "--threads", str(threads),
                                    "--iterations", str(iterations), "--warmup", "3"], text=True)
     return float(re.search(r"median ([0-9.]+)", out).group(1))
-
-
-ORT_SCRIPT = """
-import sys, time, numpy as np, onnxruntime as ort
-m, bs, th, it = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4])
-o = ort.SessionOptions(); o.intra_op_num_threads = th; o.inter_op_num_threads = 1
-o.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
-o.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
-s = ort.InferenceSession(m, o, providers=["CPUExecutionProvider"])
-i = s.get_inputs()[0]
-x = np.random.default_rng(1).random((bs, *i.shape[1:]), dtype=np.float32)
-for _ in range(3): s.run(None, {i.name: x})
-ts = []
-for _ in range(it):
-    t0 = time.perf_counter(); s.run(None, {i.name: x}); ts.append(time.perf_counter() - t0)
-print(np.median(ts) * 1e3)
-"""
-
-
-def ort_median(model, batch, threads, iterations):
-    return float(subprocess.check_output([sys.executable, "-c", ORT_SCRIPT, model, str(batch), str(threads),
-                                          str(iterations)], text=True))
 
 
 def main():
@@ -98,7 +80,7 @@ def main():
                 for _ in range(a.rounds):
                     best["kiln"] = min(best["kiln"], kiln_median(a.kiln, with_t, batch, threads, a.iterations))
                     best["without"] = min(best["without"], kiln_median(a.kiln, without, batch, threads, a.iterations))
-                    best["ort"] = min(best["ort"], ort_median(model, batch, threads, a.iterations))
+                    best["ort"] = min(best["ort"], run_ort(model, batch, threads, a.iterations, 3)["median"])
                 print(f"| {c} ch, {h} x {h}, {a.layers} layers | {batch} | {threads} | {best['kiln']:.2f} | "
                       f"{best['without']:.2f} | {best['ort']:.2f} | {best['kiln'] / best['ort']:.2f} |", flush=True)
 
