@@ -67,11 +67,13 @@ struct Zmm {
 // 24 of the 32 zmm registers hold the C tile (12 rows x 2 vectors), two hold the B row, one the
 // broadcast A element: 24 FMAs per 2 B loads and 12 broadcasts, enough independent chains to cover
 // Zen 5's FMA latency on both FMA pipes. The packed A micro-panel (12 x kc) streams from L2, so
-// it is prefetched a few k-steps ahead; the C tile is prefetched before the k loop so its first
-// load in the epilogue does not miss.
+// it is prefetched a few k-steps ahead, and so is the B panel (768 x 32 floats, 96 KiB, is larger
+// than L1: on the Xeon, BERT's 768 -> 768 products went 0.55 -> 0.52 ms at batch 1 on two
+// threads); the C tile is prefetched before the k loop so its first load in the epilogue does not
+// miss.
 template <int M>
 void f32_gemm_ukernel_12x32__avx512(int64_t k, const float* a, const float* b, int64_t ldb, float* c, int64_t ldc,
-                                    int n, float alpha, float beta) {
+                                    int n, float alpha, float beta, uintptr_t l2_next, uintptr_t l2_end) {
   __m512 acc0[M], acc1[M];
 #pragma GCC unroll 12
   for (int i = 0; i < M; ++i) {
@@ -82,6 +84,13 @@ void f32_gemm_ukernel_12x32__avx512(int64_t k, const float* a, const float* b, i
 #pragma GCC unroll 4
   for (int64_t p = 0; p < k; ++p) {
     _mm_prefetch(reinterpret_cast<const char*>(a + 8 * kMr), _MM_HINT_T0);
+    if (l2_next < l2_end) {
+      _mm_prefetch(reinterpret_cast<const char*>(l2_next), _MM_HINT_T1);
+      _mm_prefetch(reinterpret_cast<const char*>(l2_next + 64), _MM_HINT_T1);
+      l2_next += 128;
+    }
+    _mm_prefetch(reinterpret_cast<const char*>(b + 8 * ldb), _MM_HINT_T0);
+    _mm_prefetch(reinterpret_cast<const char*>(b + 8 * ldb + 16), _MM_HINT_T0);
     const __m512 b0 = _mm512_loadu_ps(b), b1 = _mm512_loadu_ps(b + 16);
 #pragma GCC unroll 12
     for (int i = 0; i < M; ++i) {
@@ -97,20 +106,20 @@ void f32_gemm_ukernel_12x32__avx512(int64_t k, const float* a, const float* b, i
 }
 
 void f32_gemm_ukernel__avx512(int64_t k, const float* a, const float* b, int64_t ldb, float* c, int64_t ldc, int m,
-                              int n, float alpha, float beta) {
+                              int n, float alpha, float beta, uintptr_t l2_next, uintptr_t l2_end) {
   switch (m) {
-    case 1: return f32_gemm_ukernel_12x32__avx512<1>(k, a, b, ldb, c, ldc, n, alpha, beta);
-    case 2: return f32_gemm_ukernel_12x32__avx512<2>(k, a, b, ldb, c, ldc, n, alpha, beta);
-    case 3: return f32_gemm_ukernel_12x32__avx512<3>(k, a, b, ldb, c, ldc, n, alpha, beta);
-    case 4: return f32_gemm_ukernel_12x32__avx512<4>(k, a, b, ldb, c, ldc, n, alpha, beta);
-    case 5: return f32_gemm_ukernel_12x32__avx512<5>(k, a, b, ldb, c, ldc, n, alpha, beta);
-    case 6: return f32_gemm_ukernel_12x32__avx512<6>(k, a, b, ldb, c, ldc, n, alpha, beta);
-    case 7: return f32_gemm_ukernel_12x32__avx512<7>(k, a, b, ldb, c, ldc, n, alpha, beta);
-    case 8: return f32_gemm_ukernel_12x32__avx512<8>(k, a, b, ldb, c, ldc, n, alpha, beta);
-    case 9: return f32_gemm_ukernel_12x32__avx512<9>(k, a, b, ldb, c, ldc, n, alpha, beta);
-    case 10: return f32_gemm_ukernel_12x32__avx512<10>(k, a, b, ldb, c, ldc, n, alpha, beta);
-    case 11: return f32_gemm_ukernel_12x32__avx512<11>(k, a, b, ldb, c, ldc, n, alpha, beta);
-    default: return f32_gemm_ukernel_12x32__avx512<12>(k, a, b, ldb, c, ldc, n, alpha, beta);
+    case 1: return f32_gemm_ukernel_12x32__avx512<1>(k, a, b, ldb, c, ldc, n, alpha, beta, l2_next, l2_end);
+    case 2: return f32_gemm_ukernel_12x32__avx512<2>(k, a, b, ldb, c, ldc, n, alpha, beta, l2_next, l2_end);
+    case 3: return f32_gemm_ukernel_12x32__avx512<3>(k, a, b, ldb, c, ldc, n, alpha, beta, l2_next, l2_end);
+    case 4: return f32_gemm_ukernel_12x32__avx512<4>(k, a, b, ldb, c, ldc, n, alpha, beta, l2_next, l2_end);
+    case 5: return f32_gemm_ukernel_12x32__avx512<5>(k, a, b, ldb, c, ldc, n, alpha, beta, l2_next, l2_end);
+    case 6: return f32_gemm_ukernel_12x32__avx512<6>(k, a, b, ldb, c, ldc, n, alpha, beta, l2_next, l2_end);
+    case 7: return f32_gemm_ukernel_12x32__avx512<7>(k, a, b, ldb, c, ldc, n, alpha, beta, l2_next, l2_end);
+    case 8: return f32_gemm_ukernel_12x32__avx512<8>(k, a, b, ldb, c, ldc, n, alpha, beta, l2_next, l2_end);
+    case 9: return f32_gemm_ukernel_12x32__avx512<9>(k, a, b, ldb, c, ldc, n, alpha, beta, l2_next, l2_end);
+    case 10: return f32_gemm_ukernel_12x32__avx512<10>(k, a, b, ldb, c, ldc, n, alpha, beta, l2_next, l2_end);
+    case 11: return f32_gemm_ukernel_12x32__avx512<11>(k, a, b, ldb, c, ldc, n, alpha, beta, l2_next, l2_end);
+    default: return f32_gemm_ukernel_12x32__avx512<12>(k, a, b, ldb, c, ldc, n, alpha, beta, l2_next, l2_end);
   }
 }
 

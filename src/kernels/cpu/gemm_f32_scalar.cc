@@ -11,7 +11,7 @@ namespace {
 constexpr int kMr = 4, kNr = 8;
 
 void f32_gemm_ukernel_4x8__scalar(int64_t k, const float* a, const float* b, int64_t ldb, float* c, int64_t ldc,
-                                  int m, int n, float alpha, float beta) {
+                                  int m, int n, float alpha, float beta, uintptr_t /*l2_next*/, uintptr_t /*l2_end*/) {
   float acc[kMr][kNr] = {};
   for (int64_t p = 0; p < k; ++p) {
     for (int i = 0; i < kMr; ++i)
