@@ -75,6 +75,13 @@ inline I i_or(I a, I b) { return {_mm256_or_si256(a.v, b.v)}; }
 inline I i_sra1(I a) { return {_mm256_srai_epi32(a.v, 1)}; }
 inline I i_sll23(I a) { return {_mm256_slli_epi32(a.v, 23)}; }
 inline I i_srl23(I a) { return {_mm256_srli_epi32(a.v, 23)}; }
+inline I i_srl21(I a) { return {_mm256_srli_epi32(a.v, 21)}; }
+// t[i & 15] per lane: both halves permuted by the low three bits, then bit 3 (moved to the sign) picks.
+inline F f_lut16(const float* t, I i) {
+  const __m256 lo = _mm256_permutevar8x32_ps(_mm256_loadu_ps(t), i.v);
+  const __m256 hi = _mm256_permutevar8x32_ps(_mm256_loadu_ps(t + 8), i.v);
+  return {_mm256_blendv_ps(lo, hi, _mm256_castsi256_ps(_mm256_slli_epi32(i.v, 28)))};
+}
 inline F i_to_f(I a) { return {_mm256_cvtepi32_ps(a.v)}; }
 
 inline D operator+(D a, D b) { return {_mm256_add_pd(a.v, b.v)}; }

@@ -67,6 +67,9 @@ inline I i_or(I a, I b) { return {_mm512_or_si512(a.v, b.v)}; }
 inline I i_sra1(I a) { return {_mm512_srai_epi32(a.v, 1)}; }
 inline I i_sll23(I a) { return {_mm512_slli_epi32(a.v, 23)}; }
 inline I i_srl23(I a) { return {_mm512_srli_epi32(a.v, 23)}; }
+inline I i_srl21(I a) { return {_mm512_srli_epi32(a.v, 21)}; }
+// t[i & 15] per lane.
+inline F f_lut16(const float* t, I i) { return {_mm512_permutexvar_ps(i.v, _mm512_loadu_ps(t))}; }
 inline F i_to_f(I a) { return {_mm512_cvtepi32_ps(a.v)}; }
 
 inline D operator+(D a, D b) { return {_mm512_add_pd(a.v, b.v)}; }
