@@ -7,6 +7,7 @@
 //                    --benchmark_report_aggregates_only=true
 #include <benchmark/benchmark.h>
 
+#include <algorithm>
 #include <string>
 #include <vector>
 
@@ -80,6 +81,26 @@ BENCHMARK(BM_gemm_epilogue_hook)
     ->ArgsProduct({{0, 1}, {0, 1}, {128}, {3072}, {768}, {0, 1}})
     ->ArgNames({"hook", "act", "m", "n", "k", "res"})
     ->Unit(benchmark::kMillisecond);
+
+// The row epilogue alone (bias per column, then the activation, in place) on 32 rows of 3072: a
+// GEMM tile row block of BERT's 768 -> 3072 layer, in L2. act 0 relu, 1 gelu (erf form).
+void BM_vmath_epilogue(benchmark::State& state) {
+  const int64_t act = state.range(0), m = 32, n = 3072;
+  Tensor x = kiln::randn({m, n}) * 2.0f, bias = kiln::randn({n});
+  std::vector<float> y(static_cast<size_t>(m * n));
+  const cpu::VmathEpilogueF32 row =
+      cpu::vmath_kernels_f32(cpu::active_isa()).epilogue[static_cast<int>(act == 0 ? cpu::VmathAct::relu : cpu::VmathAct::gelu)];
+  for (auto _ : state) {
+    state.PauseTiming();
+    std::copy_n(x.data<float>(), m * n, y.data());
+    state.ResumeTiming();
+    row(y.data(), n, m, n, nullptr, bias.data<float>(), nullptr, n, false);
+    benchmark::DoNotOptimize(y.data());
+  }
+  state.SetItemsProcessed(state.iterations() * m * n);
+  state.SetLabel(act_name(act));
+}
+BENCHMARK(BM_vmath_epilogue)->Arg(0)->Arg(1)->ArgNames({"act"});
 
 // conv2d (batch 1, stride 1, 'same' padding) + bias + residual + relu: mode 0 the ops, 1 fused_conv2d.
 void BM_conv_bias_residual_relu(benchmark::State& state) {
