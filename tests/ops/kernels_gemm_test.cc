@@ -216,6 +216,23 @@ TEST_P(GemmIsaTest, Epilogues) {
     }
 }
 
+// Pre-packed B over two k-slices and two column blocks (nc = 2048 on every ISA), on two threads:
+// the tiles fetch the next panel ahead from the next slice and the next block as well
+// (Note [The next B panel] in gemm_packed.cc), which must leave the products as they were.
+TEST_P(GemmIsaTest, PrepackedAcrossSlicesAndColumnBlocks) {
+  const int saved = get_num_threads();
+  set_num_threads(2);
+  const int64_t m = 13, n = 2100, k = 800;
+  Mat a = make_mat(m, k, 0, 41), b = make_mat(k, n, 0, 42);
+  PackedGemmB packed = pack_gemm_b_f32(k, n, b.buf.data(), b.rs, b.cs);
+  std::vector<float> c = random_vec(static_cast<size_t>(m * n), 43), bias = random_vec(n, 44);
+  const GemmEpilogue ep = col_bias(bias, GemmActivation::gelu);
+  std::vector<double> want = reference(a, b, 1.0f, 0.0f, c, ep);
+  gemm_f32_prepacked(m, 1.0f, a.buf.data(), a.rs, a.cs, packed, 0.0f, c.data(), n, ep);
+  EXPECT_TRUE(close(c, want, k));
+  set_num_threads(saved);
+}
+
 TEST_P(GemmIsaTest, PrepackedMatchesAndIsReused) {
   const int64_t n = 77;
   // k = 1601 > kc on every ISA: three balanced slices (536, 536, 529) with AVX-512's kc = 768.
