@@ -83,14 +83,16 @@ void f32_gemm_ukernel_12x32__avx512(int64_t k, const float* a, const float* b, i
   }
 #pragma GCC unroll 4
   for (int64_t p = 0; p < k; ++p) {
-    _mm_prefetch(reinterpret_cast<const char*>(a + 8 * kMr), _MM_HINT_T0);
+    // As integers: the last steps' A and B rows lie past their panels (prefetch.h).
+    _mm_prefetch(reinterpret_cast<const char*>(reinterpret_cast<uintptr_t>(a) + 8 * kMr * sizeof(float)), _MM_HINT_T0);
     if (l2_next < l2_end) {
       _mm_prefetch(reinterpret_cast<const char*>(l2_next), _MM_HINT_T1);
       _mm_prefetch(reinterpret_cast<const char*>(l2_next + 64), _MM_HINT_T1);
       l2_next += 128;
     }
-    _mm_prefetch(reinterpret_cast<const char*>(b + 8 * ldb), _MM_HINT_T0);
-    _mm_prefetch(reinterpret_cast<const char*>(b + 8 * ldb + 16), _MM_HINT_T0);
+    const uintptr_t b_ahead = reinterpret_cast<uintptr_t>(b) + static_cast<uintptr_t>(8 * ldb) * sizeof(float);
+    _mm_prefetch(reinterpret_cast<const char*>(b_ahead), _MM_HINT_T0);
+    _mm_prefetch(reinterpret_cast<const char*>(b_ahead + 64), _MM_HINT_T0);
     const __m512 b0 = _mm512_loadu_ps(b), b1 = _mm512_loadu_ps(b + 16);
 #pragma GCC unroll 12
     for (int i = 0; i < M; ++i) {
