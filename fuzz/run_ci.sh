@@ -32,6 +32,7 @@ LAUNCHER=()
 if command -v ccache >/dev/null 2>&1; then
   LAUNCHER=(-DCMAKE_CXX_COMPILER_LAUNCHER=ccache)
   export CCACHE_BASEDIR=${CCACHE_BASEDIR:-$ROOT}  # build-dir paths relative, so other build dirs can share
+  export CCACHE_NOHASHDIR=${CCACHE_NOHASHDIR:-1}  # and -g objects not keyed on the build dir
 fi
 
 mkdir -p "$BUILD"
