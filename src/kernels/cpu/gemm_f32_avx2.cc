@@ -81,11 +81,7 @@ void f32_gemm_ukernel_6x16__avx2(int64_t k, const float* a, const float* b, int6
 #pragma GCC unroll 6
   for (int i = 0; i < M; ++i) acc0[i] = acc1[i] = _mm256_setzero_ps();
   for (int64_t p = 0; p < k; ++p) {
-    if (l2_next < l2_end) {
-      _mm_prefetch(reinterpret_cast<const char*>(l2_next), _MM_HINT_T1);
-      _mm_prefetch(reinterpret_cast<const char*>(l2_next + 64), _MM_HINT_T1);
-      l2_next += 128;
-    }
+    prefetch_l2_step(l2_next, l2_end);
     const __m256 b0 = _mm256_loadu_ps(b), b1 = _mm256_loadu_ps(b + 8);
 #pragma GCC unroll 6
     for (int i = 0; i < M; ++i) {

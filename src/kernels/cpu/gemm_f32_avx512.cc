@@ -11,6 +11,7 @@
 #include <algorithm>
 
 #include "kernels/cpu/gemm_ukernel.h"
+#include "kernels/cpu/prefetch.h"
 
 // Note [ISA code in one binary]
 // Each *_avx512.cc / *_avx2.cc file switches the target with `#pragma GCC target` *after* its
@@ -85,11 +86,7 @@ void f32_gemm_ukernel_12x32__avx512(int64_t k, const float* a, const float* b, i
   for (int64_t p = 0; p < k; ++p) {
     // As integers: the last steps' A and B rows lie past their panels (prefetch.h).
     _mm_prefetch(reinterpret_cast<const char*>(reinterpret_cast<uintptr_t>(a) + 8 * kMr * sizeof(float)), _MM_HINT_T0);
-    if (l2_next < l2_end) {
-      _mm_prefetch(reinterpret_cast<const char*>(l2_next), _MM_HINT_T1);
-      _mm_prefetch(reinterpret_cast<const char*>(l2_next + 64), _MM_HINT_T1);
-      l2_next += 128;
-    }
+    prefetch_l2_step(l2_next, l2_end);
     const uintptr_t b_ahead = reinterpret_cast<uintptr_t>(b) + static_cast<uintptr_t>(8 * ldb) * sizeof(float);
     _mm_prefetch(reinterpret_cast<const char*>(b_ahead), _MM_HINT_T0);
     _mm_prefetch(reinterpret_cast<const char*>(b_ahead + 64), _MM_HINT_T0);

@@ -20,4 +20,13 @@ namespace kiln::kernels::cpu {
   }
 }
 
+// One k-step's share of a micro-kernel's L2 stream (Note [The next B panel] in gemm_packed.cc):
+// the next two lines of [next, end) into L2, next advanced past them; nothing once it is empty.
+[[gnu::always_inline]] static inline void prefetch_l2_step(uintptr_t& next, uintptr_t end) {
+  if (next >= end) return;
+  __builtin_prefetch(reinterpret_cast<const void*>(next), 0, 2);
+  __builtin_prefetch(reinterpret_cast<const void*>(next + 64), 0, 2);
+  next += 128;
+}
+
 }  // namespace kiln::kernels::cpu
