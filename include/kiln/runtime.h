@@ -14,6 +14,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "kiln/compiler.h"
@@ -172,6 +173,7 @@ struct LayerTime {
   double ms = 0;  // summed over the profiled runs
   int64_t runs = 0;
   std::vector<double> run_ms;  // each profiled run's time, in order
+  bool image_by_image = false;  // the last profiled run ran it in a depth-first group
   // The median of run_ms (0 before any run): on a shared machine a mean takes in every run a
   // neighbour slowed.
   double median_ms() const;
@@ -188,8 +190,18 @@ class Executor {
   std::vector<Tensor> run(const std::map<std::string, Tensor>& inputs);
 
   void set_profiling(bool on) { profiling_ = on; }
-  const std::vector<LayerTime>& profile() const { return profile_; }  // one entry per step
+  // One entry per step. A step of a depth-first group (below) is timed image by image; its entry is
+  // the sum of those times over the batch divided by the threads that shared them.
+  const std::vector<LayerTime>& profile() const { return profile_; }
   void reset_profile();
+
+  // Note [Depth-first groups] (src/runtime/executor.cc): at a batch of 2 or more, runs of
+  // per-sample steps run image by image, a thread's images on that thread alone. On by default;
+  // KILN_DEPTH_FIRST=0 in the environment (read when an Executor is made) or this turns it off.
+  void set_depth_first(bool on) { depth_first_ = on; }
+  bool depth_first() const { return depth_first_; }
+  // The groups' steps [begin, end), in order (empty when the engine has none).
+  std::vector<std::pair<size_t, size_t>> depth_first_groups() const;
 
  private:
   // Note [Resolved steps] (src/runtime/executor.cc): a step's call resolved at one batch, and its
@@ -200,12 +212,29 @@ class Executor {
     std::vector<Tensor> outputs;  // views of arena_
   };
 
+  // Note [Depth-first groups]: steps [begin, end); their intermediates in a sub-arena per thread.
+  struct Group {
+    size_t begin = 0, end = 0;
+    std::vector<int64_t> sub_offset;  // by value: its byte offset in a sub-arena, or -1 (not in one)
+    int64_t sub_bytes = 0;            // a sub-arena: one image's intermediates
+    std::vector<ResolvedCall> calls;  // the steps' calls at one image (empty before the first run)
+    std::vector<TensorMeta> metas;    // by value: one image's metadata (the group's outputs)
+    bool usable = true;               // false: a step without a resolved kernel; runs batched
+  };
+  void find_groups();
+  bool run_group(Group& g, int64_t batch, int64_t scale);
+
   std::shared_ptr<const Engine> engine_;
   Storage arena_;
   std::vector<Tensor> env_;
   std::map<int64_t, std::vector<ResolvedStep>> resolved_;  // by batch (-1: no batch symbol)
   bool profiling_ = false;
   std::vector<LayerTime> profile_;
+  bool depth_first_ = true;
+  std::vector<Group> groups_;
+  std::vector<int> group_at_;  // by step: the group beginning there, or -1
+  Storage sub_arena_;          // the threads' sub-arenas, one after another
+  int64_t spare_bytes_ = -1;   // the target's memory budget less the arena and the weights (-1: no budget)
 };
 
 }  // namespace kiln::runtime

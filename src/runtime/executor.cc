@@ -1,13 +1,45 @@
 // The executor: one arena per instance, every step's kernel into arena views (Note [Resolved steps]).
 #include <algorithm>
+#include <atomic>
 #include <chrono>
+#include <cstdlib>
 #include <cstring>
+#include <string>
 
+#include "kiln/core/thread_pool.h"
 #include "kiln/ops/dispatch.h"
 #include "kiln/runtime.h"
 #include "ops/tactics.h"
 
 namespace kiln::runtime {
+
+namespace {
+
+// Whether v's dim 0 is the batch itself (not a multiple of it) and its other dims are static: a
+// value a depth-first group cuts into images.
+bool image_rows(const EngineValue& v) {
+  if (v.shape.empty() || !v.shape[0].is_symbolic() || v.shape[0].scale != 1) return false;
+  return std::none_of(v.shape.begin() + 1, v.shape.end(), [](const ir::Dim& d) { return d.is_symbolic(); });
+}
+
+bool has_batch(const EngineValue& v) {
+  return std::any_of(v.shape.begin(), v.shape.end(), [](const ir::Dim& d) { return d.is_symbolic(); });
+}
+
+// Bytes of v at batch 1.
+int64_t bytes_at_one(const EngineValue& v) {
+  int64_t n = static_cast<int64_t>(dtype_size(v.dtype));
+  for (const ir::Dim& d : v.shape) n *= d.is_symbolic() ? d.scale : d.size;
+  return n;
+}
+
+// Note [Depth-first groups]: filters up to this size are read again for every image (from L2 or
+// L3) whatever the image's own bytes.
+constexpr int64_t kSmallFilterBytes = 256 << 10;
+
+constexpr int64_t round_up(int64_t x, int64_t to) { return (x + to - 1) / to * to; }
+
+}  // namespace
 
 Executor::Executor(std::shared_ptr<const Engine> engine) : engine_(std::move(engine)) {
   KILN_CHECK(engine_ != nullptr, "Executor: no engine");
@@ -29,6 +61,251 @@ Executor::Executor(std::shared_ptr<const Engine> engine) : engine_(std::move(eng
           engine_->values[static_cast<size_t>(st.inputs[1])].kind == EngineValue::Kind::constant)
         prepack_weight(*st.op, *t, env_[static_cast<size_t>(st.inputs[1])], st.attrs);
   reset_profile();
+  if (const char* env = std::getenv("KILN_DEPTH_FIRST"); env != nullptr && std::string(env) == "0") depth_first_ = false;
+  if (engine_->target.memory_budget > 0) {
+    spare_bytes_ = engine_->target.memory_budget - engine_->memory.arena_bytes;
+    for (const Tensor& c : engine_->constants) spare_bytes_ -= c.numel() * static_cast<int64_t>(dtype_size(c.dtype()));
+  }
+  find_groups();
+}
+
+// Note [Depth-first groups]
+// At batch 8 a MobileNet's early layers move more bytes than any cache holds: MobileNetV2's 16 ->
+// 96 1x1 layer at 112 x 112 writes 38.5 MB, which the depthwise layer after it reads back from
+// memory, and on one thread the model took 7-9% more time an image than at batch 1 (Zen 4). Run
+// image by image instead, a layer's output is still in L2 or L3 when the next layer reads it. So
+// a run of per-sample steps (OpDef::per_sample: convolutions, pooling, elementwise) goes image by
+// image, each thread taking whole images and running every step of the run on them alone, its
+// kernels inline: no split of a layer between the threads, no wait at the end of each layer,
+// and each image's tensors stay in the cache of the core that made them. The group's
+// intermediates (values made and used up inside it) live in a sub-arena per thread holding one
+// image's worth, planned here as the compiler plans the arena; what comes in from before the group
+// and what it leaves for after are slices of the engine's own arena values.
+//
+// A step joins a group where its filters are small beside one image's inputs and outputs (or under
+// kSmallFilterBytes): a late 1x1 layer's filters (MobileNetV2's 960 -> 320 at 7 x 7, 1.2 MB) read
+// for every image would cost more than the batch's shared read of them saves. Where the batch
+// does not divide among the threads, the images left over run one at a time through the group
+// with its kernels split between the threads, as at batch 1.
+//
+// The arena plan gives a value's slot to a later one once the first is read for the last time;
+// image by image, an earlier image's later steps run while a later image has not yet read what
+// came in. So the group's inputs and outputs must not share slots (they may not anywhere else
+// either in a valid plan once both are live); a group whose plan has them share is cut short
+// before the output that does.
+void Executor::find_groups() {
+  const Engine& e = *engine_;
+  const size_t steps = e.steps.size(), nv = e.values.size();
+  group_at_.assign(steps, -1);
+  if (e.batch.symbol.empty()) return;
+  std::vector<size_t> last(nv, 0);  // the step that reads a value last (its own step if none does)
+  std::vector<int64_t> producer(nv, -1);
+  for (size_t s = 0; s < steps; ++s) {
+    for (int32_t id : e.steps[s].inputs)
+      if (id >= 0) last[static_cast<size_t>(id)] = s;
+    for (int32_t id : e.steps[s].outputs) {
+      producer[static_cast<size_t>(id)] = static_cast<int64_t>(s);
+      last[static_cast<size_t>(id)] = s;
+    }
+  }
+  for (int32_t id : e.outputs) last[static_cast<size_t>(id)] = steps;
+  auto value = [&](int32_t id) -> const EngineValue& { return e.values[static_cast<size_t>(id)]; };
+  auto joins = [&](const EngineStep& st) {
+    if (!st.op->is_per_sample() || st.op->is_view() || st.outputs.empty()) return false;
+    int64_t filters = 0, image = 0;
+    for (int32_t id : st.outputs) {
+      const EngineValue& v = value(id);
+      if (v.kind != EngineValue::Kind::arena || !image_rows(v)) return false;
+      image += bytes_at_one(v);
+    }
+    bool cut = false;
+    for (int32_t id : st.inputs) {
+      if (id < 0) continue;
+      const EngineValue& v = value(id);
+      if (!has_batch(v)) {
+        if (v.kind == EngineValue::Kind::constant) filters += bytes_at_one(v);
+        continue;
+      }
+      // (An input that broadcasts with its batch dim against another dim of the output gives an
+      // output with the batch inside: not one image_rows takes.)
+      if (!image_rows(v) || v.kind == EngineValue::Kind::view) return false;
+      image += bytes_at_one(v);
+      cut = true;
+    }
+    return cut && (filters <= image || filters <= kSmallFilterBytes);
+  };
+  auto overlap = [&](const EngineValue& a, const EngineValue& b) {
+    return a.offset < b.offset + b.bytes && b.offset < a.offset + a.bytes;
+  };
+  // The group [b, end) if its inputs and outputs keep apart in the arena; else nullopt.
+  auto make = [&](size_t b, size_t end) -> std::optional<Group> {
+    Group g;
+    g.begin = b, g.end = end;
+    g.sub_offset.assign(nv, -1);
+    std::vector<int32_t> ins, outs;
+    for (size_t s = b; s < end; ++s) {
+      for (int32_t id : e.steps[s].inputs)
+        if (id >= 0 && has_batch(value(id)) && producer[static_cast<size_t>(id)] < static_cast<int64_t>(b) &&
+            value(id).kind == EngineValue::Kind::arena)
+          ins.push_back(id);
+      for (int32_t id : e.steps[s].outputs)
+        if (last[static_cast<size_t>(id)] >= end) outs.push_back(id);
+    }
+    for (int32_t i : ins)
+      for (int32_t o : outs)
+        if (overlap(value(i), value(o))) return std::nullopt;
+    // The intermediates, first fit in order of definition (each live from its step to its last read).
+    struct Live { int64_t at, bytes; size_t until; };
+    std::vector<Live> live;
+    for (size_t s = b; s < end; ++s)
+      for (int32_t id : e.steps[s].outputs) {
+        if (last[static_cast<size_t>(id)] >= end) continue;
+        std::erase_if(live, [&](const Live& l) { return l.until < s; });
+        std::sort(live.begin(), live.end(), [](const Live& x, const Live& y) { return x.at < y.at; });
+        const int64_t bytes = round_up(std::max<int64_t>(value(id).bytes, 1), 64);
+        int64_t at = 0;
+        for (const Live& l : live) {
+          if (at + bytes <= l.at) break;
+          at = std::max(at, l.at + l.bytes);
+        }
+        live.push_back(Live{at, bytes, last[static_cast<size_t>(id)]});
+        g.sub_offset[static_cast<size_t>(id)] = at;
+        g.sub_bytes = std::max(g.sub_bytes, at + bytes);
+      }
+    return g;
+  };
+  for (size_t s = 0; s < steps;) {
+    size_t end = s;
+    while (end < steps && joins(e.steps[end])) ++end;
+    if (end == s) {
+      ++s;
+      continue;
+    }
+    for (; end - s >= 2; --end)
+      if (std::optional<Group> g = make(s, end)) {
+        group_at_[s] = static_cast<int>(groups_.size());
+        groups_.push_back(std::move(*g));
+        break;
+      }
+    s = std::max(end, s + 1);
+  }
+}
+
+std::vector<std::pair<size_t, size_t>> Executor::depth_first_groups() const {
+  std::vector<std::pair<size_t, size_t>> r;
+  for (const Group& g : groups_) r.emplace_back(g.begin, g.end);
+  return r;
+}
+
+bool Executor::run_group(Group& g, int64_t batch, int64_t scale) {
+  using Clock = std::chrono::steady_clock;
+  const Engine& e = *engine_;
+  const int threads = static_cast<int>(std::min<int64_t>(get_num_threads(), batch));
+  const int64_t stride = round_up(std::max<int64_t>(g.sub_bytes, 1), 4096);
+  if (spare_bytes_ >= 0 && threads * stride > spare_bytes_) return false;  // over the memory budget: batched
+  if (sub_arena_ == nullptr || static_cast<int64_t>(sub_arena_->nbytes()) < threads * stride)
+    sub_arena_ = std::make_shared<StorageImpl>(static_cast<size_t>(threads * stride), Device::cpu());
+  auto in_sub = [&](int32_t id) { return g.sub_offset[static_cast<size_t>(id)] >= 0; };
+  auto sub_view = [&](int32_t id, int slot) {
+    const TensorMeta& m = g.metas[static_cast<size_t>(id)];
+    const int64_t at = slot * stride + g.sub_offset[static_cast<size_t>(id)];
+    return make_tensor(sub_arena_, at / static_cast<int64_t>(dtype_size(m.dtype)), m.shape,
+                       contiguous_strides(m.shape), m.dtype);
+  };
+  // Step s's tensors for image i in sub-arena `slot`.
+  auto tensors = [&](size_t s, int64_t i, int slot, std::vector<Tensor>& ins, std::vector<Tensor>* outs) {
+    const EngineStep& st = e.steps[s];
+    ins.clear();
+    for (int32_t id : st.inputs) {
+      if (id < 0) ins.emplace_back();
+      else if (in_sub(id)) ins.push_back(sub_view(id, slot));
+      else if (has_batch(e.values[static_cast<size_t>(id)])) ins.push_back(env_[static_cast<size_t>(id)].slice(0, i, i + 1));
+      else ins.push_back(env_[static_cast<size_t>(id)]);
+    }
+    if (outs == nullptr) return;
+    outs->clear();
+    for (int32_t id : st.outputs)
+      outs->push_back(in_sub(id) ? sub_view(id, slot) : env_[static_cast<size_t>(id)].slice(0, i, i + 1));
+  };
+  // In order: each step's call at one image (the first time), and its outputs for after the group
+  // as views of the arena at this batch.
+  const bool first = g.calls.empty();
+  if (first) g.metas.resize(e.values.size());
+  std::vector<Tensor> ins;
+  for (size_t s = g.begin; s < g.end; ++s) {
+    const EngineStep& st = e.steps[s];
+    if (first) {
+      // A call that does not resolve at one image runs batched, where a bad input gets its error.
+      ResolvedCall call;
+      try {
+        tensors(s, 0, 0, ins, nullptr);
+        call = resolve_call(*st.op, ins, st.attrs, st.tactic_at(1));
+      } catch (const Error&) {
+        call.kernel = nullptr;
+      }
+      bool fits = call.kernel != nullptr && call.outputs.size() == st.outputs.size();
+      for (size_t k = 0; fits && k < st.outputs.size(); ++k) {
+        const EngineValue& v = e.values[static_cast<size_t>(st.outputs[k])];
+        const TensorMeta& m = call.outputs[k];
+        int64_t nbytes = static_cast<int64_t>(dtype_size(m.dtype));
+        for (int64_t d : m.shape) nbytes *= d;
+        fits = m.dtype == v.dtype && !m.shape.empty() && m.shape[0] == 1 && nbytes <= v.bytes;
+        g.metas[static_cast<size_t>(st.outputs[k])] = m;
+      }
+      if (!fits) {
+        g.usable = false;
+        g.calls.clear();
+        return false;
+      }
+      g.calls.push_back(std::move(call));
+    }
+    for (int32_t id : st.outputs) {
+      if (in_sub(id)) continue;
+      const EngineValue& v = e.values[static_cast<size_t>(id)];
+      Shape shape = g.metas[static_cast<size_t>(id)].shape;
+      shape[0] = batch;
+      env_[static_cast<size_t>(id)] = make_tensor(arena_, v.offset * scale / static_cast<int64_t>(dtype_size(v.dtype)),
+                                                  shape, contiguous_strides(shape), v.dtype);
+    }
+  }
+  const size_t n = g.end - g.begin;
+  std::vector<double> ms(profiling_ ? static_cast<size_t>(threads + 1) * n : 0);
+  auto run_image = [&](int64_t i, int slot, double* times) {
+    std::vector<Tensor> in, out;
+    for (size_t s = g.begin; s < g.end; ++s) {
+      const EngineStep& st = e.steps[s];
+      const Clock::time_point t0 = times != nullptr ? Clock::now() : Clock::time_point();
+      try {
+        tensors(s, i, slot, in, &out);
+        run_resolved(g.calls[s - g.begin], *st.op, in, st.attrs, out);
+      } catch (const Error& err) {
+        KILN_FAIL("engine '", e.name, "': step #", s, " '", st.name, "' (", st.op->name(), ") failed on image ", i,
+                  " of ", batch, ": ", err.what());
+      }
+      if (times != nullptr) times[s - g.begin] += std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
+    }
+  };
+  // Whole images for every thread; the rest one at a time, each with all the threads.
+  const int64_t together = batch / threads * threads;
+  std::atomic<int64_t> next{0};
+  parallel_run(threads, [&](int t, int) {
+    for (int64_t i; (i = next.fetch_add(1, std::memory_order_relaxed)) < together;)
+      run_image(i, t, profiling_ ? ms.data() + static_cast<size_t>(t) * n : nullptr);
+  });
+  for (int64_t i = together; i < batch; ++i) run_image(i, 0, profiling_ ? ms.data() + static_cast<size_t>(threads) * n : nullptr);
+  if (profiling_)
+    for (size_t k = 0; k < n; ++k) {
+      double shared = 0;
+      for (int t = 0; t < threads; ++t) shared += ms[static_cast<size_t>(t) * n + k];
+      const double step_ms = shared / threads + ms[static_cast<size_t>(threads) * n + k];
+      LayerTime& lt = profile_[g.begin + k];
+      lt.ms += step_ms;
+      lt.run_ms.push_back(step_ms);
+      lt.tactic = e.steps[g.begin + k].tactic_at(1);
+      lt.image_by_image = true;
+      ++lt.runs;
+    }
+  return true;
 }
 
 double LayerTime::median_ms() const {
@@ -113,6 +390,13 @@ std::vector<Tensor> Executor::run(const std::vector<Tensor>& inputs) {
   using Clock = std::chrono::steady_clock;
   std::vector<Tensor> ins, outs;
   for (size_t s = 0; s < e.steps.size(); ++s) {
+    if (depth_first_ && batch >= 2 && group_at_[s] >= 0) {
+      Group& g = groups_[static_cast<size_t>(group_at_[s])];
+      if (g.usable && run_group(g, batch, scale)) {
+        s = g.end - 1;
+        continue;
+      }
+    }
     const EngineStep& st = e.steps[s];
     Clock::time_point t0;
     if (profiling_) t0 = Clock::now();
@@ -161,6 +445,7 @@ std::vector<Tensor> Executor::run(const std::vector<Tensor>& inputs) {
       profile_[s].ms += step_ms;
       profile_[s].run_ms.push_back(step_ms);
       profile_[s].tactic = st.tactic_at(batch);
+      profile_[s].image_by_image = false;
       ++profile_[s].runs;
     }
   }

@@ -139,7 +139,8 @@ int run_bench_command(const BenchOptions& opt) {
       const auto& l = ex.profile()[i];
       os << (i ? ", " : "") << "{\"name\": " << json_string(l.name) << ", \"op\": " << json_string(l.op)
          << ", \"tactic\": " << json_string(l.tactic) << ", \"ms\": " << per_run(l)
-         << ", \"median_ms\": " << l.median_ms() << ", \"percent\": " << percent(l) << "}";
+         << ", \"median_ms\": " << l.median_ms() << ", \"percent\": " << percent(l)
+         << ", \"image_by_image\": " << (l.image_by_image ? "true" : "false") << "}";
     }
     os << "]}\n";
     std::cout << os.str();
@@ -169,9 +170,13 @@ int run_bench_command(const BenchOptions& opt) {
     for (const auto& l : ex.profile())
       std::cout << "  " << std::left << std::setw(nw) << l.name.substr(0, 40) << std::setw(ow) << l.op << std::setw(tw)
                 << (l.tactic.empty() ? "-" : l.tactic) << std::right << std::setw(10) << per_run(l) << std::setw(7)
-                << std::setprecision(1) << percent(l) << "%" << std::setprecision(3) << "\n";
+                << std::setprecision(1) << percent(l) << "%" << (l.image_by_image ? "  *" : "")
+                << std::setprecision(3) << "\n";
     std::cout << "  " << std::left << std::setw(nw + ow + tw) << "total" << std::right << std::setw(10)
               << layer_total / opt.iterations << "\n";
+    if (std::any_of(ex.profile().begin(), ex.profile().end(), [](const auto& l) { return l.image_by_image; }))
+      std::cout << "  * ran image by image, each thread its own images (a depth-first group): the time is the "
+                   "batch's sum over the threads\n";
   }
   return 0;
 }

@@ -174,11 +174,17 @@ class OpDef {
   // The kernel may write its output over input `input` (same dtype and shape, dying at the node).
   OpDef& writes_over(int input);
   OpDef& writes_over(WritesOverFn fn) { writes_over_ = std::move(fn); return *this; }
+  // Every output's row i along dim 0 depends only on row i of the inputs whose dim 0 is that same
+  // batch dim (and on the whole of any other input, a filter, say), so a step may run image by
+  // image (Note [Depth-first groups] in src/runtime/executor.cc). Elementwise ops broadcast: it
+  // holds where no input's batch dim lines up with another dim of the output.
+  OpDef& per_sample() { per_sample_ = true; return *this; }
 
   // Readers.
   const InferFn& infer_fn() const { return infer_; }
   const ViewFn& view_fn() const { return view_; }
   bool is_view() const { return static_cast<bool>(view_); }
+  bool is_per_sample() const { return per_sample_; }
   InputCast input_cast() const { return input_cast_; }
   int cast_first_input() const { return cast_first_; }
   int dtype_key_index() const { return dtype_key_; }
@@ -218,6 +224,7 @@ class OpDef {
   RuleStatus vjp_status_, batch_status_, onnx_status_;
   std::string doc_;
   WritesOverFn writes_over_;
+  bool per_sample_ = false;
 };
 
 // ---- registry --------------------------------------------------------------------------------------------

@@ -168,7 +168,8 @@ const DTypeSet kArith = DTypeSet::numeric();
 OpDef& binary_def(OpRegistry& r, const char* schema, const char* onnx_type, int since) {
   return defs::rules_pending(r.add(schema), onnx_type, since)
       .infer(defs::infer_broadcast_promote)
-      .cast_inputs(InputCast::common);
+      .cast_inputs(InputCast::common)
+      .per_sample();
 }
 
 // Derivative rules of the binary ops: gradients are summed back over broadcast dims (sum_to).

@@ -199,6 +199,7 @@ void register_conv_ops(OpRegistry& r) {
                       "Conv", 11)
       .infer(infer_conv2d)
       .cast_inputs(InputCast::common)
+      .per_sample()
       .kernel(DeviceType::cpu, DTypeSet::floating(), conv2d_kernel, "im2col")
       .vjp(VjpRule{conv2d_vjp, {0, 1}, {}})
       .doc("2-D convolution, NCHW; padding [top, left, bottom, right]; groups (depthwise when groups = C). "

@@ -271,6 +271,7 @@ void register_nchwc_ops(OpRegistry& r) {
       .no_vjp(kNoVjp)
       .no_batch(kNoBatch)
       .no_onnx(kNoOnnx)
+      .per_sample()
       .doc("[N, C, H, W] -> [N, ceil(C/16), H, W, 16]: channels blocked by 16, lanes past C zero.");
   r.add("from_nchwc(Tensor x, int channels) -> Tensor")
       .infer(infer_from_nchwc)
@@ -278,6 +279,7 @@ void register_nchwc_ops(OpRegistry& r) {
       .no_vjp(kNoVjp)
       .no_batch(kNoBatch)
       .no_onnx(kNoOnnx)
+      .per_sample()
       .doc("[N, ceil(channels/16), H, W, 16] -> [N, channels, H, W]: to_nchwc's inverse.");
   r.add("fused_conv2d_nchwc(Tensor x, Tensor w, Tensor? bias, Tensor? residual, int[] stride=[1,1], "
         "int[] padding=[0,0,0,0], int[] dilation=[1,1], int groups=1, str activation=\"none\", "
@@ -293,6 +295,7 @@ void register_nchwc_ops(OpRegistry& r) {
       .no_vjp(kNoVjp)
       .no_batch(kNoBatch)
       .no_onnx(kNoOnnx)
+      .per_sample()
       // Note [Residual in place] (conv_nchwc.cc): one group, the residual added before the activation.
       .writes_over([](const Attrs& a, const std::vector<bool>& present) {
         const bool before = a.get_bool("residual_before_activation") || a.get_string("activation") == "none";
@@ -307,6 +310,7 @@ void register_nchwc_ops(OpRegistry& r) {
       .no_vjp(kNoVjp)
       .no_batch(kNoBatch)
       .no_onnx(kNoOnnx)
+      .per_sample()
       .doc("activation(x * scale + shift) on channel-blocked x [N, C/16, H, W, 16], scale and shift [C/16 * 16] "
            "(a batch norm after no convolution; Note [Blocked batch norm] in kernels/cpu/conv_nchwc.cc).");
   r.add("max_pool2d_nchwc(Tensor x, int[] kernel, int[] stride=[], int[] padding=[0,0,0,0], int[] dilation=[1,1], "
@@ -316,6 +320,7 @@ void register_nchwc_ops(OpRegistry& r) {
       .no_vjp(kNoVjp)
       .no_batch(kNoBatch)
       .no_onnx(kNoOnnx)
+      .per_sample()
       .doc("max_pool2d on channel-blocked x [N, C/16, H, W, 16] -> [N, C/16, Ho, Wo, 16].");
   r.add("global_avg_pool_nchwc(Tensor x) -> Tensor")
       .infer(infer_global_avg_pool_nchwc)
@@ -323,6 +328,7 @@ void register_nchwc_ops(OpRegistry& r) {
       .no_vjp(kNoVjp)
       .no_batch(kNoBatch)
       .no_onnx(kNoOnnx)
+      .per_sample()
       .doc("global_avg_pool on channel-blocked x [N, C/16, H, W, 16] -> [N, C/16, 1, 1, 16] (Note [Blocked "
            "global pool] in kernels/cpu/conv_nchwc.cc).");
 }

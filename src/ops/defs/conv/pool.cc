@@ -269,6 +269,7 @@ void register_pool_ops(OpRegistry& r) {
                             "int[] dilation=[1,1], bool ceil_mode=false) -> Tensor"),
                       "MaxPool", 12)
       .infer([](const InferCtx& c) { return infer_pool2d(c, true); })
+      .per_sample()
       .kernel(DeviceType::cpu, DTypeSet::floating(), pool_kernel(true))
       .vjp(pool_rule("max_pool2d_backward"))
       .doc("2-D max pooling, NCHW; stride [] = kernel; NaN propagates; ceil_mode drops a window starting in "
@@ -277,6 +278,7 @@ void register_pool_ops(OpRegistry& r) {
                             "bool ceil_mode=false, bool count_include_pad=false) -> Tensor"),
                       "AveragePool", 19)
       .infer([](const InferCtx& c) { return infer_pool2d(c, false); })
+      .per_sample()
       .kernel(DeviceType::cpu, DTypeSet::floating(), pool_kernel(false))
       .vjp(pool_rule("avg_pool2d_backward"))
       .doc("2-D average pooling, NCHW; count_include_pad counts padding (not the overhang past it in "
@@ -305,6 +307,7 @@ void register_pool_ops(OpRegistry& r) {
       .doc("Gradient of avg_pool2d w.r.t. x.");
   defs::rules_pending(r.add("global_avg_pool(Tensor x) -> Tensor"), "GlobalAveragePool", 1)
       .infer(infer_global_avg_pool)
+      .per_sample()
       .kernel(DeviceType::cpu, DTypeSet::floating(), global_avg_pool_kernel)
       .vjp(VjpRule{[](const VjpCtx& c, std::span<const Tensor> g) {
                      const Shape& xs = c.in_shape(0);

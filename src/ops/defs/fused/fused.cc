@@ -301,6 +301,7 @@ void register_fused_ops(OpRegistry& r) {
         "bool residual_before_activation=false) -> Tensor")
       .infer(infer_fused_conv2d)
       .cast_inputs(InputCast::common)
+      .per_sample()
       .kernel(DeviceType::cpu, DTypeSet{DType::f32, DType::f64}, fused_conv2d_kernel)
       .no_vjp(kNoVjp)
       .no_batch(kNoBatch)

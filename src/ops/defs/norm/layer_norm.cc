@@ -235,6 +235,7 @@ void register_norm_layer_ops(OpRegistry& r) {
   rules_pending(r.add("batch_norm(Tensor x, Tensor mean, Tensor var, Tensor? weight, Tensor? bias, float eps=1e-5) -> Tensor"),
                 "BatchNormalization", 15)
       .infer(infer_batch_norm)
+      .per_sample()
       .kernel(DeviceType::cpu, DTypeSet::floating(), batch_norm_kernel)
       .vjp(VjpRule{batch_norm_vjp, {0, 1, 2, 3}, {}})
       .doc("inference batch norm over channel dim 1: (x - mean) / sqrt(var + eps) * weight + bias");

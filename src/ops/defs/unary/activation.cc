@@ -19,7 +19,8 @@ using namespace defs::unary;
 OpDef& activation_def(OpRegistry& r, const char* schema, const char* onnx_type, int since) {
   return rules_pending(r.add(schema), onnx_type, since)
       .infer(infer_floating)
-      .cast_inputs(InputCast::to_floating);
+      .cast_inputs(InputCast::to_floating)
+      .per_sample();
 }
 
 std::vector<TensorMeta> infer_gelu(const InferCtx& c) {
@@ -62,6 +63,7 @@ void gelu_kernel(const KernelCall& k) {
 
 void register_unary_activation_ops(OpRegistry& r) {
   rules_pending(r.add("relu(Tensor x) -> Tensor"), "Relu", 6)
+      .per_sample()
       .infer(infer_numeric)
       .kernel(DeviceType::cpu, DTypeSet::numeric(), numeric_kernel([](auto x) {
         using C = decltype(x);

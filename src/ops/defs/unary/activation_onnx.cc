@@ -19,7 +19,8 @@ using namespace defs::unary;
 OpDef& activation_def(OpRegistry& r, const char* schema, const char* onnx_type, int since) {
   return rules_pending(r.add(schema), onnx_type, since)
       .infer(infer_floating)
-      .cast_inputs(InputCast::to_floating);
+      .cast_inputs(InputCast::to_floating)
+      .per_sample();
 }
 
 std::vector<TensorMeta> infer_celu(const InferCtx& c) {

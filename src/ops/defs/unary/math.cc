@@ -149,11 +149,12 @@ void logical_not_kernel(const KernelCall& k) {
 OpDef& floating_def(OpRegistry& r, const char* schema, const char* onnx_type, int since) {
   return rules_pending(r.add(schema), onnx_type, since)
       .infer(infer_floating)
-      .cast_inputs(InputCast::to_floating);
+      .cast_inputs(InputCast::to_floating)
+      .per_sample();
 }
 
 OpDef& numeric_def(OpRegistry& r, const char* schema, const char* onnx_type, int since) {
-  return rules_pending(r.add(schema), onnx_type, since).infer(infer_numeric);
+  return rules_pending(r.add(schema), onnx_type, since).infer(infer_numeric).per_sample();
 }
 
 const DTypeSet kFloating = DTypeSet::floating();
@@ -235,6 +236,7 @@ void register_unary_math_ops(OpRegistry& r) {
       .kernel(DeviceType::cpu, kNumeric, numeric_kernel([](auto x) { return sign_value(x); }))
       .doc("-1, 0 or 1 in x's dtype; NaN stays NaN");
   rules_pending(r.add("clip(Tensor x, float? min, float? max) -> Tensor"), "Clip", 11)
+      .per_sample()
       .infer(infer_clip)
       .kernel(DeviceType::cpu, kNumeric, clip_kernel)
       // Note [Clip gradient]: passes where the output lies strictly inside (min, max); read from the
