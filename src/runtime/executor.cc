@@ -154,12 +154,27 @@ void Executor::find_groups() {
     for (int32_t i : ins)
       for (int32_t o : outs)
         if (overlap(value(i), value(o))) return std::nullopt;
-    // The intermediates, first fit in order of definition (each live from its step to its last read).
-    struct Live { int64_t at, bytes; size_t until; };
+    // The intermediates, first fit in order of definition (each live from its step to its last
+    // read). An output the arena plan put over an input that dies at its step (Note [Residual in
+    // place] in kernels/cpu/conv_nchwc.cc) takes that input's place here too: ResNet-50's 1x1
+    // expansions ran 5-18% slower image by image reading the residual and writing the output apart.
+    struct Live { int64_t at, bytes; size_t until; int32_t id; };
     std::vector<Live> live;
     for (size_t s = b; s < end; ++s)
       for (int32_t id : e.steps[s].outputs) {
         if (last[static_cast<size_t>(id)] >= end) continue;
+        const EngineValue& out = value(id);
+        auto over = std::find_if(live.begin(), live.end(), [&](const Live& l) {
+          const EngineValue& in = value(l.id);
+          return l.until == s && in.offset == out.offset && in.bytes >= out.bytes &&
+                 std::find(e.steps[s].inputs.begin(), e.steps[s].inputs.end(), l.id) != e.steps[s].inputs.end();
+        });
+        if (over != live.end()) {
+          over->until = last[static_cast<size_t>(id)];
+          over->id = id;
+          g.sub_offset[static_cast<size_t>(id)] = over->at;
+          continue;
+        }
         std::erase_if(live, [&](const Live& l) { return l.until < s; });
         std::sort(live.begin(), live.end(), [](const Live& x, const Live& y) { return x.at < y.at; });
         const int64_t bytes = round_up(std::max<int64_t>(value(id).bytes, 1), 64);
@@ -168,7 +183,7 @@ void Executor::find_groups() {
           if (at + bytes <= l.at) break;
           at = std::max(at, l.at + l.bytes);
         }
-        live.push_back(Live{at, bytes, last[static_cast<size_t>(id)]});
+        live.push_back(Live{at, bytes, last[static_cast<size_t>(id)], id});
         g.sub_offset[static_cast<size_t>(id)] = at;
         g.sub_bytes = std::max(g.sub_bytes, at + bytes);
       }
