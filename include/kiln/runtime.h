@@ -219,6 +219,8 @@ class Executor {
     int64_t sub_bytes = 0;            // a sub-arena: one image's intermediates
     std::vector<ResolvedCall> calls;  // the steps' calls at one image (empty before the first run)
     std::vector<TensorMeta> metas;    // by value: one image's metadata (the group's outputs)
+    std::vector<std::vector<Tensor>> views;  // by sub-arena, by value: the intermediates' views
+    const StorageImpl* views_of = nullptr;   // the sub-arena storage `views` point into
     bool usable = true;               // false: a step without a resolved kernel; runs batched
   };
   void find_groups();
