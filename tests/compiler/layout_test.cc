@@ -10,6 +10,7 @@
 #include "kiln/compiler.h"
 #include "kiln/ir.h"
 #include "kiln/runtime.h"
+#include "support/cnn_graph.h"
 #include "support/testing.h"
 
 namespace kiln {
@@ -17,23 +18,7 @@ namespace {
 
 using testing::random_tensor;
 
-struct Builder {
-  ir::Graph g;
-  uint64_t seed = 500;
-  ir::Value* cst(const std::string& n, const Shape& s) {
-    return g.add_constant(n, random_tensor(s, DType::f32, seed++, -0.25, 0.25));
-  }
-  ir::Value* conv(ir::Value* in, int64_t cout, int64_t k, int64_t stride, const std::string& n, int64_t groups = 1) {
-    const int64_t cin = in->type().shape[1].size, p = k / 2;
-    return g.add_node(op("conv2d"), {in, cst(n + "_w", {cout, cin / groups, k, k}), cst(n + "_b", {cout})},
-                      {{"padding", std::vector<int64_t>{p, p, p, p}},
-                       {"stride", std::vector<int64_t>{stride, stride}},
-                       {"groups", groups}})
-        ->output();
-  }
-  ir::Value* relu(ir::Value* v) { return g.add_node(op("relu"), {v})->output(); }
-  ir::Value* add(ir::Value* a, ir::Value* b) { return g.add_node(op("add"), {a, b})->output(); }
-};
+using Builder = testing::CnnGraphBuilder;
 
 // Two residual blocks (the second with a strided 1x1 projection), a global mean and a gemm; the
 // first block's output is also a graph output (a plain reader in the middle of the region).

@@ -10,6 +10,7 @@
 #include "kiln/core/thread_pool.h"
 #include "kiln/ir.h"
 #include "kiln/runtime.h"
+#include "support/cnn_graph.h"
 #include "support/testing.h"
 
 namespace kiln {
@@ -18,32 +19,14 @@ namespace {
 using testing::random_tensor;
 using Layout = runtime::CompileOptions::Layout;
 
-struct Builder {
-  ir::Graph g;
-  uint64_t seed = 700;
-  ir::Value* cst(const std::string& n, const Shape& s) {
-    return g.add_constant(n, random_tensor(s, DType::f32, seed++, -0.25, 0.25));
-  }
-  ir::Value* conv(ir::Value* in, int64_t cout, int64_t k, int64_t stride, const std::string& n, int64_t groups = 1) {
-    const int64_t cin = in->type().shape[1].size, p = k / 2;
-    return g.add_node(op("conv2d"), {in, cst(n + "_w", {cout, cin / groups, k, k}), cst(n + "_b", {cout})},
-                      {{"padding", std::vector<int64_t>{p, p, p, p}},
-                       {"stride", std::vector<int64_t>{stride, stride}},
-                       {"groups", groups}})
-        ->output();
-  }
-  ir::Value* unary(const std::string& name, ir::Value* v) { return g.add_node(op(name), {v})->output(); }
-  ir::Value* binary(const std::string& name, ir::Value* a, ir::Value* b) {
-    return g.add_node(op(name), {a, b})->output();
-  }
-};
+using Builder = testing::CnnGraphBuilder;
 
 // A MobileNetV3-like stack: a strided stem, an inverted residual block with a squeeze-excite gate
 // (a pooled [N, C, 1, 1] scale broadcast over the image), then a 1x1 layer whose 512 KB of filters
 // outweigh an image (and kSmallFilterBytes), a mean and a gemm. The block's output is a graph
 // output as well: a value leaving a group while later steps of the group still read it.
 ir::Graph mobile_like() {
-  Builder b;
+  Builder b(700);
   b.g.name = "mobile_like";
   ir::Value* x = b.g.add_input("x", ir::ValueType{DType::f32, {ir::Dim::sym("batch"), 3, 24, 24}});
   ir::Value* stem = b.unary("relu", b.conv(x, 16, 3, 2, "stem"));
@@ -135,7 +118,7 @@ TEST(DepthFirst, GroupsStopAtHeavyFiltersAndMatchTheReference) {
 // must not land on it (image 0 would write over images 1..n's input before they read it). Whatever
 // groups the executor finds, every batch must match the reference.
 TEST(DepthFirst, GroupInputsAndOutputsNeverShareASlot) {
-  Builder b;
+  Builder b(700);
   b.g.name = "chain";
   ir::Value* x = b.g.add_input("x", ir::ValueType{DType::f32, {ir::Dim::sym("batch"), 16, 10, 10}});
   ir::Value* in = b.g.add_node(op("softmax"), {x}, {{"axis", int64_t{1}}})->output();
