@@ -14,7 +14,9 @@ Models (--models, comma-separated; default all that can be built here):
       batch_first, post-norm, GELU; float input [B, 128, 768]), torch_encoder_prenorm, hf_bert
       (a HuggingFace-style BERT-base: embeddings, additive finfo.min mask, erf GELU; inputs
       input_ids and attention_mask [B, 128], the last 28 keys padded), distil_bert (the same
-      with DistilBERT's masked_fill and q / sqrt(d)), sdpa_bert (F.scaled_dot_product_attention)
+      with DistilBERT's masked_fill and q / sqrt(d)), sdpa_bert (F.scaled_dot_product_attention),
+      sdpa_bool_bert (the same with a boolean mask of the keys kept, as HuggingFace's default
+      attention passes it: the export adds where(keep, 0, -inf) and where(isnan(p), 0, p))
   onnx.helper (no torch): tf_mobilenet_v2 (bench/models.py's MobileNetV2 with an NHWC input,
       batch norms folded into biased convolutions and SAME padding as explicit Pad nodes, as
       tf2onnx writes it)
@@ -42,7 +44,7 @@ import onnxruntime as ort
 HERE = os.path.dirname(os.path.abspath(__file__))
 VISION = ["resnet18", "resnet50", "mobilenet_v2", "mobilenet_v3_large", "mobilenet_v3_small", "efficientnet_b0",
           "regnet_y_400mf", "vit_b_16"]
-ENCODERS = ["torch_encoder", "torch_encoder_prenorm", "hf_bert", "distil_bert", "sdpa_bert"]
+ENCODERS = ["torch_encoder", "torch_encoder_prenorm", "hf_bert", "distil_bert", "sdpa_bert", "sdpa_bool_bert"]
 ALL = VISION + ENCODERS + ["tf_mobilenet_v2"]
 SEQ, VOCAB, PADDED = 128, 30522, 28
 
@@ -97,7 +99,7 @@ def bert(kind, layers=12, d=768, heads=12, ff=3072):
 
         def forward(self, x, mask):
             q, k, v = self.heads(self.q(x)), self.heads(self.k(x)), self.heads(self.v(x))
-            if kind == "sdpa_bert":
+            if kind in ("sdpa_bert", "sdpa_bool_bert"):
                 c = torch.nn.functional.scaled_dot_product_attention(q, k, v, attn_mask=mask)
             else:
                 if kind == "distil_bert":
@@ -123,6 +125,8 @@ def bert(kind, layers=12, d=768, heads=12, ff=3072):
             x = self.ln(x)
             if kind == "distil_bert":
                 mask = (attn == 0)[:, None, None, :]
+            elif kind == "sdpa_bool_bert":
+                mask = (attn != 0)[:, None, None, :]
             else:
                 mask = (1.0 - attn[:, None, None, :].to(torch.float32)) * torch.finfo(torch.float32).min
             for layer in self.layers:

@@ -130,6 +130,43 @@ TEST(FusedAttention, NonFiniteRowsFollowTheUnfusedGraph) {
   EXPECT_NEAR(g[4], v.contiguous().data<float>()[0], 1e-6);  // row 2 takes v's row 0
 }
 
+// zero_nan_rows (Note [NaN rows to zero] in attention_fusion.cc): the rows above that are NaN
+// come out as where(isnan(p), 0, p) @ v, zeros, on the register-tiled f32 kernel, the GEMM-based
+// loop (q strided along D) and f64; the other rows are unchanged.
+TEST(FusedAttention, ZeroNanRowsMatchesTheGuardedGraph) {
+  const float inf = std::numeric_limits<float>::infinity();
+  for (DType dt : {DType::f32, DType::f64})
+    for (bool strided_q : {false, true}) {
+      SCOPED_TRACE(std::string(dtype_name(dt)) + (strided_q ? " strided q" : ""));
+      Tensor q = random_tensor({2, 7, 3, 4}, dt, 1, -1, 1);
+      if (strided_q) q = random_tensor({2, 7, 4, 3}, dt, 1, -1, 1).transpose(-2, -1);
+      Tensor k = random_tensor({2, 7, 5, 4}, dt, 2, -1, 1);
+      Tensor v = random_tensor({2, 7, 5, 6}, dt, 3, -1, 1);
+      Tensor mask = random_tensor({2, 1, 3, 5}, DType::f32, 4, -1, 1).contiguous();
+      float* m = mask.data<float>();
+      for (int j = 0; j < 5; ++j) m[j] = -inf;                       // entry 0, row 0: all -inf
+      m[5 + 2] = std::numeric_limits<float>::quiet_NaN();           // entry 0, row 1: a NaN
+      m[15 + 10 + 3] = inf;                                         // entry 1, row 2: +inf
+      for (int j = 1; j < 5; ++j) m[15 + j] = -inf;                 // entry 1, row 0: only key 0
+      mask = mask.to(dt);
+      Tensor got = dispatch1(op("fused_attention"), {q, k, v, mask},
+                             {{"scale", 0.5}, {"k_transposed", false}, {"zero_nan_rows", true}});
+      Tensor p = softmax(matmul(q, transpose(k, -2, -1)) * Scalar(0.5) + mask, -1);
+      Tensor want = matmul(where(isnan(p), zeros({}, TensorOptions(dt)), p), v);
+      EXPECT_TRUE(testing::all_close(got, want, dt == DType::f32 ? kF32Tol : kF64Tol));
+      Tensor g = got.to(DType::f64).contiguous();
+      const double* gp = g.data<double>();
+      for (int64_t h = 0; h < 7; ++h)
+        for (int64_t c = 0; c < 6; ++c) {
+          const int64_t e0 = (h * 3) * 6 + c, e1 = ((7 + h) * 3 + 2) * 6 + c;
+          EXPECT_EQ(gp[e0], 0.0);                 // all -inf
+          EXPECT_EQ(gp[e0 + 6], 0.0);             // NaN
+          EXPECT_EQ(gp[e1], 0.0);                 // +inf
+          EXPECT_FALSE(std::isnan(gp[e0 + 12]));  // row 2 of entry 0 is an ordinary row
+        }
+    }
+}
+
 TEST(FusedAttention, RejectsBadShapes) {
   Tensor q = random_tensor({2, 3, 4}, DType::f32, 1), k = random_tensor({2, 5, 4}, DType::f32, 2);
   Tensor v = random_tensor({2, 5, 6}, DType::f32, 3);
@@ -378,6 +415,62 @@ TEST(TransformerFusion, MaskedFillFusesAsAnAdditiveMask) {
     EXPECT_TRUE(testing::all_close(got[0], want[0], testing::Tol{1e-5, 1e-6}));
     runtime::Executor ex(std::make_shared<runtime::Engine>(runtime::compile(g, {}).engine));
     EXPECT_TRUE(testing::all_close(ex.run(in)[0], want[0], testing::Tol{1e-5, 1e-6}));
+  }
+}
+
+// PyTorch's scaled_dot_product_attention with a boolean mask, as HuggingFace encoders export it:
+// q and k^T scaled by sqrt(scale), an additive where(keep, 0, -inf), the softmax guarded by
+// where(isnan(p), 0, p). It fuses with zero_nan_rows; a batch entry with every key masked comes
+// out zeros, as in the graph; a guard that fills NaN rows with anything but 0 stays unfused.
+TEST(TransformerFusion, SdpaNanGuardFusesAsZeroNanRows) {
+  const int64_t b = 3, s = 9, h = 2, d = 8;
+  for (double guard_fill : {0.0, 0.5}) {
+    SCOPED_TRACE("guard fill " + std::to_string(guard_fill));
+    ir::Graph g;
+    g.name = "sdpa";
+    ir::Value* q = g.add_input("q", {DType::f32, {b, h, s, d}});
+    ir::Value* k = g.add_input("k", {DType::f32, {b, h, s, d}});
+    ir::Value* v = g.add_input("v", {DType::f32, {b, h, s, d}});
+    ir::Value* keep = g.add_input("keep", {DType::boolean, {b, 1, 1, s}});
+    const double r = std::sqrt(1.0 / std::sqrt(static_cast<double>(d)));
+    ir::Value* kt = node(g, "mul", {node(g, "permute", {k}, {{"dims", std::vector<int64_t>{0, 1, 3, 2}}}), scalar(g, r)});
+    ir::Value* sc = node(g, "matmul", {node(g, "mul", {q, scalar(g, r)}), kt});
+    ir::Value* additive = node(g, "where", {keep, scalar(g, 0.0), scalar(g, -std::numeric_limits<double>::infinity())});
+    ir::Value* p = node(g, "softmax", {node(g, "add", {sc, additive})}, {{"axis", int64_t{-1}}});
+    ir::Value* guarded = node(g, "where", {node(g, "isnan", {p}), scalar(g, guard_fill), p});
+    g.add_output(node(g, "matmul", {guarded, v}));
+    ir::verify(g);
+    // Keys 6.. padding in every entry; entry 2 entirely.
+    Tensor kept = ones({b, 1, 1, s}, TensorOptions(DType::boolean)).contiguous();
+    kept.slice(3, 6, s).fill_(Scalar(false));
+    kept.slice(0, 2, 3).fill_(Scalar(false));
+    std::vector<Tensor> in{random_tensor({b, h, s, d}, DType::f32, 1, -2, 2), random_tensor({b, h, s, d}, DType::f32, 2, -2, 2),
+                           random_tensor({b, h, s, d}, DType::f32, 3), kept};
+    std::vector<Tensor> want = ir::run(g, in);
+    const bool fuses = guard_fill == 0.0;
+    ir::Graph f = g.clone();
+    auto reps = compiler::run_passes(f, {"attention_fusion", "dce"}, true);
+    EXPECT_EQ(reps[0].changed, fuses) << reps[0].report;
+    EXPECT_EQ(count_op(f, "fused_attention"), fuses ? 1 : 0) << ir::print(f);
+    EXPECT_EQ(count_op(f, "isnan"), fuses ? 0 : 1) << ir::print(f);
+    for (const ir::Node* n : f.nodes())
+      if (n->op().name() == "fused_attention") {
+        EXPECT_TRUE(n->attrs().get_bool("zero_nan_rows"));
+        EXPECT_NEAR(n->attrs().get_float("scale"), 1.0 / std::sqrt(static_cast<double>(d)), 1e-7);
+      }
+    std::vector<Tensor> got = ir::run(f, in);
+    EXPECT_TRUE(testing::all_close(got[0], want[0], testing::Tol{1e-5, 1e-6}));
+    runtime::Executor ex(std::make_shared<runtime::Engine>(runtime::compile(g, {}).engine));
+    Tensor eng = ex.run(in)[0];
+    EXPECT_TRUE(testing::all_close(eng, want[0], testing::Tol{1e-5, 1e-6}));
+    // Entry 2: every key masked, zeros (or the guard's fill times v's column sums: not NaN).
+    Tensor last = eng.slice(0, 2, 3).contiguous();
+    for (int64_t i = 0; i < last.numel(); ++i) {
+      EXPECT_FALSE(std::isnan(last.data<float>()[i]));
+      if (fuses) {
+        EXPECT_EQ(last.data<float>()[i], 0.0f);
+      }
+    }
   }
 }
 

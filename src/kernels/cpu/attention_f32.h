@@ -23,6 +23,7 @@ struct AttentionF32Args {
   const float* mask = nullptr;  // mask[i, j] = mask[i * m_rs + j * m_cs]; null: no mask
   int64_t m_rs = 0, m_cs = 0;
   float scale = 1.0f;
+  bool zero_nan_rows = false;  // a NaN row of probabilities becomes zeros (fused_attention's attribute)
   float* y = nullptr;  // y[i, c] = y[i * y_rs + c]
   int64_t y_rs = 0;
 };

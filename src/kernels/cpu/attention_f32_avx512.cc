@@ -15,7 +15,7 @@
 //      e^(s - max) (a degree-7 polynomial on a Cody-Waite reduced argument, scaled by vscalefps;
 //      about 1 ulp; -inf and anything below -87 give exactly 0: Note [No denormal exponentials] in avx512_util.h;
 //      NaN stays NaN) and the row sum. A NaN anywhere makes the row NaN, as does a max of +-inf
-//      (all -inf: 0/0), as in the unfused softmax.
+//      (all -inf: 0/0), as in the unfused softmax; under zero_nan_rows such a row is zeros.
 //   4. Output, after all rows' scores: v packed into sk rows of Dv rounded up to 16 floats (BERT's
 //      v rows lie 3 KiB apart, a stride that maps a head's v onto 16 of L1's 64 sets: read in
 //      place, this product ran 2.6x slower than the scores), then 6 rows x 64 output columns in 24
@@ -29,6 +29,7 @@
 #include <immintrin.h>
 
 #include <algorithm>
+#include <cmath>
 #include <cstring>
 #include <limits>
 
@@ -142,7 +143,9 @@ void score_rows(const float* q, int64_t q_rs, const float* kt, int64_t skp, int6
 // ---- softmax -------------------------------------------------------------------------------------
 
 // row[j] <- e^(scale * row[j] + mrow[j] - max) for j < n (mrow null: no mask); returns 1 / sum.
-float softmax_row(float* row, int64_t n, float scale, const float* mrow) {
+// A row that would be NaN (a NaN, or a max of +-inf) becomes zeros under zero_nan_rows, and 0 is
+// returned.
+float softmax_row(float* row, int64_t n, float scale, const float* mrow, bool zero_nan_rows) {
   const __m512 vs = _mm512_set1_ps(scale), ninf = _mm512_set1_ps(-std::numeric_limits<float>::infinity());
   __m512 mx = ninf;
   __mmask16 nan = 0;
@@ -155,6 +158,10 @@ float softmax_row(float* row, int64_t n, float scale, const float* mrow) {
     mx = _mm512_mask_max_ps(mx, m, mx, x);
   }
   const float rmax = nan != 0 ? std::numeric_limits<float>::quiet_NaN() : _mm512_reduce_max_ps(mx);
+  if (zero_nan_rows && !(std::abs(rmax) <= std::numeric_limits<float>::max())) {
+    std::memset(row, 0, static_cast<size_t>(n) * sizeof(float));
+    return 0.0f;
+  }
   const __m512 vm = _mm512_set1_ps(rmax);
   // Sums in f32 lanes, moved to f64 every 1024 columns.
   double total = 0;
@@ -264,7 +271,7 @@ void attention_rows__avx512(const AttentionF32Args& a, int64_t i0, int64_t i1, f
           m = mrow;
         }
       }
-      inv[ib + r] = softmax_row(sb + r * skp, a.sk, a.scale, m);
+      inv[ib + r] = softmax_row(sb + r * skp, a.sk, a.scale, m, a.zero_nan_rows);
     }
   }
   pack_v(a, dvp, vp);

@@ -10,6 +10,10 @@
 //        [0, 2, 1, 3]: [B, Sq, H, Dv]): the layout an encoder's head merge wants, written in
 //        place of its permute's copy (Note [Attention output layout] in
 //        src/compiler/passes/attention_fusion.cc)
+//   zero_nan_rows: a query row whose probabilities are NaN (every key masked by -inf, a NaN or
+//        +inf score) gets zeros for them, so its output is 0 * v: where(isnan(p), 0, p) @ v, the
+//        form of PyTorch's scaled_dot_product_attention export (Note [NaN rows to zero] in
+//        attention_fusion.cc). Without it such a row is NaN, as in the unfused softmax.
 // The leading dims of q, k and v must be equal (no matmul broadcasting); any strides are read in
 // place (permuted heads need no copy).
 //
@@ -170,7 +174,8 @@ int64_t rows_per_block(int64_t sq, int64_t sk, size_t elem) {
 }
 
 template <class T>
-void attention(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& mask, bool kt, T scale, Tensor& y) {
+void attention(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& mask, bool kt, T scale,
+               bool zero_nan_rows, Tensor& y) {
   const size_t r = static_cast<size_t>(q.dim());
   const int64_t sq = q.shape()[r - 2], dh = q.shape()[r - 1];
   const int64_t sk = v.shape()[r - 2], dv = v.shape()[r - 1];
@@ -204,6 +209,7 @@ void attention(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& 
       a.k_js = kt ? k.strides()[r - 1] : k.strides()[r - 2];
       a.k_ps = kt ? k.strides()[r - 2] : k.strides()[r - 1];
       a.m_rs = m_rs, a.m_cs = m_cs;
+      a.zero_nan_rows = zero_nan_rows;
       // Note [Attention tasks]: whole (batch, head) entries when there are enough of them to
       // keep every thread busy (k^T is packed once per task), else each entry's rows cut in
       // blocks of a multiple of 6 (the kernel's register block); the score rows of a task stay
@@ -251,7 +257,13 @@ void attention(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& 
             for (int64_t j = 0; j < sk; ++j) row[j] += mrow[j * m_cs];
           }
         }
-        inv[static_cast<size_t>(i)] = T(1) / exp_row(row, sk, vm);
+        const T sum = exp_row(row, sk, vm);
+        if (zero_nan_rows && std::isnan(sum)) {  // the whole row is NaN: zeros, and 0 * v
+          std::fill(row, row + sk, T(0));
+          inv[static_cast<size_t>(i)] = T(0);
+        } else {
+          inv[static_cast<size_t>(i)] = T(1) / sum;
+        }
       }
       T* out = yp + yo[b] + i0 * y_rs;
       kernels::cpu::gemm(rows, dv, sk, T(1), s.data(), sk, 1, vp + vo[b], v_rs, v_cs, T(0), out, y_rs);
@@ -279,14 +291,15 @@ void fused_attention_kernel(const KernelCall& k) {
   Tensor mask = k.inputs.size() > 3 ? k.in(3) : Tensor();
   const bool kt = k.attrs.get_bool("k_transposed");
   const double scale = k.attrs.get_float("scale");
+  const bool zero_nan_rows = k.attrs.get_bool("zero_nan_rows");
   if (k.in(2).shape()[static_cast<size_t>(k.in(2).dim()) - 2] == 0) {
     // Sk = 0: softmax over nothing times an empty v is the empty sum.
     y.fill_(0.0);
   } else if (dt == DType::f32) {
-    attention<float>(k.in(0), k.in(1), k.in(2), mask, kt, static_cast<float>(scale), y);
+    attention<float>(k.in(0), k.in(1), k.in(2), mask, kt, static_cast<float>(scale), zero_nan_rows, y);
   } else {
     KILN_ASSERT(dt == DType::f64, "fused_attention: kernel registered for f32/f64 only, got ", dtype_name(dt));
-    attention<double>(k.in(0), k.in(1), k.in(2), mask, kt, scale, y);
+    attention<double>(k.in(0), k.in(1), k.in(2), mask, kt, scale, zero_nan_rows, y);
   }
   if (!y.is_same(out)) kernels::cpu::copy_into(out, y);
 }
@@ -299,7 +312,7 @@ constexpr const char* kNoOnnx = "compiler-emitted inference op: export the unfus
 
 void register_fused_attention_ops(OpRegistry& r) {
   r.add("fused_attention(Tensor q, Tensor k, Tensor v, Tensor? mask, float scale=1.0, bool k_transposed=false, "
-        "int[] out_dims=[]) -> Tensor")
+        "int[] out_dims=[], bool zero_nan_rows=false) -> Tensor")
       .infer(infer_fused_attention)
       .kernel(DeviceType::cpu, DTypeSet{DType::f32, DType::f64}, fused_attention_kernel)
       .no_vjp(kNoVjp)
@@ -307,7 +320,8 @@ void register_fused_attention_ops(OpRegistry& r) {
       .no_onnx(kNoOnnx)
       .doc("softmax(scale * q @ k^T + mask, last axis) @ v without materializing the scores; q [..., Sq, D], "
            "k [..., Sk, D] (or [..., D, Sk] when k_transposed), v [..., Sk, Dv], mask broadcast to [..., Sq, Sk]; "
-           "the output [..., Sq, Dv], or that permuted by out_dims (which keeps Dv last).");
+           "the output [..., Sq, Dv], or that permuted by out_dims (which keeps Dv last); zero_nan_rows: a row whose "
+           "probabilities are NaN (every key masked by -inf) weighs v by zeros, as where(isnan(p), 0, p) @ v.");
 }
 
 }  // namespace kiln
