@@ -2,8 +2,8 @@
 // convolutions become fused_conv2d_nchwc with one to_nchwc per value read from outside and one
 // from_nchwc per value read outside (graph outputs too); engines with blocked regions match the
 // reference executor and the NCHW engine at every batch; a stem, a max pool and a global average
-// pool join the region, and so do depthwise convolutions and channel counts that are not multiples
-// of 16; the cost model keeps a small region in NCHW and blocks a deep chain; what cannot be
+// pool join the region, and so do depthwise and grouped convolutions and channel counts that are not
+// multiples of 16; the cost model keeps a small region in NCHW and blocks a deep chain; what cannot be
 // blocked stays as it is.
 #include <gtest/gtest.h>
 
@@ -487,7 +487,7 @@ TEST(Layout, LeavesWhatCannotBeBlocked) {
   Builder b;
   ir::Value* x = b.g.add_input("x", ir::ValueType{DType::f32, {1, 32, 10, 10}});
   ir::Value* w = b.g.add_input("w", ir::ValueType{DType::f32, {32, 32, 3, 3}});
-  ir::Value* grouped = b.conv(x, 32, 3, 1, "grouped", 2);
+  ir::Value* grouped = b.conv(x, 32, 3, 1, "grouped", 16);  // 2 channels a group: no span fills a block
   ir::Value* act = b.g.add_node(op("tanh"), {b.conv(grouped, 32, 1, 1, "act")})->output();  // fuses tanh: not blocked
   ir::Value* runtime_w = b.g.add_node(op("conv2d"), {act, w}, {{"padding", std::vector<int64_t>{1, 1, 1, 1}}})->output();
   b.g.add_output(runtime_w);
@@ -498,6 +498,33 @@ TEST(Layout, LeavesWhatCannotBeBlocked) {
   auto r = compiler::run_passes(b.g, {"layout_all"});
   EXPECT_FALSE(r[0].changed) << r[0].report;
   EXPECT_NE(r[0].report.find("no convolution to block"), std::string::npos) << r[0].report;
+}
+
+// ResNeXt's bottleneck: 1x1, a grouped 3x3 (4 channels a group: spans of 4 groups; then 8 a group,
+// strided: spans of 2), 1x1 with the residual. The grouped layers join the region (Note [Grouped
+// blocks] in conv_nchwc.cc): no conversion around them, and the engine matches the reference.
+TEST(Layout, GroupedConvolutionsJoinTheRegion) {
+  Builder b;
+  b.g.name = "resnext_like";
+  ir::Value* x = b.g.add_input("x", ir::ValueType{DType::f32, {ir::Dim::sym("batch"), 64, 11, 11}});
+  ir::Value* g1 = b.relu(b.conv(b.relu(b.conv(x, 64, 1, 1, "a1")), 64, 3, 1, "g1", 16));
+  ir::Value* y1 = b.relu(b.add(b.conv(g1, 64, 1, 1, "c1"), x));
+  ir::Value* g2 = b.relu(b.conv(b.relu(b.conv(y1, 128, 1, 1, "a2")), 128, 3, 2, "g2", 16));
+  ir::Value* y2 = b.relu(b.add(b.conv(g2, 128, 1, 1, "c2"), b.conv(y1, 128, 1, 2, "proj")));
+  b.g.add_output(y2);
+  ir::verify(b.g);
+  using Layout = runtime::CompileOptions::Layout;
+  runtime::CompileResult r = runtime::compile(b.g, opts(Layout::nchwc, 3));
+  auto n = op_counts(r.engine);
+  EXPECT_EQ(n["fused_conv2d_nchwc"], 7);
+  EXPECT_EQ(n["fused_conv2d"] + n["conv2d"], 0);
+  EXPECT_EQ(n["to_nchwc"], 1);
+  EXPECT_EQ(n["from_nchwc"], 1);
+  runtime::Executor ex(std::make_shared<runtime::Engine>(r.engine));
+  for (int64_t batch : {1, 3}) {
+    Tensor in = random_tensor({batch, 64, 11, 11}, DType::f32, 90 + static_cast<uint64_t>(batch));
+    EXPECT_TRUE(testing::all_close(ex.run({in})[0], ir::run(b.g, {in})[0], {1e-4, 1e-4})) << batch;
+  }
 }
 
 // MobileNet's shapes: depthwise convolutions and channel counts that are not multiples of 16 (a

@@ -244,6 +244,81 @@ TEST(Nchwc, EitherPanelWidthMatchesFloat64Reference) {
   }
 }
 
+// Note [Grouped blocks]: a grouped convolution blocked a span of groups at a time, against the
+// float64 grouped convolution, on every ISA, both panel widths and the plane's own choice, every
+// epilogue kind with a residual: spans of 4 (ResNeXt's 4 channels a group), 2 (RegNet's 8, and 8
+// in to 16 out) and 1 (16 and 32 channels a group, a block group of 2 and of 8 output blocks),
+// strides, padding, a 1x1 grouped layer, odd planes, a 7 x 7 plane, batches of 1 and 3. The
+// span, and what has none.
+TEST(Nchwc, GroupedConvMatchesFloat64Reference) {
+  struct Case {
+    int64_t groups;
+    ConvCase conv;
+    int64_t span;
+  };
+  const Case cases[] = {
+      {32, {1, 128, 128, 9, 9, 3, 3, {1, 1}, {1, 1, 1, 1}, {1, 1}}, 4},     // ResNeXt 32x4d's first stage
+      {32, {3, 256, 256, 13, 11, 3, 3, {2, 2}, {1, 1, 1, 1}, {1, 1}}, 2},   // 8 a group, stride 2, batch 3
+      {6, {1, 48, 96, 7, 7, 3, 3, {1, 1}, {1, 1, 1, 1}, {1, 1}}, 2},        // 8 in, 16 out a group
+      {4, {2, 64, 64, 14, 14, 3, 3, {1, 1}, {0, 1, 2, 1}, {1, 1}}, 1},      // 16 a group, asymmetric padding
+      {3, {1, 96, 96, 10, 12, 3, 3, {1, 1}, {1, 1, 1, 1}, {1, 1}}, 1},      // 32 a group: 2 blocks
+      {2, {1, 256, 256, 7, 7, 1, 1, {1, 1}, {0, 0, 0, 0}, {1, 1}}, 1},      // 1x1, 8 blocks a group
+      {8, {1, 128, 64, 15, 9, 1, 1, {2, 2}, {0, 0, 0, 0}, {1, 1}}, 2},      // 1x1 stride 2, 16 in, 8 out
+  };
+  int seed = 1700;
+  for (kernels::cpu::Isa isa : kernels::cpu::supported_isas()) {
+    kernels::cpu::IsaOverride on(isa);
+    for (const Case& gc : cases) {
+      const ConvCase& cc = gc.conv;
+      ASSERT_EQ(nchwc_conv_group_span(cc.c, cc.k, gc.groups), gc.span);
+      for (int panel_blocks : {0, 3, 4})
+        for (const std::string act : {"none", "relu", "silu"}) {
+          seed += 4;
+          SCOPED_TRACE(name_of(isa, cc) + " groups=" + std::to_string(gc.groups) + " panels=" +
+                       std::to_string(panel_blocks) + " act=" + act);
+          Conv2dOptions o = options_of(cc);
+          o.groups = gc.groups;
+          Tensor x = random_tensor({cc.n, cc.c, cc.h, cc.w}, DType::f32, seed, -1, 1);
+          Tensor w = random_tensor({cc.k, cc.c / gc.groups, cc.r, cc.s}, DType::f32, seed + 1, -0.3, 0.3);
+          Tensor bias = random_tensor({cc.k}, DType::f32, seed + 2);
+          Tensor ref = conv2d(f64(x), f64(w), f64(bias), o);
+          Tensor res = random_tensor(ref.shape(), DType::f32, seed + 3);
+          const int mode = act == "relu" ? 1 : act == "silu" ? 2 : 0;
+          Tensor want = epilogue_ref(ref, res, mode, act);
+          Tensor got;
+          if (panel_blocks == 0) {  // through the op
+            got = conv_nchwc(to_nchwc(x), w, bias, mode ? to_nchwc(res) : Tensor(), o, act, mode);
+          } else {  // the kernel with the panel width set
+            kernels::cpu::Conv2dParams p = params_of(cc);
+            p.groups = gc.groups;
+            p.nchwc_panel_blocks = panel_blocks;
+            ASSERT_TRUE(kernels::cpu::conv2d_nchwc_supported(p));
+            Tensor xb = to_nchwc(x), rb = to_nchwc(res);
+            got = empty_like(rb);
+            std::vector<float> packed(kernels::cpu::conv2d_nchwc_packed_weight_f32_floats(p));
+            ASSERT_EQ(packed.size(), static_cast<size_t>(cc.k * cc.c / gc.groups * gc.span * cc.r * cc.s));
+            kernels::cpu::pack_conv2d_nchwc_weight_f32(p, static_cast<const float*>(w.data_ptr()), packed.data());
+            kernels::cpu::Conv2dEpilogue ep;
+            ep.activation = act == "relu" ? kernels::cpu::GemmActivation::relu
+                            : act == "silu" ? kernels::cpu::GemmActivation::silu : kernels::cpu::GemmActivation::none;
+            ep.residual = mode ? static_cast<const float*>(rb.data_ptr()) : nullptr;
+            ep.residual_before_activation = mode == 1;
+            kernels::cpu::conv2d_nchwc_f32(p, static_cast<const float*>(xb.data_ptr()), packed.data(),
+                                           static_cast<const float*>(bias.data_ptr()),
+                                           static_cast<float*>(got.data_ptr()), ep);
+          }
+          EXPECT_TRUE(testing::all_close(from_nchwc(got, cc.k), want, {1e-4, 1e-4}));
+        }
+    }
+  }
+  // No span: depthwise (16 groups a block), 2 channels a group (8), groups that do not divide C.
+  EXPECT_EQ(nchwc_conv_group_span(64, 64, 64), 0);
+  EXPECT_EQ(nchwc_conv_group_span(64, 64, 32), 0);
+  EXPECT_EQ(nchwc_conv_group_span(48, 48, 5), 0);
+  EXPECT_EQ(nchwc_conv_group_span(40, 40, 5), 0);  // 8 a group, but 5 groups do not pair up
+  EXPECT_EQ(nchwc_conv_group_span(33, 16, 1), 1);
+}
+
 // Note [Winograd tiles]: F(2x2, 3x3) against the float64 direct convolution on every ISA: odd
 // planes (a partial last tile row and column), a 1 x 1 and a 1 x 1000 plane, no, symmetric and
 // asymmetric padding, partial blocks in and out, panels of 1-4 blocks, more input blocks than a
@@ -559,9 +634,14 @@ TEST(Nchwc, RejectsWhatTheBlockedLayoutCannotHold) {
   };
   EXPECT_KILN_ERROR(conv(xb, random_tensor({16, 16, 3, 3}, DType::f32, 3), "relu"),
                     "w of shape [16, 16, 3, 3] reads 16 input channels but x of shape [1, 2, 5, 5, 16] holds 2 blocks");
-  EXPECT_KILN_ERROR(dispatch1(op("fused_conv2d_nchwc"), {xb, random_tensor({32, 8, 3, 3}, DType::f32, 4)},
-                              {{"groups", int64_t{4}}}),
-                    "groups = 4 with w of shape [32, 8, 3, 3]", "one group or depthwise filters");
+  EXPECT_KILN_ERROR(dispatch1(op("fused_conv2d_nchwc"), {xb, random_tensor({32, 2, 3, 3}, DType::f32, 4)},
+                              {{"groups", int64_t{16}}}),
+                    "groups = 16 with w of shape [32, 2, 3, 3]", "one group, depthwise filters",
+                    "at most 4 consecutive ones fill whole blocks");
+  EXPECT_KILN_ERROR(dispatch1(op("fused_conv2d_nchwc"),
+                              {random_tensor({1, 16, 5, 5}, DType::f32, 11), random_tensor({32, 8, 3, 3}, DType::f32, 12)},
+                              {{"groups", int64_t{2}}}),
+                    "a grouped convolution needs blocked x");
   EXPECT_KILN_ERROR(dispatch1(op("fused_conv2d_nchwc"),
                               {random_tensor({1, 8, 5, 5}, DType::f32, 11), random_tensor({8, 1, 3, 3}, DType::f32, 12)},
                               {{"groups", int64_t{8}}}),

@@ -30,6 +30,13 @@ struct ConvTranspose2dOptions {
 Tensor conv_transpose2d(const Tensor& x, const Tensor& w, const Tensor& bias = {},
                         const ConvTranspose2dOptions& opt = {}, SourceLoc loc = KILN_HERE);
 
+// The compiler's blocked convolution (fused_conv2d_nchwc, channels in blocks of 16) runs a grouped
+// convolution a span of consecutive groups at a time, the fewest whose input and output channels
+// fill whole blocks, at span times the work (Note [Grouped blocks] in kernels/cpu/conv_nchwc.cc):
+// the span for C input and K output channels in `groups` groups (1 for one group), or 0 where
+// there is none it takes (depthwise layers have a kernel of their own).
+int64_t nchwc_conv_group_span(int64_t c, int64_t k, int64_t groups);
+
 struct Pool2dOptions {
   std::vector<int64_t> kernel{2, 2};
   std::vector<int64_t> stride{};             // empty = kernel

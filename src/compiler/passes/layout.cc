@@ -2,8 +2,9 @@
 // channels] in src/kernels/cpu/conv_nchwc.cc), with conversions only at a region's edges.
 //
 // Note [Layout regions]
-// A convolution can run blocked when its filters are f32 constants, it has one group or is
-// depthwise (groups = C = K), and its epilogue is one the blocked kernels have (none, relu, relu6,
+// A convolution can run blocked when its filters are f32 constants, it has one group, is depthwise
+// (groups = C = K) or has groups of which a few fill whole blocks (nchwc_conv_group_span; its
+// padded work counts the span), and its epilogue is one the blocked kernels have (none, relu, relu6,
 // hardswish, sigmoid, silu; conv2d and fused_conv2d alike). Channel counts need not be multiples of
 // 16: a partial last block's lanes are zero (or, past an elementwise op or a sigmoid, finite) and
 // ignored. A convolution of at most 16 input channels whose input comes from outside (a stem) reads
@@ -33,6 +34,7 @@
 #include <set>
 
 #include "compiler/passes/common.h"
+#include "kiln/ops/conv.h"
 
 namespace kiln::compiler::passes {
 namespace {
@@ -101,18 +103,21 @@ std::optional<Member> blockable_conv(ir::Node* n, bool x_blocked) {
   const Shape ws = w->constant().shape();
   const int64_t groups = n->attrs().get_int("groups"), c = ws[1] * groups;
   const bool depthwise = groups > 1 && groups == ws[0] && ws[1] == 1;
-  if (groups != 1 && !depthwise) return std::nullopt;
-  const bool stem = !depthwise && c < 16 && !x_blocked;
+  // Note [Grouped blocks] in conv_nchwc.cc: a span of groups fills whole blocks, at span times
+  // the work.
+  const int64_t span = depthwise ? 1 : nchwc_conv_group_span(c, ws[0], groups);
+  if (span == 0) return std::nullopt;
+  const bool stem = groups == 1 && c < 16 && !x_blocked;
   bool ok = true;
   const double out = static_cast<double>(static_elems(n->output(), ok));
   if (!ok) return std::nullopt;
   // Channels padded to whole blocks are work too: a partial block's lanes cost what full ones do.
   auto up = [](int64_t v) { return static_cast<double>((v + 15) / 16 * 16); };
   const double taps = static_cast<double>(ws[2] * ws[3]);
-  const double flops = depthwise ? 2.0 * out * taps : 2.0 * out * taps * static_cast<double>(c);
+  const double flops = depthwise ? 2.0 * out * taps : 2.0 * out * taps * static_cast<double>(ws[1]);
   const double padded = depthwise ? flops * up(c) / static_cast<double>(c)
                                   : flops * up(ws[0]) / static_cast<double>(ws[0]) *
-                                        (stem ? 1.0 : up(c) / static_cast<double>(c));
+                                        (stem ? 1.0 : up(c) / static_cast<double>(c)) * static_cast<double>(span);
   const double rate = depthwise ? kGainDepthwise : ws[2] * ws[3] == 1 ? kGainPointwise : kGainSpatial;
   return Member{stem ? Member::Kind::stem : Member::Kind::conv, n, stem ? nullptr : x, residual,
                 rate * flops - (padded - flops)};

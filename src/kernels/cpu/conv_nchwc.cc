@@ -153,10 +153,29 @@ bool stem_rows(const Conv2dParams& p) {
   return p.s > 1 && p.dil_w == 1 && p.k * p.r * p.s >= 256 * p.stride_h * p.stride_w;
 }
 
+// Note [Grouped blocks]
+// A grouped convolution's output channels read only their own group's input channels. Where a
+// group's channels fill whole blocks in and out (16 or 32 channels a group: ResNeXt's last two
+// stages), a panel of output blocks lying in one group reads that group's input blocks, and the
+// tiles are the ungrouped layer's with fewer blocks a slice. Where they do not (ResNeXt-50 32x4d's
+// 4 and 8 channels a group), a span of consecutive groups does: 4 groups of 4 channels fill a
+// block in and out, and the span runs as one group whose filters are zero between its groups
+// (span times the multiply-adds, at the tiles' rate instead of the grouped NCHW kernel's). So a
+// plan has block groups of gib input and gob output blocks each; the panels split each block
+// group's output blocks, and the packed filters of a panel hold its block group's input blocks
+// only. Before, ResNeXt-50 32x4d's grouped 3x3 layers ran NCHW with a conversion on either side:
+// 5.4 ms of layers and 1.9 of conversions at batch 1 on two threads; blocked 4.4 ms (the span-4
+// layers at 56 x 56 run 0.55 ms, the 2x work at the blocked tiles' full rate, against 0.43 + 0.24
+// of conversions NCHW), and the model 44.4-57.1 -> 42.0-47.2 ms against ONNX Runtime's 42.7-49.0
+// (which blocks a grouped layer only where each group fills whole blocks). Spans past 4 are not
+// taken (a depthwise layer's would be 16: it has a kernel of its own).
 struct Plan {
   bool plain = false;      // NCHW input (NchwcInput::plain)
   bool rows = false;       // a plain input read as kernel rows of S * C values (Note [Stem rows])
   int64_t kb = 0, cb = 0;
+  // Note [Grouped blocks]: block groups, each of gob output blocks reading its own gib input
+  // blocks; one group of all the blocks for an ungrouped convolution.
+  int64_t block_groups = 1, gib = 0, gob = 0, group_panels = 0;
   int64_t taps = 0;        // R * S, or R for rows
   int64_t lanes = 0;       // input channels a block: 16 (the last block's lanes past C are zero),
                            // or C for a plain input (C <= 16), or S * C for rows
@@ -181,18 +200,22 @@ Plan plan(const Conv2dParams& p, NchwcInput input) {
   pl.rows = pl.plain && stem_rows(p);
   pl.kb = nchwc_blocks(p.k);
   pl.cb = nchwc_blocks(p.c);
+  const int64_t span = p.groups == 1 ? 1 : nchwc_group_span(p.c, p.k, p.groups);
+  pl.block_groups = span == 0 ? 1 : p.groups / span;  // (no span: unsupported, checked by the callers)
+  pl.gib = pl.cb / pl.block_groups, pl.gob = pl.kb / pl.block_groups;
   pl.lanes = pl.rows ? p.s * p.c : pl.plain ? p.c : kChannelBlock;
   pl.px = pl.rows ? p.c : pl.plain ? 1 : kChannelBlock;
   pl.taps = pl.rows ? p.r : p.r * p.s;
   pl.pixels = p.ho * p.wo;
   pl.tiling = conv2d_nchwc_tiling(p);
-  pl.panels = (pl.kb + pl.tiling.panel_blocks - 1) / pl.tiling.panel_blocks;
+  pl.group_panels = (pl.gob + pl.tiling.panel_blocks - 1) / pl.tiling.panel_blocks;
+  pl.panels = pl.block_groups * pl.group_panels;
   // Note [Chunks for every thread]: 48 or 49 pixels a chunk unless that leaves fewer than 4 items
   // a thread; then smaller ones. A 7 x 7 layer of 512 filters was 11 items, 6 and 5 for two
   // threads, and each thread's share of the panels streams its filters from memory while the other
   // waits: 1.1 ms on two threads against 1.3 on one. Each candidate is a multiple of every
   // panel's tile (6, 8 or 12 pixels; 7 with panels of 3 blocks).
-  const bool all_six = pl.kb % 4 == 0;
+  const bool all_six = pl.gob % 4 == 0;
   // (12-pixel tiles: nothing under 24.)
   static constexpr std::array<int64_t, 4> kBy7{49, 28, 14, 7}, kBy6{48, 24, 12, 6}, kBy12{48, 24, 24, 24};
   const std::array<int64_t, 4>& candidates = pl.tiling.panel_blocks == 3 ? kBy7 : all_six ? kBy6 : kBy12;
@@ -206,7 +229,7 @@ Plan plan(const Conv2dParams& p, NchwcInput input) {
   // spends a tile's few steps against the item's fixed costs (its offsets, its tile list, a queue
   // take): chunks 4x as large while there are still `want` items. MobileNetV2 at batch 1 ran 2-5%
   // faster, its 112 x 112 1x1 layers 4-6%; ResNets unchanged.
-  if (pl.taps == 1 && pl.cb * pl.lanes <= 160 && pl.chunks > 1) {
+  if (pl.taps == 1 && pl.gib * pl.lanes <= 160 && pl.chunks > 1) {
     const int64_t big = 4 * pl.chunk, chunks = (pl.pixels + big - 1) / big;
     if (p.n * pl.panels * chunks >= want) pl.chunk = big, pl.chunks = chunks;
   }
@@ -261,7 +284,7 @@ Plan plan(const Conv2dParams& p, NchwcInput input) {
   // in conv_direct.cc: image by image, ResNet-18's 7 x 7 layers ran 1.33x the NCHW kernel's time
   // at batch 8) read ResNet-50's stride-2 1x1 layers' 25.7 MB input (batch 8) eight times: 9.0 ms
   // against ONNX Runtime's 7.3; chunk by chunk, 6.5. ResNet-50 ran 5% faster at batch 1 and 8.
-  const double filters = 4.0 * static_cast<double>(pl.kb * kChannelBlock * pl.cb * pl.lanes * pl.taps);
+  const double filters = 4.0 * static_cast<double>(pl.kb * kChannelBlock * pl.gib * pl.lanes * pl.taps);
   const double inputs = 4.0 * static_cast<double>(p.n * (pl.plain ? p.c : pl.cb * kChannelBlock) * p.h * p.w);
   auto far = [](double bytes) { return bytes > kNearBytes ? bytes : 0.0; };
   const double panel_outer = filters + static_cast<double>(pl.panels) * far(inputs);
@@ -279,15 +302,21 @@ Plan plan(const Conv2dParams& p, NchwcInput input) {
   pl.panel_inner = (p.n > 1 && near) || panel_inner < panel_outer;
   KILN_ASSERT(pl.chunk <= kMaxChunk, "conv2d_nchwc: chunk of ", pl.chunk, " pixels");
   const int64_t per_block = pl.lanes * pl.taps;
-  const int64_t slices = std::max<int64_t>(1, (pl.cb * per_block + kSliceDepth - 1) / kSliceDepth);
-  pl.slice_blocks = (pl.cb + slices - 1) / slices;
+  const int64_t slices = std::max<int64_t>(1, (pl.gib * per_block + kSliceDepth - 1) / kSliceDepth);
+  pl.slice_blocks = (pl.gib + slices - 1) / slices;
   return pl;
 }
 
+// A panel's output blocks: its first, and how many (a block group's last panel may be narrower).
+int64_t panel_block(const Plan& pl, int64_t panel) {
+  return panel / pl.group_panels * pl.gob + panel % pl.group_panels * pl.tiling.panel_blocks;
+}
 int panel_width(const Plan& pl, int64_t panel) {
   const int64_t pb = pl.tiling.panel_blocks;
-  return static_cast<int>(std::min(pb, pl.kb - pb * panel));
+  return static_cast<int>(std::min(pb, pl.gob - pb * (panel % pl.group_panels)));
 }
+// The first input block a panel reads (its block group's).
+int64_t panel_input_block(const Plan& pl, int64_t panel) { return panel / pl.group_panels * pl.gib; }
 
 // The plane the tiles read: x itself, or x copied into zero-bordered planes (a thread's scratch):
 // per image a plane per block (blocked input) or channel (plain), or for rows one plane of pixels
@@ -480,8 +509,17 @@ bool conv2d_nchwc_reads_rows(const Conv2dParams& p, NchwcInput input) {
   return input == NchwcInput::plain && stem_rows(p);
 }
 
+int64_t nchwc_group_span(int64_t c, int64_t k, int64_t groups) {
+  if (groups < 1 || c % groups != 0 || k % groups != 0) return 0;
+  for (int64_t span = 1; span <= kMaxGroupSpan; ++span)
+    if (groups % span == 0 && span * (c / groups) % kChannelBlock == 0 && span * (k / groups) % kChannelBlock == 0)
+      return span;
+  return 0;
+}
+
 bool conv2d_nchwc_supported(const Conv2dParams& p, NchwcInput input) {
-  return p.groups == 1 && p.c > 0 && p.k > 0 && (input == NchwcInput::blocked || p.c <= kChannelBlock) && p.r >= 1 &&
+  const bool grouping = p.groups == 1 || (input == NchwcInput::blocked && nchwc_group_span(p.c, p.k, p.groups) != 0);
+  return grouping && p.c > 0 && p.k > 0 && (input == NchwcInput::blocked || p.c <= kChannelBlock) && p.r >= 1 &&
          p.s >= 1 && p.ho >= 1 && p.wo >= 1 && p.stride_h >= 1 && p.stride_w >= 1 && p.dil_h >= 1 && p.dil_w >= 1 &&
          p.pad_top >= 0 && p.pad_left >= 0;
 }
@@ -515,7 +553,10 @@ NchwcTiling conv2d_nchwc_tiling(const Conv2dParams& p) {
     t.panel_blocks = p.nchwc_panel_blocks;
     return t;
   }
-  const int64_t pixels = p.ho * p.wo, kb = nchwc_blocks(p.k);
+  // Panels split a block group's output blocks (Note [Grouped blocks]).
+  const int64_t span = p.groups == 1 ? 1 : nchwc_group_span(p.c, p.k, p.groups);
+  const int64_t block_groups = span == 0 ? 1 : p.groups / span;
+  const int64_t pixels = p.ho * p.wo, kb = nchwc_blocks(p.k) / block_groups;
   const int64_t by6 = (pixels + 5) / 6 * 6, by7 = (pixels + 6) / 7 * 7;
   const bool less_waste = static_cast<double>(by7) < 0.97 * static_cast<double>(by6);
   const bool narrow_last_panel = (kb % 4 == 1 || kb % 4 == 2) && kb % 3 != 1;
@@ -524,9 +565,11 @@ NchwcTiling conv2d_nchwc_tiling(const Conv2dParams& p) {
 }
 
 size_t conv2d_nchwc_packed_weight_f32_floats(const Conv2dParams& p, NchwcInput input) {
-  // As plan()'s kb, cb, lanes and taps, without the rest of a plan (this runs on every call).
+  // As plan()'s kb, gib, lanes and taps, without the rest of a plan (this runs on every call).
   const int64_t lanes = input == NchwcInput::plain ? p.c : kChannelBlock;
-  return static_cast<size_t>(nchwc_blocks(p.k) * kChannelBlock * nchwc_blocks(p.c) * lanes * p.r * p.s);
+  const int64_t span = p.groups == 1 ? 1 : nchwc_group_span(p.c, p.k, p.groups);
+  const int64_t gib = span == 0 ? 0 : nchwc_blocks(p.c) / (p.groups / span);
+  return static_cast<size_t>(nchwc_blocks(p.k) * kChannelBlock * gib * lanes * p.r * p.s);
 }
 
 void pack_conv2d_nchwc_weight_f32(const Conv2dParams& p, const float* w, float* out, NchwcInput input) {
@@ -534,23 +577,27 @@ void pack_conv2d_nchwc_weight_f32(const Conv2dParams& p, const float* w, float* 
   const Plan pl = plan(p, input);
   // Tap by tap, a tap's channels: for rows the same order (Note [Stem rows]).
   const int64_t taps = p.r * p.s, lanes = pl.plain ? p.c : kChannelBlock;
+  const int64_t cpg = p.c / p.groups, kpg = p.k / p.groups;  // channels a group, in and out
   for (int64_t panel = 0; panel < pl.panels; ++panel) {
     const int64_t width = kChannelBlock * panel_width(pl, panel);
-    const int64_t k0 = panel * pl.tiling.panel_blocks * kChannelBlock;
-    for (int64_t blk = 0; blk < pl.cb; ++blk)
+    const int64_t k0 = panel_block(pl, panel) * kChannelBlock, b0 = panel_input_block(pl, panel);
+    for (int64_t blk = b0; blk < b0 + pl.gib; ++blk)
       for (int64_t t = 0; t < taps; ++t)
         for (int64_t c = 0; c < lanes; ++c) {
-          // Channels past C or K (a partial last block) get zero filters: their lanes stay zero.
+          // Channels past C or K (a partial last block) get zero filters: their lanes stay zero;
+          // so do the pairs of a block group whose channels lie in different groups.
           const int64_t ci = blk * kChannelBlock + c;
-          for (int64_t j = 0; j < width; ++j)
-            *out++ = ci < p.c && k0 + j < p.k ? w[((k0 + j) * p.c + ci) * taps + t] : 0.0f;
+          for (int64_t j = 0; j < width; ++j) {
+            const int64_t ko = k0 + j;
+            *out++ = ci < p.c && ko < p.k && ci / cpg == ko / kpg ? w[(ko * cpg + ci % cpg) * taps + t] : 0.0f;
+          }
         }
   }
 }
 
 void conv2d_nchwc_f32(const Conv2dParams& p, const float* x, const float* packed_w, const float* bias, float* y,
                       const Conv2dEpilogue& epilogue, NchwcInput input) {
-  KILN_CHECK(conv2d_nchwc_supported(p, input), "conv2d_nchwc_f32: needs one group",
+  KILN_CHECK(conv2d_nchwc_supported(p, input), "conv2d_nchwc_f32: needs one group or groups that fill whole blocks",
              input == NchwcInput::plain ? " and at most 16 channels of plain input" : "", ", got C=", p.c, " K=", p.k,
              " groups=", p.groups);
   const Plan pl = plan(p, input);
@@ -578,7 +625,7 @@ void conv2d_nchwc_f32(const Conv2dParams& p, const float* x, const float* packed
   const int64_t xplane = planes * plane, yplane = pl.kb * pl.pixels * kChannelBlock;
   // Input blocks (xblk apart) of `lanes` channels (ldc apart): a plain input is one block.
   const int64_t xblk = pl.plain ? 0 : plane, ldc = pl.plain && !pl.rows ? plane : 1;
-  const int64_t depth = pl.cb * pl.taps * pl.lanes;  // packed floats per output channel
+  const int64_t depth = pl.gib * pl.taps * pl.lanes;  // packed floats per output channel
   const int64_t items = p.n * pl.panels * pl.chunks;
   auto item_of = [&](int64_t item) {
     if (pl.panel_inner)
@@ -597,7 +644,7 @@ void conv2d_nchwc_f32(const Conv2dParams& p, const float* x, const float* packed
   // batch 1 on 2 threads, alternating with the library before on a noisy Zen 4: a lower median in
   // 6 rounds of 6 (4.05-6.68 ms against 4.51-7.40), ResNet-50 in 4 of 4 (33.97-34.38 against
   // 34.26-39.44); MobileNetV3-Large even.
-  const int64_t tile_lcm = pl.tiling.panel_blocks == 3 ? 7 : pl.kb % 4 == 0 ? 6 : 24;
+  const int64_t tile_lcm = pl.tiling.panel_blocks == 3 ? 7 : pl.gob % 4 == 0 ? 6 : 24;
   const int64_t part_px = (pl.chunk + 4 * tile_lcm - 1) / (4 * tile_lcm) * tile_lcm;
   const int64_t parts = (pl.chunk + part_px - 1) / part_px;
   parallel_for(0, items * parts, 1, [&](int64_t u0, int64_t u1) {
@@ -610,11 +657,11 @@ void conv2d_nchwc_f32(const Conv2dParams& p, const float* x, const float* packed
       const NchwcUkernelF32 uk_all = avx512 ? nchwc_ukernel_f32_avx512(nv, pl.tiling.pixels(nv), false) : nullptr;
       const NchwcUkernelF32 uk_listed = avx512 ? nchwc_ukernel_f32_avx512(nv, pl.tiling.pixels(nv), true) : nullptr;
       const int mr = uk_all != nullptr ? pl.tiling.pixels(nv) : 4;
-      const int64_t pb = pl.tiling.panel_blocks;
-      const float* wpanel = packed_w + panel * pb * kChannelBlock * depth;
-      const int64_t obase = img * yplane + panel * pb * pl.pixels * kChannelBlock;
+      const int64_t kblock = panel_block(pl, panel), xblock = panel_input_block(pl, panel);
+      const float* wpanel = packed_w + kblock * kChannelBlock * depth;
+      const int64_t obase = img * yplane + kblock * pl.pixels * kChannelBlock;
       ConvTileEpilogueF32 ep;
-      ep.bias = bias + panel * pb * kChannelBlock;
+      ep.bias = bias + kblock * kChannelBlock;
       ep.residual_before_activation = epilogue.residual_before_activation;
       ep.act = act;
       ep.residual = epilogue.residual != nullptr && !residual_in_y ? epilogue.residual + obase : nullptr;
@@ -682,12 +729,12 @@ void conv2d_nchwc_f32(const Conv2dParams& p, const float* x, const float* packed
       args.ldc = ldc;
       args.y = y + obase;
       args.yblk = pl.pixels * kChannelBlock;
-      for (int64_t b0 = 0; b0 < pl.cb; b0 += pl.slice_blocks) {
-        const int64_t nb = std::min(pl.slice_blocks, pl.cb - b0);
-        const bool last = b0 + nb == pl.cb;
+      for (int64_t b0 = 0; b0 < pl.gib; b0 += pl.slice_blocks) {
+        const int64_t nb = std::min(pl.slice_blocks, pl.gib - b0);
+        const bool last = b0 + nb == pl.gib;
         args.blocks = nb;
         args.w = wpanel + b0 * pl.taps * pl.lanes * kChannelBlock * nv;
-        args.x = xr + img * xplane + b0 * xblk;
+        args.x = xr + img * xplane + (xblock + b0) * xblk;
         args.accumulate = b0 > 0 || residual_in_y;
         args.ep = last ? &ep : nullptr;
         // The kernel's steps, a line of `ahead` each; as an address, since the last lines may lie
@@ -695,7 +742,8 @@ void conv2d_nchwc_f32(const Conv2dParams& p, const float* x, const float* packed
         const int64_t steps = nb * pl.taps * pl.lanes;
         const uintptr_t ahead =
             !last ? reinterpret_cast<uintptr_t>(args.w + steps * kChannelBlock * nv)
-                  : next_panel ? reinterpret_cast<uintptr_t>(packed_w + npanel * pb * kChannelBlock * depth) : 0;
+                  : next_panel ? reinterpret_cast<uintptr_t>(packed_w + panel_block(pl, npanel) * kChannelBlock * depth)
+                               : 0;
         for (int t = 0; t < ntiles; ++t) {
           const Tile& tl = tiles[t];
           args.taps = static_cast<int>(tl.rect->taps);

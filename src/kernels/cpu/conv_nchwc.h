@@ -39,9 +39,16 @@ void nchwc_to_nchw_f32(int64_t n, int64_t c, int64_t hw, const float* x, float* 
 // The input of a blocked convolution: blocked, or plain NCHW (a network's stem, whose 3 input
 // channels would waste 13 of a block's 16 lanes: its output starts a blocked region).
 enum class NchwcInput { blocked, plain };
-// What the blocked convolution takes: one group, any C and K (a partial last block's lanes are
-// zero in x and come out zero in y), at most 16 channels of plain input; any filter size, stride,
-// padding and dilation.
+// Note [Grouped blocks] (conv_nchwc.cc): a grouped convolution runs blocked in block groups, the
+// fewest consecutive groups (a span) whose input and output channels both fill whole blocks of 16;
+// a span multiplies the work by itself (the filters between its groups are zeros), so at most
+// kMaxGroupSpan. The span, or 0 where there is none (groups that do not divide C and K, or
+// depthwise layers, whose span would be 16: they have their own kernel).
+inline constexpr int64_t kMaxGroupSpan = 4;
+int64_t nchwc_group_span(int64_t c, int64_t k, int64_t groups);
+// What the blocked convolution takes: one group (any C and K: a partial last block's lanes are
+// zero in x and come out zero in y; at most 16 channels of plain input), or groups with a span on
+// blocked input; any filter size, stride, padding and dilation.
 bool conv2d_nchwc_supported(const Conv2dParams& p, NchwcInput input = NchwcInput::blocked);
 // Whether conv2d_nchwc_f32 reads a zero-bordered copy of a padded input rather than cutting the
 // output into rectangles of the same taps (Note [Borders without a copy] in conv_nchwc.cc).
@@ -49,8 +56,9 @@ bool conv2d_nchwc_copies_input(const Conv2dParams& p, NchwcInput input = NchwcIn
 // Whether it reads a plain input copied by pixel, a kernel row's S * C values consecutive (Note
 // [Stem rows] in conv_nchwc.cc).
 bool conv2d_nchwc_reads_rows(const Conv2dParams& p, NchwcInput input);
-// Filters [K, C, R, S] packed per panel of up to 4 output blocks: [panel][C/16][R*S][16][width]
-// for blocked input, [panel][R*S][C][width] for plain input; zeros for channels past C and K.
+// Filters [K, C / groups, R, S] packed per panel of up to 4 output blocks: [panel][blocks][R*S][16]
+// [width] for blocked input (the C/16 blocks, or a block group's), [panel][R*S][C][width] for
+// plain input; zeros for channels past C and K and between the groups of a block group.
 size_t conv2d_nchwc_packed_weight_f32_floats(const Conv2dParams& p, NchwcInput input = NchwcInput::blocked);
 void pack_conv2d_nchwc_weight_f32(const Conv2dParams& p, const float* w, float* out,
                                   NchwcInput input = NchwcInput::blocked);

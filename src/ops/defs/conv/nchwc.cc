@@ -76,11 +76,16 @@ std::vector<TensorMeta> infer_conv_nchwc(const InferCtx& c) {
   const int64_t groups = c.attrs.get_int("groups");
   const int64_t channels = ws[1] * groups;  // the input's
   const bool plain_x = xs.size() == 4;      // a stem's NCHW input (NchwcInput::plain)
-  if (groups != 1 && !(groups == ws[0] && ws[1] == 1))
+  const bool depthwise = groups > 1 && groups == ws[0] && ws[1] == 1;
+  if (groups != 1 && !depthwise && kernels::cpu::nchwc_group_span(channels, ws[0], groups) == 0)
     c.fail("groups = " + std::to_string(groups) + " with w of shape " + shape_str(ws) +
-           ": the blocked kernels take one group or depthwise filters [C, 1, R, S] with groups = C");
+           ": the blocked kernels take one group, depthwise filters [C, 1, R, S] with groups = C, or groups of which "
+           "at most " + std::to_string(kernels::cpu::kMaxGroupSpan) +
+           " consecutive ones fill whole blocks of 16 input and output channels");
   if (plain_x) {
-    if (groups != 1) c.fail("a depthwise convolution needs blocked x, got x of shape " + shape_str(xs));
+    if (groups != 1)
+      c.fail(std::string(depthwise ? "a depthwise" : "a grouped") + " convolution needs blocked x, got x of shape " +
+             shape_str(xs));
     if (channels != xs[1])
       c.fail("w of shape " + shape_str(ws) + " has " + std::to_string(ws[1]) + " input channels but x of shape " +
              shape_str(xs) + " has " + std::to_string(xs[1]));
@@ -90,7 +95,8 @@ std::vector<TensorMeta> infer_conv_nchwc(const InferCtx& c) {
     if (xs.size() != 5 || xs[4] != kChannelBlock)
       c.fail("x of shape " + shape_str(xs) + " must be blocked, [N, C/16, H, W, 16], or NCHW with at most 16 channels");
     if (nchwc_blocks(channels) != xs[1])
-      c.fail("w of shape " + shape_str(ws) + (groups > 1 ? " (depthwise)" : "") + " reads " + std::to_string(channels) +
+      c.fail("w of shape " + shape_str(ws) + (depthwise ? " (depthwise)" : groups > 1 ? " (grouped)" : "") + " reads " +
+             std::to_string(channels) +
              " input channels but x of shape " + shape_str(xs) + " holds " + std::to_string(xs[1]) +
              " blocks of 16");
   }
@@ -129,7 +135,8 @@ kernels::cpu::GemmActivation act_of(const std::string& a) {
 }
 
 // panel_blocks: the blocked convolution's panel width (Note [Panels as tactics] in
-// conv_nchwc.cc), 0 for its own choice; depthwise layers have no panels. winograd: Winograd's
+// conv_nchwc.cc), 0 for its own choice; depthwise layers have no panels (grouped ones do: Note
+// [Grouped blocks] in conv_nchwc.cc). winograd: Winograd's
 // F(2x2, 3x3) (Note [Winograd tiles] in conv_nchwc.cc) where the layer allows it.
 void conv_nchwc(const KernelCall& k, int panel_blocks, bool winograd = false) {
   const Tensor& out = k.out(0);
@@ -148,7 +155,8 @@ void conv_nchwc(const KernelCall& k, int panel_blocks, bool winograd = false) {
   p.ho = out.shape()[2], p.wo = out.shape()[3];
   p.stride_h = stride[0], p.stride_w = stride[1], p.pad_top = pad[0], p.pad_left = pad[1];
   p.dil_h = dil[0], p.dil_w = dil[1], p.groups = groups;
-  p.nchwc_panel_blocks = groups == 1 ? panel_blocks : 0;
+  const bool depthwise = groups > 1 && groups == p.k && w.shape()[1] == 1;
+  p.nchwc_panel_blocks = depthwise ? 0 : panel_blocks;
   kernels::cpu::Conv2dEpilogue ep;
   ep.activation = act_of(k.attrs.get_string("activation"));
   ep.residual = res.defined() ? static_cast<const float*>(res.data_ptr()) : nullptr;
@@ -163,14 +171,14 @@ void conv_nchwc(const KernelCall& k, int panel_blocks, bool winograd = false) {
     auto packed = cached_packed_weight_f32(w, {5, p.k, p.c, p.r, p.s}, kernels::cpu::conv2d_nchwc_winograd_packed_weight_f32_floats(p),
                                            [&](float* buf) { kernels::cpu::pack_conv2d_nchwc_winograd_weight_f32(p, wp, buf); });
     kernels::cpu::conv2d_nchwc_winograd_f32(p, xp, packed.get(), bp, yp, ep);
-  } else if (groups > 1) {
+  } else if (depthwise) {
     auto packed = cached_packed_weight_f32(w, {4, p.k, p.r, p.s}, kernels::cpu::depthwise_nchwc_packed_weight_f32_floats(p),
                                            [&](float* buf) { kernels::cpu::pack_depthwise_nchwc_weight_f32(p, wp, buf); });
     kernels::cpu::depthwise_conv2d_nchwc_f32(p, xp, packed.get(), bp, yp, ep);
   } else {
     const kernels::cpu::NchwcTiling tiling = kernels::cpu::conv2d_nchwc_tiling(p);
     auto packed = cached_packed_weight_f32(
-        w, {3, p.k, p.c, p.r, p.s, tiling.panel_blocks, static_cast<int64_t>(input)},
+        w, {3, p.k, p.c, p.r, p.s, tiling.panel_blocks, static_cast<int64_t>(input), groups},
         kernels::cpu::conv2d_nchwc_packed_weight_f32_floats(p, input),
         [&](float* buf) { kernels::cpu::pack_conv2d_nchwc_weight_f32(p, wp, buf, input); });
     kernels::cpu::conv2d_nchwc_f32(p, xp, packed.get(), bp, yp, ep, input);
@@ -263,6 +271,10 @@ constexpr const char* kNoOnnx = "compiler-emitted inference op: export the unblo
 
 }  // namespace
 
+int64_t nchwc_conv_group_span(int64_t c, int64_t k, int64_t groups) {
+  return groups == 1 ? 1 : kernels::cpu::nchwc_group_span(c, k, groups);
+}
+
 void register_nchwc_ops(OpRegistry& r) {
   const DTypeSet f32{DType::f32};
   r.add("to_nchwc(Tensor x) -> Tensor")
@@ -302,8 +314,9 @@ void register_nchwc_ops(OpRegistry& r) {
         return present.size() > 3 && present[3] && a.get_int("groups") == 1 && before ? 3 : -1;
       })
       .doc("fused_conv2d on channel-blocked residual and output [N, ceil(K/16), Ho, Wo, 16]; x blocked "
-           "[N, ceil(C/16), H, W, 16], or NCHW with C <= 16 (a stem); w [K, C, R, S] (one group) or [C, 1, R, S] "
-           "(depthwise, groups = C).");
+           "[N, ceil(C/16), H, W, 16], or NCHW with C <= 16 (a stem); w [K, C, R, S] (one group), [C, 1, R, S] "
+           "(depthwise, groups = C) or [K, C / groups, R, S] with groups that fill whole blocks (Note [Grouped blocks] "
+           "in kernels/cpu/conv_nchwc.cc).");
   r.add("scale_shift_nchwc(Tensor x, Tensor scale, Tensor shift, str activation=\"none\") -> Tensor")
       .infer(infer_scale_shift_nchwc)
       .kernel(DeviceType::cpu, f32, scale_shift_nchwc_kernel)

@@ -404,8 +404,13 @@ bool tactic_fits(const OpDef& op, const std::string& tactic, const Attrs& attrs,
   const std::string& name = op.name();
   // Note [Panels as tactics] in conv_nchwc.cc: the panel width matters where K leaves a narrower
   // last panel; a depthwise layer has no panels.
-  if (name == "fused_conv2d_nchwc" && (tactic == "panels3" || tactic == "panels4"))
-    return weight.size() == 4 && attrs.get_int("groups") == 1 && (weight[0] + 15) / 16 % 4 != 0;
+  // A grouped layer's panels split each block group's output blocks (Note [Grouped blocks]).
+  if (name == "fused_conv2d_nchwc" && (tactic == "panels3" || tactic == "panels4")) {
+    if (weight.size() != 4) return false;
+    const int64_t groups = attrs.get_int("groups");
+    const int64_t span = groups == 1 ? 1 : kernels::cpu::nchwc_group_span(weight[1] * groups, weight[0], groups);
+    return span != 0 && (weight[0] + 15) / 16 / (groups / span) % 4 != 0;
+  }
   // Note [Winograd tiles] in conv_nchwc.cc: 3x3 filters of stride 1 and dilation 1, one group,
   // where a panel's transformed filters stay in L2.
   if (name == "fused_conv2d_nchwc" && tactic == "winograd")
