@@ -9,7 +9,8 @@ script exports such models, checks kiln's output against ONNX Runtime's, and tim
 
 Models (--models, comma-separated; default all that can be built here):
   torchvision (needs torch and torchvision): resnet18, resnet50, mobilenet_v2, mobilenet_v3_large,
-      mobilenet_v3_small, efficientnet_b0, regnet_y_400mf, vit_b_16
+      mobilenet_v3_small, efficientnet_b0, regnet_y_400mf, vit_b_16, resnet34, wide_resnet50_2,
+      resnext50_32x4d (grouped 3x3 layers), mnasnet1_0, mobilenet_v2_w14 (width multiplier 1.4)
   PyTorch modules written here (needs torch): torch_encoder (nn.TransformerEncoder, 12 x 768,
       batch_first, post-norm, GELU; float input [B, 128, 768]), torch_encoder_prenorm, hf_bert
       (a HuggingFace-style BERT-base: embeddings, additive finfo.min mask, erf GELU; inputs
@@ -17,6 +18,9 @@ Models (--models, comma-separated; default all that can be built here):
       with DistilBERT's masked_fill and q / sqrt(d)), sdpa_bert (F.scaled_dot_product_attention),
       sdpa_bool_bert (the same with a boolean mask of the keys kept, as HuggingFace's default
       attention passes it: the export adds where(keep, 0, -inf) and where(isnan(p), 0, p))
+  HuggingFace transformers (needs transformers), random weights, default attention (SDPA):
+      transformers_bert (BertModel, base), transformers_roberta, transformers_distilbert,
+      transformers_minilm (BertModel at all-MiniLM-L6's shape: 6 layers, hidden 384, 12 heads)
   onnx.helper (no torch): tf_mobilenet_v2 (bench/models.py's MobileNetV2 with an NHWC input,
       batch norms folded into biased convolutions and SAME padding as explicit Pad nodes, as
       tf2onnx writes it)
@@ -43,8 +47,15 @@ import onnxruntime as ort
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 VISION = ["resnet18", "resnet50", "mobilenet_v2", "mobilenet_v3_large", "mobilenet_v3_small", "efficientnet_b0",
-          "regnet_y_400mf", "vit_b_16"]
-ENCODERS = ["torch_encoder", "torch_encoder_prenorm", "hf_bert", "distil_bert", "sdpa_bert", "sdpa_bool_bert"]
+          "regnet_y_400mf", "vit_b_16", "resnet34", "wide_resnet50_2", "resnext50_32x4d", "mnasnet1_0",
+          "mobilenet_v2_w14"]
+# HuggingFace transformers' own models (random weights), exported with their default attention.
+TRANSFORMERS = {"transformers_bert": ("Bert", {}), "transformers_roberta": ("Roberta", {}),
+                "transformers_distilbert": ("DistilBert", {}),
+                "transformers_minilm": ("Bert", dict(hidden_size=384, num_hidden_layers=6, num_attention_heads=12,
+                                                     intermediate_size=1536))}
+ENCODERS = ["torch_encoder", "torch_encoder_prenorm", "hf_bert", "distil_bert", "sdpa_bert", "sdpa_bool_bert"] + list(
+    TRANSFORMERS)
 ALL = VISION + ENCODERS + ["tf_mobilenet_v2"]
 SEQ, VOCAB, PADDED = 128, 30522, 28
 
@@ -57,7 +68,8 @@ def export_torch(name, path):
     torch.manual_seed(0)
     dyn = {"input": {0: "batch"}, "output": {0: "batch"}}
     if name in VISION:
-        m = getattr(torchvision.models, name)().eval()
+        m = (torchvision.models.mobilenet_v2(width_mult=1.4) if name == "mobilenet_v2_w14"
+             else getattr(torchvision.models, name)()).eval()
         with torch.no_grad():
             for mod in m.modules():
                 if isinstance(mod, torch.nn.BatchNorm2d):  # statistics that do something
@@ -73,7 +85,7 @@ def export_torch(name, path):
         m = torch.nn.TransformerEncoder(layer, 12, enable_nested_tensor=False).eval()
         args, names = (torch.randn(1, SEQ, 768),), ["input"]
     else:
-        m = bert(name).eval()
+        m = transformers_model(name) if name in TRANSFORMERS else bert(name).eval()
         args = (torch.randint(0, VOCAB, (1, SEQ)), torch.ones(1, SEQ, dtype=torch.int64))
         names = ["input_ids", "attention_mask"]
         dyn = {"input_ids": {0: "batch", 1: "seq"}, "attention_mask": {0: "batch", 1: "seq"},
@@ -81,6 +93,34 @@ def export_torch(name, path):
     # Not under no_grad: there nn.MultiheadAttention takes its fused fast path, which has no ONNX form.
     torch.onnx.export(m, args, path, input_names=names, output_names=["output"], dynamic_axes=dyn, opset_version=17,
                       dynamo=False)
+
+
+def have_transformers():
+    try:
+        import transformers  # noqa: F401
+        return True
+    except Exception:  # absent, or its own dependency check failing (an old safetensors)
+        return False
+
+
+def transformers_model(name):
+    """A HuggingFace model's last hidden state from (input_ids, attention_mask)."""
+    import torch
+    import transformers
+    arch, cfg = TRANSFORMERS[name]
+    config = getattr(transformers, arch + "Config")(**cfg)
+    extra = {} if arch == "DistilBert" else {"add_pooling_layer": False}
+    model = getattr(transformers, arch + "Model")(config, **extra).eval()
+
+    class Hidden(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.model = model
+
+        def forward(self, ids, attn):
+            return self.model(input_ids=ids, attention_mask=attn).last_hidden_state
+
+    return Hidden()
 
 
 def bert(kind, layers=12, d=768, heads=12, ff=3072):
@@ -239,9 +279,12 @@ def main():
             elif not have_torch:
                 print(f"{name:24} skipped: needs torch and torchvision (pip install torch torchvision)")
                 continue
+            elif name in TRANSFORMERS and not have_transformers():
+                print(f"{name:24} skipped: needs transformers that imports (pip install -U transformers)")
+                continue
             else:
                 export_torch(name, onnx_path)
-        extra = ["--dim", f"seq={SEQ}"] if name.endswith("bert") else []
+        extra = ["--dim", f"seq={SEQ}"] if name in ENCODERS and not name.startswith("torch_encoder") else []
         subprocess.run([a.kiln, "compile", onnx_path, "-o", engine, "--batch", "1:8", "--threads", str(a.threads)]
                        + extra, check=True, stdout=subprocess.DEVNULL)
         session = ort_session(onnx_path, a.threads)
