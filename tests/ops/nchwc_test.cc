@@ -463,7 +463,10 @@ TEST(Nchwc, DepthwiseMatchesFloat64Reference) {
                       // Most above run in bands of rows (Note [Small depthwise planes]); wide
                       // outputs row by row (Note [Blocked depthwise]), as 30 x 29 does.
                       {1, 24, 20, 40, 3, {1, 1}, {1, 1, 1, 1}, {1, 1}}, {2, 40, 18, 34, 5, {2, 2}, {2, 2, 2, 2}, {1, 1}},
-                      {1, 16, 23, 15, 5, {1, 1}, {2, 0, 1, 2}, {2, 1}}};
+                      {1, 16, 23, 15, 5, {1, 1}, {2, 0, 1, 2}, {2, 1}},
+                      // Kernel rows in registers (stride 1 across): 5 x 5 rows of 33 interior
+                      // outputs (8, 4 and 1 at a time), and with the rows 2 apart.
+                      {1, 40, 12, 37, 5, {1, 1}, {2, 2, 2, 2}, {1, 1}}, {2, 16, 16, 30, 5, {2, 1}, {4, 2, 4, 2}, {2, 1}}};
   int seed = 700;
   for (kernels::cpu::Isa isa : kernels::cpu::supported_isas()) {
     kernels::cpu::IsaOverride on(isa);

@@ -232,7 +232,51 @@ void depthwise_nchwc_outputs_avx512(int taps, const int64_t* tap_off, const int3
   });
 }
 
+// depthwise_nchwc_row_s1_avx512 for a window S wide: N outputs a step, a kernel row's N + S - 1
+// input vectors loaded once and each used by up to S taps.
+template <int S>
+void depthwise_nchwc_row_s1(int rows, const int64_t* row_off, const int32_t* row_w, const float* x, const float* w,
+                            float* y, int64_t count, const ConvTileEpilogueF32& ep) {
+  const __m512 bv = _mm512_loadu_ps(ep.bias);
+  with_finish(ep, [&](const auto& finish) {
+    auto run = [&]<int N>(int64_t o) {
+      __m512 acc[N];
+#pragma GCC unroll 8
+      for (int i = 0; i < N; ++i) acc[i] = bv;
+      const float* xo = x + o * 16;
+      for (int r = 0; r < rows; ++r) {
+        const float* xr = xo + row_off[r];
+        const float* wr = w + 16 * row_w[r];
+        __m512 in[N + S - 1];
+#pragma GCC unroll 12
+        for (int j = 0; j < N + S - 1; ++j) in[j] = _mm512_loadu_ps(xr + 16 * j);
+#pragma GCC unroll 5
+        for (int t = 0; t < S; ++t) {
+          const __m512 wv = _mm512_loadu_ps(wr + 16 * t);
+#pragma GCC unroll 8
+          for (int i = 0; i < N; ++i) acc[i] = _mm512_fmadd_ps(in[i + t], wv, acc[i]);
+        }
+      }
+#pragma GCC unroll 8
+      for (int i = 0; i < N; ++i) {
+        const int64_t at = (o + i) * 16;
+        _mm512_storeu_ps(y + at, finish(acc[i], ep.residual != nullptr ? ep.residual + at : nullptr));
+      }
+    };
+    int64_t o = 0;
+    for (; o + 8 <= count; o += 8) run.template operator()<8>(o);
+    for (; o + 4 <= count; o += 4) run.template operator()<4>(o);
+    for (; o < count; ++o) run.template operator()<1>(o);
+  });
+}
+
 }  // namespace
+
+void depthwise_nchwc_row_s1_avx512(int s, int rows, const int64_t* row_off, const int32_t* row_w, const float* x,
+                                   const float* w, float* y, int64_t count, const ConvTileEpilogueF32& ep) {
+  if (s == 3) depthwise_nchwc_row_s1<3>(rows, row_off, row_w, x, w, y, count, ep);
+  else depthwise_nchwc_row_s1<5>(rows, row_off, row_w, x, w, y, count, ep);
+}
 
 void depthwise_nchwc_row_avx512(int taps, const int64_t* tap_off, const int32_t* tap_w, const float* x, int64_t xstep,
                                 const float* w, float* y, int64_t count, const ConvTileEpilogueF32& ep) {
