@@ -165,10 +165,17 @@ bool stem_rows(const Conv2dParams& p) {
 // group's output blocks, and the packed filters of a panel hold its block group's input blocks
 // only. Before, ResNeXt-50 32x4d's grouped 3x3 layers ran NCHW with a conversion on either side:
 // 5.4 ms of layers and 1.9 of conversions at batch 1 on two threads; blocked 4.4 ms (the span-4
-// layers at 56 x 56 run 0.55 ms, the 2x work at the blocked tiles' full rate, against 0.43 + 0.24
+// layers at 56 x 56 run 0.55 ms, 4x the work at the blocked tiles' full rate, against 0.43 + 0.24
 // of conversions NCHW), and the model 44.4-57.1 -> 42.0-47.2 ms against ONNX Runtime's 42.7-49.0
 // (which blocks a grouped layer only where each group fills whole blocks). Spans past 4 are not
 // taken (a depthwise layer's would be 16: it has a kernel of its own).
+// The block groups of p (1 for an ungrouped layer, or one without a span: unsupported, which the
+// callers check).
+int64_t block_groups_of(const Conv2dParams& p) {
+  const int64_t span = p.groups == 1 ? 0 : nchwc_group_span(p.c, p.k, p.groups);
+  return span == 0 ? 1 : p.groups / span;
+}
+
 struct Plan {
   bool plain = false;      // NCHW input (NchwcInput::plain)
   bool rows = false;       // a plain input read as kernel rows of S * C values (Note [Stem rows])
@@ -200,8 +207,7 @@ Plan plan(const Conv2dParams& p, NchwcInput input) {
   pl.rows = pl.plain && stem_rows(p);
   pl.kb = nchwc_blocks(p.k);
   pl.cb = nchwc_blocks(p.c);
-  const int64_t span = p.groups == 1 ? 1 : nchwc_group_span(p.c, p.k, p.groups);
-  pl.block_groups = span == 0 ? 1 : p.groups / span;  // (no span: unsupported, checked by the callers)
+  pl.block_groups = block_groups_of(p);
   pl.gib = pl.cb / pl.block_groups, pl.gob = pl.kb / pl.block_groups;
   pl.lanes = pl.rows ? p.s * p.c : pl.plain ? p.c : kChannelBlock;
   pl.px = pl.rows ? p.c : pl.plain ? 1 : kChannelBlock;
@@ -554,9 +560,7 @@ NchwcTiling conv2d_nchwc_tiling(const Conv2dParams& p) {
     return t;
   }
   // Panels split a block group's output blocks (Note [Grouped blocks]).
-  const int64_t span = p.groups == 1 ? 1 : nchwc_group_span(p.c, p.k, p.groups);
-  const int64_t block_groups = span == 0 ? 1 : p.groups / span;
-  const int64_t pixels = p.ho * p.wo, kb = nchwc_blocks(p.k) / block_groups;
+  const int64_t pixels = p.ho * p.wo, kb = nchwc_blocks(p.k) / block_groups_of(p);
   const int64_t by6 = (pixels + 5) / 6 * 6, by7 = (pixels + 6) / 7 * 7;
   const bool less_waste = static_cast<double>(by7) < 0.97 * static_cast<double>(by6);
   const bool narrow_last_panel = (kb % 4 == 1 || kb % 4 == 2) && kb % 3 != 1;
@@ -567,8 +571,7 @@ NchwcTiling conv2d_nchwc_tiling(const Conv2dParams& p) {
 size_t conv2d_nchwc_packed_weight_f32_floats(const Conv2dParams& p, NchwcInput input) {
   // As plan()'s kb, gib, lanes and taps, without the rest of a plan (this runs on every call).
   const int64_t lanes = input == NchwcInput::plain ? p.c : kChannelBlock;
-  const int64_t span = p.groups == 1 ? 1 : nchwc_group_span(p.c, p.k, p.groups);
-  const int64_t gib = span == 0 ? 0 : nchwc_blocks(p.c) / (p.groups / span);
+  const int64_t gib = nchwc_blocks(p.c) / block_groups_of(p);
   return static_cast<size_t>(nchwc_blocks(p.k) * kChannelBlock * gib * lanes * p.r * p.s);
 }
 
