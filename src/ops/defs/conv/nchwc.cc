@@ -62,6 +62,10 @@ Attrs conv_attrs_of(const Attrs& a) {
 }
 
 const char* kActs = "none, relu, relu6, hardswish, sigmoid, silu";
+// Filters [C, 1, R, S] with groups = C: the blocked depthwise kernel's (other groups run in block
+// groups, Note [Grouped blocks] in kernels/cpu/conv_nchwc.cc).
+bool depthwise_filters(int64_t groups, const Shape& ws) { return groups > 1 && groups == ws[0] && ws[1] == 1; }
+
 bool blocked_act(const std::string& a) {
   return a == "none" || a == "relu" || a == "relu6" || a == "hardswish" || a == "sigmoid" || a == "silu";
 }
@@ -76,7 +80,7 @@ std::vector<TensorMeta> infer_conv_nchwc(const InferCtx& c) {
   const int64_t groups = c.attrs.get_int("groups");
   const int64_t channels = ws[1] * groups;  // the input's
   const bool plain_x = xs.size() == 4;      // a stem's NCHW input (NchwcInput::plain)
-  const bool depthwise = groups > 1 && groups == ws[0] && ws[1] == 1;
+  const bool depthwise = depthwise_filters(groups, ws);
   if (groups != 1 && !depthwise && kernels::cpu::nchwc_group_span(channels, ws[0], groups) == 0)
     c.fail("groups = " + std::to_string(groups) + " with w of shape " + shape_str(ws) +
            ": the blocked kernels take one group, depthwise filters [C, 1, R, S] with groups = C, or groups of which "
@@ -155,7 +159,7 @@ void conv_nchwc(const KernelCall& k, int panel_blocks, bool winograd = false) {
   p.ho = out.shape()[2], p.wo = out.shape()[3];
   p.stride_h = stride[0], p.stride_w = stride[1], p.pad_top = pad[0], p.pad_left = pad[1];
   p.dil_h = dil[0], p.dil_w = dil[1], p.groups = groups;
-  const bool depthwise = groups > 1 && groups == p.k && w.shape()[1] == 1;
+  const bool depthwise = depthwise_filters(groups, w.shape());
   p.nchwc_panel_blocks = depthwise ? 0 : panel_blocks;
   kernels::cpu::Conv2dEpilogue ep;
   ep.activation = act_of(k.attrs.get_string("activation"));
