@@ -63,6 +63,11 @@ const ConvCase kCases[] = {
     {2, 24, 40, 9, 8, 1, 1, {1, 1}, {0, 0, 0, 0}, {1, 1}},     // partial blocks in and out
     {1, 8, 24, 7, 7, 3, 3, {1, 1}, {1, 1, 1, 1}, {1, 1}},      // one partial block in, 7-pixel tiles
     {1, 144, 24, 10, 10, 1, 1, {1, 1}, {0, 0, 0, 0}, {1, 1}},  // MobileNetV2's projection to 24
+    // A partial last input block after whole ones, its real lanes only (Note [The last block's
+    // real lanes]): 3x3 copied, 1x1 in slices of 6 and 5 blocks, 1x1 stride 2.
+    {1, 40, 32, 9, 9, 3, 3, {1, 1}, {1, 1, 1, 1}, {1, 1}},
+    {1, 170, 48, 6, 5, 1, 1, {1, 1}, {0, 0, 0, 0}, {1, 1}},
+    {2, 72, 24, 9, 9, 1, 1, {2, 2}, {0, 0, 0, 0}, {1, 1}},
     {1, 32, 48, 40, 40, 1, 1, {1, 1}, {0, 0, 0, 0}, {1, 1}},   // a light 1x1 layer: 192-pixel chunks
     {1, 32, 384, 7, 14, 1, 1, {1, 1}, {0, 0, 0, 0}, {1, 1}},   // and with 7-pixel tiles: 196
     // Large enough planes to be cut into rectangles instead of copied (Note [Borders without a
@@ -70,6 +75,7 @@ const ConvCase kCases[] = {
     {1, 16, 32, 48, 48, 3, 3, {1, 1}, {1, 1, 1, 1}, {1, 1}},
     {2, 16, 24, 56, 56, 3, 3, {2, 2}, {1, 1, 1, 1}, {1, 1}},
     {1, 16, 16, 70, 61, 5, 3, {1, 1}, {3, 0, 1, 2}, {2, 1}},
+    {1, 40, 32, 48, 48, 3, 3, {1, 1}, {1, 1, 1, 1}, {1, 1}},   // rectangles, a partial last block
 };
 
 kernels::cpu::Conv2dParams params_of(const ConvCase& cc) {

@@ -144,6 +144,10 @@ struct NchwcTileArgs {
   const int64_t* yoff = nullptr;
   int64_t yblk = 0;
   int m = 0;
+  // Channels of the last block read (blocked input: lanes 16, ldc 1); the rest are a partial last
+  // block's zero lanes, skipped with their zero filters (Note [The last block's real lanes] in
+  // conv_nchwc.cc).
+  int last_lanes = 16;
   bool accumulate = false;
   const ConvTileEpilogueF32* ep = nullptr;
 };

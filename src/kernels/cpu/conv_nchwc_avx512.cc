@@ -118,7 +118,8 @@ void nchwc_tile(const NchwcTileArgs& a) {
   // x + tap_off[t] stays inside the input: every listed tap of every pixel does, and offsets count
   // from a rectangle's first valid tap (Note [Borders without a copy] in conv_nchwc.cc).
   if (lanes == 16 && ldc == 1) {
-    for (int64_t b = 0; b < blocks; ++b, x += xblk)
+    const int64_t full = a.last_lanes < 16 ? blocks - 1 : blocks;
+    for (int64_t b = 0; b < full; ++b, x += xblk)
       for (int t = 0; t < taps; ++t) {
         const float* xt = x + tap_off[t];
         // A 1x1 layer's next block is new lines a block plane away (12.5 KB at 14 x 14), which no
@@ -135,6 +136,18 @@ void nchwc_tile(const NchwcTileArgs& a) {
 #pragma GCC unroll 2
         for (int c = 0; c < 16; ++c) step(xt + c);
       }
+    // A partial last block: its real channels only (Note [The last block's real lanes] in
+    // conv_nchwc.cc).
+    if (full < blocks) {
+      const int real = a.last_lanes;
+      for (int t = 0; t < taps; ++t) {
+        const float* xt = x + tap_off[t];
+        tap_filters(full, t);
+#pragma GCC unroll 2
+        for (int c = 0; c < real; ++c) step(xt + c);
+        if constexpr (!Listed) w += (16 - real) * 16 * NV;
+      }
+    }
   } else if (ldc == 1) {
     // A stem's kernel rows of S * C consecutive values (Note [Stem rows] in conv_nchwc.cc).
     for (int64_t b = 0; b < blocks; ++b, x += xblk)
