@@ -472,7 +472,12 @@ TEST(Nchwc, DepthwiseMatchesFloat64Reference) {
                       {1, 16, 23, 15, 5, {1, 1}, {2, 0, 1, 2}, {2, 1}},
                       // Kernel rows in registers (stride 1 across): 5 x 5 rows of 33 interior
                       // outputs (8, 4 and 1 at a time), and with the rows 2 apart.
-                      {1, 40, 12, 37, 5, {1, 1}, {2, 2, 2, 2}, {1, 1}}, {2, 16, 16, 30, 5, {2, 1}, {4, 2, 4, 2}, {2, 1}}};
+                      {1, 40, 12, 37, 5, {1, 1}, {2, 2, 2, 2}, {1, 1}}, {2, 16, 16, 30, 5, {2, 1}, {4, 2, 4, 2}, {2, 1}},
+                      // and in bands: rows of 7 (MobileNets' 7 x 7 planes), 8 + 6, 4, 8 + 3 every
+                      // other input row.
+                      {1, 48, 7, 7, 5, {1, 1}, {2, 2, 2, 2}, {1, 1}},   {2, 32, 14, 14, 5, {1, 1}, {2, 2, 2, 2}, {1, 1}},
+                      {1, 24, 7, 7, 3, {1, 1}, {1, 1, 1, 1}, {1, 1}},   {1, 16, 6, 4, 5, {1, 1}, {2, 2, 2, 2}, {1, 1}},
+                      {1, 16, 12, 11, 3, {2, 1}, {1, 1, 1, 1}, {1, 1}}};
   int seed = 700;
   for (kernels::cpu::Isa isa : kernels::cpu::supported_isas()) {
     kernels::cpu::IsaOverride on(isa);

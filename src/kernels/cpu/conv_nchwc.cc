@@ -1076,7 +1076,13 @@ void pack_depthwise_nchwc_weight_f32(const Conv2dParams& p, const float* w, floa
 // outputs of a 5-wide window), then its S taps. MNASNet's depthwise layers at batch 1 on one thread,
 // alternating (`kiln bench --profile`): 5 x 5 at 28 x 28 0.086-0.089 -> 0.072-0.077 ms, 3 x 3 at
 // 112 x 112 0.172-0.173 -> 0.158-0.165, at 56 x 56 0.083-0.087 -> 0.080-0.081; whole models within
-// noise (MNASNet at batch 8 on two threads 29.52-29.59 -> 29.16-29.54).
+// noise (MNASNet at batch 8 on two threads 29.52-29.59 -> 29.16-29.54). The bands of narrow planes
+// (Note [Small depthwise planes]) run the same kernel a band's output row at a time, its rest after
+// 8 outputs in one step (a 7-wide row: 11 input loads a kernel row for 35 multiply-adds, where 8
+// outputs across rows loaded an input vector per multiply-add): MNASNet at batch 1 on one thread,
+// alternating libraries, 3 rounds, 5 x 5 at 14 x 14 0.095-0.099 -> 0.059-0.072 ms, at 7 x 7
+// 0.063-0.067 -> 0.044-0.053, 3 x 3 at 7 x 7 0.036-0.038 -> 0.029-0.038; the engine 7.62-8.63 ->
+// 7.50-7.62 ms, MobileNetV2, V3-Large and EfficientNet-B0 within noise.
 
 namespace {
 
@@ -1145,6 +1151,15 @@ void depthwise_nchwc_narrow(const Conv2dParams& p, const float* x, const float* 
       tap_w[static_cast<size_t>(r * p.s + s)] = static_cast<int32_t>(r * p.s + s);
     }
   const auto kernel = active_isa() == Isa::avx512 ? depthwise_nchwc_pixels_avx512 : depthwise_nchwc_pixels_scalar;
+  // Rows of a 3- or 5-wide window at stride 1 keep a kernel row's inputs in registers: kernel row r
+  // of every output row at the row's first input pixel + row_off[r], its filters row_w[r].
+  const bool rows_s1 = active_isa() == Isa::avx512 && p.stride_w == 1 && p.dil_w == 1 && (p.s == 3 || p.s == 5);
+  std::vector<int64_t> row_off(static_cast<size_t>(p.r));
+  std::vector<int32_t> row_w(static_cast<size_t>(p.r));
+  for (int64_t r = 0; r < p.r; ++r) {
+    row_off[static_cast<size_t>(r)] = r * p.dil_h * wp * kChannelBlock;
+    row_w[static_cast<size_t>(r)] = static_cast<int32_t>(r * p.s);
+  }
   // Input columns [c0, c1) of the scratch hold x's columns [0, W); the rest are padding.
   const int64_t c0 = std::min(wp, p.pad_left), c1 = std::min(wp, p.pad_left + p.w);
   parallel_for(0, planes * bands, 1, [&](int64_t i0, int64_t i1) {
@@ -1171,6 +1186,17 @@ void depthwise_nchwc_narrow(const Conv2dParams& p, const float* x, const float* 
       ConvTileEpilogueF32 e = ep;
       e.bias = bias + nb % cb * kChannelBlock;
       e.residual = epilogue.residual != nullptr ? epilogue.residual + nb * yplane : nullptr;
+      if (rows_s1) {
+        // Note [Kernel rows in registers], a band's output row at a time.
+        for (int64_t oh = oh0; oh < oh1; ++oh) {
+          const int64_t at = nb * yplane + oh * p.wo * kChannelBlock;
+          e.residual = epilogue.residual != nullptr ? epilogue.residual + at : nullptr;
+          depthwise_nchwc_row_s1_avx512(static_cast<int>(p.s), static_cast<int>(p.r), row_off.data(), row_w.data(),
+                                        buf + (oh - oh0) * p.stride_h * wp * kChannelBlock,
+                                        packed_w + nb % cb * taps * kChannelBlock, y + at, p.wo, e);
+        }
+        continue;
+      }
       const int64_t count = (oh1 - oh0) * p.wo;
       for (int64_t k = 0; k < count; k += 8) {
         const int64_t m = std::min<int64_t>(8, count - k);
