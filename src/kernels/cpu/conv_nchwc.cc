@@ -1082,13 +1082,25 @@ void pack_depthwise_nchwc_weight_f32(const Conv2dParams& p, const float* w, floa
 // outputs across rows loaded an input vector per multiply-add): MNASNet at batch 1 on one thread,
 // alternating libraries, 3 rounds, 5 x 5 at 14 x 14 0.095-0.099 -> 0.059-0.072 ms, at 7 x 7
 // 0.063-0.067 -> 0.044-0.053, 3 x 3 at 7 x 7 0.036-0.038 -> 0.029-0.038; the engine 7.62-8.63 ->
-// 7.50-7.62 ms, MobileNetV2, V3-Large and EfficientNet-B0 within noise.
+// 7.50-7.62 ms, MobileNetV2, V3-Large and EfficientNet-B0 within noise. At stride 2 across, output o's
+// tap s reads input column 2 o + s: a kernel row's 2N + S - 2 inputs serve N outputs (19 loads for
+// 40 multiply-adds at N = 8, S = 5, against 40). With both (bands and stride 2), per-layer minima
+// of 5 alternations at batch 1 on one thread (`kiln bench --profile`), against the library before:
+// MNASNet's layers sum to 7.66 -> 7.43 ms (its 3 x 3 stride-2 layer from 112 x 112 0.067 ->
+// 0.052), MobileNetV3-Large's 6.16 -> 6.06; MobileNetV2's stride-2 layers unchanged (0.121, 0.048,
+// 0.019-0.020, 0.027-0.029).
 
 namespace {
 
 // Planes narrower than this whose rows have fewer than 8 interior columns, or whose window is
 // larger than 3 x 3, run in bands (Note [Small depthwise planes]).
 constexpr int64_t kNarrowDepthwise = 16;
+
+// Whether rows run kernel row by kernel row (Note [Kernel rows in registers]): AVX-512, a 3- or
+// 5-wide window read at stride 1 or 2 without dilation across.
+bool kernel_rows(const Conv2dParams& p) {
+  return active_isa() == Isa::avx512 && (p.stride_w == 1 || p.stride_w == 2) && p.dil_w == 1 && (p.s == 3 || p.s == 5);
+}
 
 // `count` outputs of the blocked depthwise convolution, for any ISA: output o reads from x offset
 // x_at(o) and is stored (its residual read) y_at(o) floats into y.
@@ -1128,7 +1140,8 @@ void depthwise_nchwc_pixels_scalar(int taps, const int64_t* tap_off, const int32
 // 5 x 5 layers ran blocked at 0.040 ms against 0.019-0.024 in NCHW. So a narrow plane goes in
 // bands of output rows (enough bands for 4 items a thread), each band's input rows copied into a
 // zero-bordered scratch (an L1-sized copy for a 7 x 7 or 14 x 14 plane), where every output has
-// every tap at the same offsets and outputs run 8 at a time across rows: those layers 0.012-0.022
+// every tap at the same offsets and outputs run 8 at a time across rows (a row at a time, kernel row
+// by kernel row, where Note [Kernel rows in registers] applies): those layers 0.012-0.022
 // ms, MobileNetV2's 3 x 3 layers at 7 x 7 0.021-0.023 -> 0.015 (batch 1, 2 threads). Where a row
 // has 8 or more interior columns and a 3 x 3 window, rows run as before: for MobileNetV2's 3 x 3
 // stride-2 layer from 28 x 28 to 14 x 14 the copy is 4x the output, and it ran 0.015 -> 0.024 ms in
@@ -1153,7 +1166,7 @@ void depthwise_nchwc_narrow(const Conv2dParams& p, const float* x, const float* 
   const auto kernel = active_isa() == Isa::avx512 ? depthwise_nchwc_pixels_avx512 : depthwise_nchwc_pixels_scalar;
   // Rows of a 3- or 5-wide window at stride 1 keep a kernel row's inputs in registers: kernel row r
   // of every output row at the row's first input pixel + row_off[r], its filters row_w[r].
-  const bool rows_s1 = active_isa() == Isa::avx512 && p.stride_w == 1 && p.dil_w == 1 && (p.s == 3 || p.s == 5);
+  const bool by_kernel_rows = kernel_rows(p);
   std::vector<int64_t> row_off(static_cast<size_t>(p.r));
   std::vector<int32_t> row_w(static_cast<size_t>(p.r));
   for (int64_t r = 0; r < p.r; ++r) {
@@ -1186,14 +1199,15 @@ void depthwise_nchwc_narrow(const Conv2dParams& p, const float* x, const float* 
       ConvTileEpilogueF32 e = ep;
       e.bias = bias + nb % cb * kChannelBlock;
       e.residual = epilogue.residual != nullptr ? epilogue.residual + nb * yplane : nullptr;
-      if (rows_s1) {
+      if (by_kernel_rows) {
         // Note [Kernel rows in registers], a band's output row at a time.
         for (int64_t oh = oh0; oh < oh1; ++oh) {
           const int64_t at = nb * yplane + oh * p.wo * kChannelBlock;
           e.residual = epilogue.residual != nullptr ? epilogue.residual + at : nullptr;
-          depthwise_nchwc_row_s1_avx512(static_cast<int>(p.s), static_cast<int>(p.r), row_off.data(), row_w.data(),
-                                        buf + (oh - oh0) * p.stride_h * wp * kChannelBlock,
-                                        packed_w + nb % cb * taps * kChannelBlock, y + at, p.wo, e);
+          depthwise_nchwc_kernel_rows_avx512(static_cast<int>(p.s), static_cast<int>(p.stride_w), static_cast<int>(p.r),
+                                             row_off.data(), row_w.data(),
+                                             buf + (oh - oh0) * p.stride_h * wp * kChannelBlock,
+                                             packed_w + nb % cb * taps * kChannelBlock, y + at, p.wo, e);
         }
         continue;
       }
@@ -1231,7 +1245,7 @@ void depthwise_conv2d_nchwc_f32(const Conv2dParams& p, const float* x, const flo
     return;
   }
   const auto row_kernel = active_isa() == Isa::avx512 ? depthwise_nchwc_row_avx512 : depthwise_nchwc_row_scalar;
-  const bool rows_s1 = active_isa() == Isa::avx512 && p.stride_w == 1 && p.dil_w == 1 && (p.s == 3 || p.s == 5);
+  const bool by_kernel_rows = kernel_rows(p);
   const int64_t xstep = p.stride_w * kChannelBlock, orow = p.wo * kChannelBlock;
   // Columns with a tap outside the input (each its own list), then the interior run (one list).
   std::vector<int64_t> edge;
@@ -1290,16 +1304,16 @@ void depthwise_conv2d_nchwc_f32(const Conv2dParams& p, const float* x, const flo
         const int64_t ow = interior ? lo : edge[i];
         const size_t at = i * static_cast<size_t>(taps);
         e.residual = res != nullptr ? res + ow * kChannelBlock : nullptr;
-        if (interior && rows_s1) {
+        if (interior && by_kernel_rows) {
           // Note [Kernel rows in registers]: the interior list is kernel row by kernel row, S taps each.
           const int nrows = count[i] / static_cast<int>(p.s);
           for (int r = 0; r < nrows; ++r) {
             row_off[static_cast<size_t>(r)] = off[at + static_cast<size_t>(r * p.s)];
             row_w[static_cast<size_t>(r)] = widx[at + static_cast<size_t>(r * p.s)];
           }
-          depthwise_nchwc_row_s1_avx512(static_cast<int>(p.s), nrows, row_off.data(), row_w.data(),
-                                        xr + (lo * p.stride_w - p.pad_left) * kChannelBlock, w, yrow + lo * kChannelBlock,
-                                        hi - lo, e);
+          depthwise_nchwc_kernel_rows_avx512(static_cast<int>(p.s), static_cast<int>(p.stride_w), nrows, row_off.data(),
+                                             row_w.data(), xr + (lo * p.stride_w - p.pad_left) * kChannelBlock, w,
+                                             yrow + lo * kChannelBlock, hi - lo, e);
         } else if (interior)
           row_kernel(count[i], off.data() + at, widx.data() + at, xr + (lo * p.stride_w - p.pad_left) * kChannelBlock,
                      xstep, w, yrow + lo * kChannelBlock, hi - lo, e);

@@ -238,46 +238,38 @@ void depthwise_nchwc_outputs_avx512(int taps, const int64_t* tap_off, const int3
     };
     // 8 at a time, then 4 (a 7 x 7 plane's 5 interior columns), then one: one at a time, every tap
     // loaded its filters again, and MobileNetV2's 7 x 7 layers ran 1.2-1.4x ONNX Runtime's time.
-    // 8 outputs a step, then the rest in one (a 7- or 14-wide row of Note [Small depthwise
-    // planes]: 7, or 8 and 6).
     int64_t o = 0;
     for (; o + 8 <= count; o += 8) run.template operator()<8>(o);
-    switch (count - o) {
-      case 7: run.template operator()<7>(o); break;
-      case 6: run.template operator()<6>(o); break;
-      case 5: run.template operator()<5>(o); break;
-      case 4: run.template operator()<4>(o); break;
-      case 3: run.template operator()<3>(o); break;
-      case 2: run.template operator()<2>(o); break;
-      case 1: run.template operator()<1>(o); break;
-      default: break;
-    }
+    for (; o + 4 <= count; o += 4) run.template operator()<4>(o);
+    for (; o < count; ++o) run.template operator()<1>(o);
   });
 }
 
-// depthwise_nchwc_row_s1_avx512 for a window S wide: N outputs a step, a kernel row's N + S - 1
-// input vectors loaded once and each used by up to S taps.
-template <int S>
-void depthwise_nchwc_row_s1(int rows, const int64_t* row_off, const int32_t* row_w, const float* x, const float* w,
-                            float* y, int64_t count, const ConvTileEpilogueF32& ep) {
+// depthwise_nchwc_kernel_rows_avx512 for a window S wide at stride ST: N outputs a step, a kernel
+// row's (N - 1) ST + S input vectors loaded once and each used by up to S taps (8 outputs of a
+// 5-wide window at stride 2: 19 inputs, 8 accumulators and the filter in 28 registers).
+template <int S, int ST>
+void depthwise_nchwc_kernel_rows(int rows, const int64_t* row_off, const int32_t* row_w, const float* x,
+                                 const float* w, float* y, int64_t count, const ConvTileEpilogueF32& ep) {
   const __m512 bv = _mm512_loadu_ps(ep.bias);
   with_finish(ep, [&](const auto& finish) {
     auto run = [&]<int N>(int64_t o) {
       __m512 acc[N];
 #pragma GCC unroll 8
       for (int i = 0; i < N; ++i) acc[i] = bv;
-      const float* xo = x + o * 16;
+      const float* xo = x + o * ST * 16;
+      constexpr int kIn = (N - 1) * ST + S;
       for (int r = 0; r < rows; ++r) {
         const float* xr = xo + row_off[r];
         const float* wr = w + 16 * row_w[r];
-        __m512 in[N + S - 1];
-#pragma GCC unroll 12
-        for (int j = 0; j < N + S - 1; ++j) in[j] = _mm512_loadu_ps(xr + 16 * j);
+        __m512 in[kIn];
+#pragma GCC unroll 20
+        for (int j = 0; j < kIn; ++j) in[j] = _mm512_loadu_ps(xr + 16 * j);
 #pragma GCC unroll 5
         for (int t = 0; t < S; ++t) {
           const __m512 wv = _mm512_loadu_ps(wr + 16 * t);
 #pragma GCC unroll 8
-          for (int i = 0; i < N; ++i) acc[i] = _mm512_fmadd_ps(in[i + t], wv, acc[i]);
+          for (int i = 0; i < N; ++i) acc[i] = _mm512_fmadd_ps(in[i * ST + t], wv, acc[i]);
         }
       }
 #pragma GCC unroll 8
@@ -305,10 +297,16 @@ void depthwise_nchwc_row_s1(int rows, const int64_t* row_off, const int32_t* row
 
 }  // namespace
 
-void depthwise_nchwc_row_s1_avx512(int s, int rows, const int64_t* row_off, const int32_t* row_w, const float* x,
-                                   const float* w, float* y, int64_t count, const ConvTileEpilogueF32& ep) {
-  if (s == 3) depthwise_nchwc_row_s1<3>(rows, row_off, row_w, x, w, y, count, ep);
-  else depthwise_nchwc_row_s1<5>(rows, row_off, row_w, x, w, y, count, ep);
+void depthwise_nchwc_kernel_rows_avx512(int s, int stride, int rows, const int64_t* row_off, const int32_t* row_w,
+                                        const float* x, const float* w, float* y, int64_t count,
+                                        const ConvTileEpilogueF32& ep) {
+  if (stride == 1) {
+    if (s == 3) depthwise_nchwc_kernel_rows<3, 1>(rows, row_off, row_w, x, w, y, count, ep);
+    else depthwise_nchwc_kernel_rows<5, 1>(rows, row_off, row_w, x, w, y, count, ep);
+  } else {
+    if (s == 3) depthwise_nchwc_kernel_rows<3, 2>(rows, row_off, row_w, x, w, y, count, ep);
+    else depthwise_nchwc_kernel_rows<5, 2>(rows, row_off, row_w, x, w, y, count, ep);
+  }
 }
 
 void depthwise_nchwc_row_avx512(int taps, const int64_t* tap_off, const int32_t* tap_w, const float* x, int64_t xstep,
