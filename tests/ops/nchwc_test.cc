@@ -477,7 +477,9 @@ TEST(Nchwc, DepthwiseMatchesFloat64Reference) {
                       // other input row.
                       {1, 48, 7, 7, 5, {1, 1}, {2, 2, 2, 2}, {1, 1}},   {2, 32, 14, 14, 5, {1, 1}, {2, 2, 2, 2}, {1, 1}},
                       {1, 24, 7, 7, 3, {1, 1}, {1, 1, 1, 1}, {1, 1}},   {1, 16, 6, 4, 5, {1, 1}, {2, 2, 2, 2}, {1, 1}},
-                      {1, 16, 12, 11, 3, {2, 1}, {1, 1, 1, 1}, {1, 1}}};
+                      {1, 16, 12, 11, 3, {2, 1}, {1, 1, 1, 1}, {1, 1}},
+                      // a 5 x 5 window at stride 2 onto a narrow plane runs by rows, unbanded.
+                      {1, 48, 28, 28, 5, {2, 2}, {2, 2, 2, 2}, {1, 1}}};
   int seed = 700;
   for (kernels::cpu::Isa isa : kernels::cpu::supported_isas()) {
     kernels::cpu::IsaOverride on(isa);

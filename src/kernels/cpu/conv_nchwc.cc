@@ -1145,7 +1145,10 @@ void depthwise_nchwc_pixels_scalar(int taps, const int64_t* tap_off, const int32
 // ms, MobileNetV2's 3 x 3 layers at 7 x 7 0.021-0.023 -> 0.015 (batch 1, 2 threads). Where a row
 // has 8 or more interior columns and a 3 x 3 window, rows run as before: for MobileNetV2's 3 x 3
 // stride-2 layer from 28 x 28 to 14 x 14 the copy is 4x the output, and it ran 0.015 -> 0.024 ms in
-// bands.
+// bands. So do larger windows at stride 2 where rows run kernel row by kernel row (Note [Kernel rows
+// in registers]): MNASNet's 5 x 5 from 28 x 28 to 14 x 14, 0.062 -> 0.053 ms (minima of 4
+// alternations, batch 1, one thread); at stride 1 the bands stay faster (its 5 x 5 layers at
+// 14 x 14 0.060-0.062 in bands, 0.11 by rows).
 void depthwise_nchwc_narrow(const Conv2dParams& p, const float* x, const float* packed_w, const float* bias, float* y,
                             const Conv2dEpilogue& epilogue, const ConvTileEpilogueF32& ep) {
   const int64_t cb = nchwc_blocks(p.c), planes = p.n * cb, taps = p.r * p.s;
@@ -1240,12 +1243,13 @@ void depthwise_conv2d_nchwc_f32(const Conv2dParams& p, const float* x, const flo
   ConvTileEpilogueF32 ep;
   ep.act = blocked_act(epilogue.activation);
   ep.residual_before_activation = epilogue.residual_before_activation;
-  if (p.wo < kNarrowDepthwise && (hi - lo < 8 || taps > 9)) {
+  // Note [Small depthwise planes]; a wide window at stride 2 runs rows by kernel rows unbanded.
+  const bool by_kernel_rows = kernel_rows(p);
+  if (p.wo < kNarrowDepthwise && (hi - lo < 8 || (taps > 9 && !(by_kernel_rows && p.stride_w == 2)))) {
     depthwise_nchwc_narrow(p, x, packed_w, bias, y, epilogue, ep);
     return;
   }
   const auto row_kernel = active_isa() == Isa::avx512 ? depthwise_nchwc_row_avx512 : depthwise_nchwc_row_scalar;
-  const bool by_kernel_rows = kernel_rows(p);
   const int64_t xstep = p.stride_w * kChannelBlock, orow = p.wo * kChannelBlock;
   // Columns with a tap outside the input (each its own list), then the interior run (one list).
   std::vector<int64_t> edge;
