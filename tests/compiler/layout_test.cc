@@ -5,6 +5,8 @@
 // pool join the region, and so do depthwise and grouped convolutions and channel counts that are not
 // multiples of 16; the cost model keeps a small region in NCHW and blocks a deep chain; what cannot be
 // blocked stays as it is.
+#include <variant>
+
 #include <gtest/gtest.h>
 
 #include "kiln/compiler.h"
@@ -167,15 +169,21 @@ TEST(Layout, GlobalAveragePoolJoinsTheRegion) {
 
 // Note [Elementwise ops in a region]: a squeeze-excite (pool, 1x1, relu, 1x1, hardsigmoid, then
 // the depthwise output times the scale) runs blocked inside the region, the scale's partial
-// block (40 channels) included, with the scale on either side of the mul; an op that could make
-// a padded lane infinite (exp) stays NCHW and ends the region.
-ir::Graph squeeze_excite(bool scale_first, const std::string& gate) {
+// block (40 channels) included, with the scale on either side of the mul, its pool a
+// global_avg_pool or a mean over H and W kept as 4-d, as timm writes it (Note [Spatial means as
+// global pools]); an op that could make a padded lane infinite (exp) stays NCHW and ends the region.
+// pool: "global_avg_pool", or the axes of a mean with keepdim.
+ir::Graph squeeze_excite(bool scale_first, const std::string& gate,
+                         const std::variant<std::string, std::vector<int64_t>>& pool = "global_avg_pool") {
   Builder b;
   b.g.name = "se";
   ir::Value* x = b.g.add_input("x", ir::ValueType{DType::f32, {ir::Dim::sym("batch"), 24, 9, 9}});
   ir::Value* e = b.relu(b.conv(x, 40, 1, 1, "expand"));
   ir::Value* d = b.relu(b.conv(e, 40, 3, 1, "dw", 40));
-  ir::Value* s = b.g.add_node(op("global_avg_pool"), {d})->output();
+  ir::Value* s = std::holds_alternative<std::string>(pool)
+                    ? b.g.add_node(op(std::get<std::string>(pool)), {d})->output()
+                    : b.g.add_node(op("mean"), {d}, {{"axes", std::get<std::vector<int64_t>>(pool)}, {"keepdim", true}})
+                          ->output();
   s = b.conv(b.relu(b.conv(s, 16, 1, 1, "fc1")), 40, 1, 1, "fc2");
   s = b.g.add_node(op(gate), {s})->output();
   ir::Value* m = b.g.add_node(op("mul"), {scale_first ? s : d, scale_first ? d : s})->output();
@@ -186,23 +194,43 @@ ir::Graph squeeze_excite(bool scale_first, const std::string& gate) {
 
 TEST(Layout, SqueezeExciteRunsBlocked) {
   using Layout = runtime::CompileOptions::Layout;
-  for (bool scale_first : {false, true}) {
-    SCOPED_TRACE(scale_first ? "scale * x" : "x * scale");
-    const ir::Graph g = squeeze_excite(scale_first, "hardsigmoid");
+  using Pool = std::variant<std::string, std::vector<int64_t>>;
+  for (bool scale_first : {false, true})
+    for (const Pool& pool : {Pool{"global_avg_pool"}, Pool{std::vector<int64_t>{2, 3}},
+                             Pool{std::vector<int64_t>{-1, -2}}}) {
+      SCOPED_TRACE(std::string(scale_first ? "scale * x" : "x * scale") +
+                   (pool.index() == 0 ? ", global_avg_pool" : ", mean"));
+      const ir::Graph g = squeeze_excite(scale_first, "hardsigmoid", pool);
+      runtime::CompileResult r = runtime::compile(g, opts(Layout::nchwc, 3));
+      auto n = op_counts(r.engine);
+      EXPECT_EQ(n["to_nchwc"], 1);    // x, read by the first convolution and the residual
+      EXPECT_EQ(n["from_nchwc"], 1);  // the output
+      EXPECT_EQ(n["global_avg_pool_nchwc"], 1);
+      EXPECT_EQ(n["mean"], 0);
+      for (const runtime::EngineStep& st : r.engine.steps)
+        if (st.op->name() == "mul" || st.op->name() == "hardsigmoid") {
+          EXPECT_EQ(output_rank(r.engine, st), 5u) << st.name << " runs blocked";
+        }
+      runtime::Executor ex(std::make_shared<runtime::Engine>(r.engine));
+      for (int64_t batch : {1, 3}) {
+        Tensor xin = random_tensor({batch, 24, 9, 9}, DType::f32, 80 + static_cast<uint64_t>(batch));
+        EXPECT_TRUE(testing::all_close(ex.run({xin})[0], ir::run(g, {xin})[0], {1e-4, 1e-4})) << "batch " << batch;
+      }
+    }
+  // A mean over channels and H is no global pool: it stays NCHW.
+  {
+    const ir::Graph g = squeeze_excite(false, "hardsigmoid", std::vector<int64_t>{1, 2});
     runtime::CompileResult r = runtime::compile(g, opts(Layout::nchwc, 3));
     auto n = op_counts(r.engine);
-    EXPECT_EQ(n["to_nchwc"], 1);    // x, read by the first convolution and the residual
-    EXPECT_EQ(n["from_nchwc"], 1);  // the output
-    EXPECT_EQ(n["global_avg_pool_nchwc"], 1);
+    EXPECT_EQ(n["global_avg_pool_nchwc"], 0);
+    ASSERT_EQ(n["mean"], 1);
     for (const runtime::EngineStep& st : r.engine.steps)
-      if (st.op->name() == "mul" || st.op->name() == "hardsigmoid") {
-        EXPECT_EQ(output_rank(r.engine, st), 5u) << st.name << " runs blocked";
+      if (st.op->name() == "mean") {
+        EXPECT_EQ(output_rank(r.engine, st), 4u);
       }
+    Tensor xin = random_tensor({2, 24, 9, 9}, DType::f32, 95);
     runtime::Executor ex(std::make_shared<runtime::Engine>(r.engine));
-    for (int64_t batch : {1, 3}) {
-      Tensor xin = random_tensor({batch, 24, 9, 9}, DType::f32, 80 + static_cast<uint64_t>(batch));
-      EXPECT_TRUE(testing::all_close(ex.run({xin})[0], ir::run(g, {xin})[0], {1e-4, 1e-4})) << "batch " << batch;
-    }
+    EXPECT_TRUE(testing::all_close(ex.run({xin})[0], ir::run(g, {xin})[0], {1e-4, 1e-4}));
   }
   const ir::Graph g = squeeze_excite(false, "exp");
   runtime::CompileResult r = runtime::compile(g, opts(Layout::nchwc, 3));

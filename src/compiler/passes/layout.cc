@@ -22,7 +22,8 @@
 // "layout" keeps the regions whose gain exceeds their cost; "layout_all" keeps every region (for
 // tests and for measuring what blocking does where the model says no). ResNets and MobileNetV2
 // (and MobileNetV3, its squeeze-excites included) become one region from the stem to the global
-// pool, with one conversion, of the pooled output (Note [Blocked global pool] in conv_nchwc.cc); a
+// pool, with one conversion, of the pooled output (Note [Blocked global pool] in conv_nchwc.cc; a
+// mean over H and W is one: Note [Spatial means as global pools]); a
 // handful of small convolutions between two conversions stays as it is.
 // The constants come from bench/RESULTS.md (2026-12-05 05:55, the blocked layout): blocking saved
 // 0-50% of a convolution's time (the most on 1x1 layers at 56 x 56 and 28 x 28; 3x3 layers 0-10%
@@ -222,6 +223,24 @@ std::optional<Member> blockable_concat(ir::Node* n, const IsMemberOutput& member
   return m;
 }
 
+// Note [Spatial means as global pools]
+// x.mean((2, 3), keepdim=True) is a global average pool as PyTorch code often writes it: timm's
+// squeeze-excite does, and its MobileNetV3 exported as ReduceMean ran wholly NCHW (each squeeze-
+// excite cut the regions apart, and the cost model kept every piece unblocked). Such a mean of a
+// member's output joins the region as the global pool does: timm's mobilenetv3_large_100 at batch 1
+// on two threads 4.00-4.02 -> 3.41-3.46 ms (ONNX Runtime 3.71-3.74), as one region like
+// torchvision's.
+bool spatial_mean(const ir::Node* n) {
+  if (n->op().name() != "mean" || n->inputs().size() != 1 || !n->inputs()[0] || n->outputs().size() != 1 ||
+      !n->attrs().get_bool("keepdim"))
+    return false;
+  const int64_t rank = static_cast<int64_t>(n->inputs()[0]->type().shape.size());
+  std::vector<int64_t> axes = n->attrs().get_ints("axes");
+  for (int64_t& d : axes) d = d < 0 ? d + rank : d;
+  std::sort(axes.begin(), axes.end());
+  return rank == 4 && axes == std::vector<int64_t>{2, 3};
+}
+
 class LayoutPass : public ir::Pass {
  public:
   explicit LayoutPass(bool all) : all_(all) {}
@@ -242,7 +261,7 @@ class LayoutPass : public ir::Pass {
       std::optional<Member> m = blockable_conv(n, member_output(input_at(n, 0)));
       // A pool joins the region of the member whose output it reads.
       const std::string& name = n->op().name();
-      if (!m && (name == "max_pool2d" || name == "global_avg_pool") && n->outputs().size() == 1 &&
+      if (!m && (name == "max_pool2d" || name == "global_avg_pool" || spatial_mean(n)) && n->outputs().size() == 1 &&
           member_output(input_at(n, 0)) && n->output()->type().dtype == DType::f32 &&
           n->output()->type().shape.size() == 4)
         m = Member{name == "max_pool2d" ? Member::Kind::pool : Member::Kind::global_pool, n, input_at(n, 0), nullptr,
