@@ -18,6 +18,9 @@ Models (--models, comma-separated; default all that can be built here):
       with DistilBERT's masked_fill and q / sqrt(d)), sdpa_bert (F.scaled_dot_product_attention),
       sdpa_bool_bert (the same with a boolean mask of the keys kept, as HuggingFace's default
       attention passes it: the export adds where(keep, 0, -inf) and where(isnan(p), 0, p))
+  timm (needs timm), random weights: timm_mobilenetv3_large_100, timm_mobilenetv3_small_100,
+      timm_tf_mobilenetv3_large_100, timm_efficientnet_b0, timm_lcnet_100, timm_mobilenetv2_100,
+      timm_resnet50d
   HuggingFace transformers (needs transformers), random weights, default attention (SDPA):
       transformers_bert (BertModel, base), transformers_roberta, transformers_distilbert,
       transformers_minilm (BertModel at all-MiniLM-L6's shape: 6 layers, hidden 384, 12 heads)
@@ -56,7 +59,11 @@ TRANSFORMERS = {"transformers_bert": ("Bert", {}), "transformers_roberta": ("Rob
                                                      intermediate_size=1536))}
 ENCODERS = ["torch_encoder", "torch_encoder_prenorm", "hf_bert", "distil_bert", "sdpa_bert", "sdpa_bool_bert"] + list(
     TRANSFORMERS)
-ALL = VISION + ENCODERS + ["tf_mobilenet_v2"]
+# timm's models (random weights): squeeze-excites that pool with x.mean((2, 3)), ResNet-D's average-pooled
+# shortcuts, TF-ported "same" padding.
+TIMM = ["timm_mobilenetv3_large_100", "timm_mobilenetv3_small_100", "timm_tf_mobilenetv3_large_100",
+        "timm_efficientnet_b0", "timm_lcnet_100", "timm_mobilenetv2_100", "timm_resnet50d"]
+ALL = VISION + ENCODERS + ["tf_mobilenet_v2"] + TIMM
 SEQ, VOCAB, PADDED = 128, 30522, 28
 
 
@@ -67,9 +74,13 @@ def export_torch(name, path):
     import torchvision
     torch.manual_seed(0)
     dyn = {"input": {0: "batch"}, "output": {0: "batch"}}
-    if name in VISION:
-        m = (torchvision.models.mobilenet_v2(width_mult=1.4) if name == "mobilenet_v2_w14"
-             else getattr(torchvision.models, name)()).eval()
+    if name in VISION or name in TIMM:
+        if name in TIMM:
+            import timm
+            m = timm.create_model(name[len("timm_"):], pretrained=False).eval()
+        else:
+            m = (torchvision.models.mobilenet_v2(width_mult=1.4) if name == "mobilenet_v2_w14"
+                 else getattr(torchvision.models, name)()).eval()
         with torch.no_grad():
             for mod in m.modules():
                 if isinstance(mod, torch.nn.BatchNorm2d):  # statistics that do something
@@ -93,6 +104,14 @@ def export_torch(name, path):
     # Not under no_grad: there nn.MultiheadAttention takes its fused fast path, which has no ONNX form.
     torch.onnx.export(m, args, path, input_names=names, output_names=["output"], dynamic_axes=dyn, opset_version=17,
                       dynamo=False)
+
+
+def have_timm():
+    try:
+        import timm  # noqa: F401
+        return True
+    except Exception:
+        return False
 
 
 def have_transformers():
@@ -281,6 +300,9 @@ def main():
                 continue
             elif name in TRANSFORMERS and not have_transformers():
                 print(f"{name:24} skipped: needs transformers that imports (pip install -U transformers)")
+                continue
+            elif name in TIMM and not have_timm():
+                print(f"{name:24} skipped: needs timm (pip install timm)")
                 continue
             else:
                 export_torch(name, onnx_path)
