@@ -290,6 +290,37 @@ TEST(Optimize, ZeroPadFoldsIntoTheConvolution) {
   EXPECT_NE(std::find(o2.begin(), o2.end(), "pad_fold"), o2.end());
 }
 
+// Note [Per-channel scales fold like batch norms] (bn_fold.cc): Caffe's scale layer after a
+// convolution and its batch norm (mul by [C, 1, 1], add of [1, C, 1, 1]), and a divide and a
+// subtract, fold into the convolution, so the ReLU after them joins its epilogue; -O2 matches the
+// graph as written on random inputs.
+TEST(Optimize, PerChannelScalesFoldIntoTheConvolution) {
+  ir::Graph g;
+  ir::Value* x = g.add_input("x", ir::ValueType{DType::f32, {ir::Dim::sym("batch"), 6, 7, 7}});
+  Attrs pad{{"padding", std::vector<int64_t>{1, 1, 1, 1}}};
+  ir::Value* c = node(g, "conv2d", {x, g.add_constant("w", random_tensor({10, 6, 3, 3}, DType::f32, 60, -0.4, 0.4))},
+                      pad);
+  ir::Value* s = g.add_constant("s", random_tensor({10, 1, 1}, DType::f32, 61, 0.5, 1.5));
+  ir::Value* t = g.add_constant("t", random_tensor({1, 10, 1, 1}, DType::f32, 62));
+  ir::Value* y = node(g, "relu", {node(g, "add", {t, node(g, "mul", {bn(g, c, 10, 63), s})})});
+  ir::Value* c2 = node(g, "conv2d", {y, g.add_constant("w2", random_tensor({10, 10, 1, 1}, DType::f32, 64, -0.4, 0.4)),
+                                     g.add_constant("b2", random_tensor({10}, DType::f32, 65))});
+  g.add_output(node(g, "clip", {node(g, "sub", {node(g, "div", {c2, s}), t})}, {{"min", 0.0}, {"max", 6.0}}));
+  ir::verify(g);
+  const std::vector<Tensor> in{random_tensor({3, 6, 7, 7}, DType::f32, 66)};
+  const std::vector<Tensor> want = ir::run(g, in);
+  compiler::PassOptions opts;
+  opts.opt_level = 2;
+  opts.verify_each = true;
+  compiler::optimize(g, opts);
+  EXPECT_EQ(count_op(g, "fused_conv2d"), 2) << ir::print(g);
+  for (const char* op_name : {"batch_norm", "mul", "add", "sub", "div", "relu", "clip", "conv2d"})
+    EXPECT_EQ(count_op(g, op_name), 0) << op_name << "\n" << ir::print(g);
+  const std::vector<Tensor> got = ir::run(g, in);
+  ASSERT_EQ(got.size(), 1u);
+  EXPECT_TRUE(testing::all_close(got[0], want[0], kTol));
+}
+
 // Every epilogue shape the pass fuses, run before and after on random inputs.
 TEST(Optimize, EpilogueFusionKeepsNumerics) {
   const char* text = R"(graph f(%x: f32[2, 3, 5, 5], %m: f32[7, 6], %res: f32[7, 4], %cres: f32[2, 4, 5, 5]) {
