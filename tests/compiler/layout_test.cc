@@ -1,8 +1,8 @@
 // The layout pass (src/compiler/passes/layout.cc, Note [Layout regions]): regions of blockable
 // convolutions become fused_conv2d_nchwc with one to_nchwc per value read from outside and one
 // from_nchwc per value read outside (graph outputs too); engines with blocked regions match the
-// reference executor and the NCHW engine at every batch; a stem, a max pool and a global average
-// pool join the region, and so do depthwise and grouped convolutions and channel counts that are not
+// reference executor and the NCHW engine at every batch; a stem, a max or average pool and a global
+// average pool join the region, and so do depthwise and grouped convolutions and channel counts that are not
 // multiples of 16; the cost model keeps a small region in NCHW and blocks a deep chain; what cannot be
 // blocked stays as it is.
 #include <variant>
@@ -506,6 +506,37 @@ TEST(Layout, StemAndMaxPoolJoinTheRegion) {
     auto want = ir::run(b.g, {in});
     auto got = ex.run({in});
     for (size_t i = 0; i < 2; ++i) EXPECT_TRUE(testing::all_close(got[i], want[i], {1e-4, 1e-4})) << batch << " " << i;
+  }
+}
+
+// Note [Blocked average pool] (conv_nchwc.cc): ResNet-D's downsampling block, whose shortcut
+// average-pools the block's input (2 x 2, stride 2, ceil mode, an odd plane) before its 1x1
+// projection, is one region with the pool inside it.
+TEST(Layout, AveragePoolJoinsTheRegion) {
+  Builder b;
+  b.g.name = "resnet_d";
+  ir::Value* x = b.g.add_input("x", ir::ValueType{DType::f32, {ir::Dim::sym("batch"), 24, 11, 11}});
+  ir::Value* in = b.relu(b.conv(x, 32, 3, 1, "c0"));
+  ir::Value* pool = b.g.add_node(op("avg_pool2d"), {in},
+                                 {{"kernel", std::vector<int64_t>{2, 2}},
+                                  {"stride", std::vector<int64_t>{2, 2}},
+                                  {"ceil_mode", true},
+                                  {"count_include_pad", false}})
+                        ->output();
+  ir::Value* main = b.conv(b.relu(b.conv(in, 48, 3, 2, "c1")), 48, 3, 1, "c2");
+  b.g.add_output(b.relu(b.add(main, b.conv(pool, 48, 1, 1, "proj"))));
+  ir::verify(b.g);
+  using Layout = runtime::CompileOptions::Layout;
+  runtime::CompileResult r = runtime::compile(b.g, opts(Layout::nchwc, 3));
+  auto n = op_counts(r.engine);
+  EXPECT_EQ(n["avg_pool2d_nchwc"], 1);
+  EXPECT_EQ(n["avg_pool2d"], 0);
+  EXPECT_EQ(n["to_nchwc"], 1);
+  EXPECT_EQ(n["from_nchwc"], 1);
+  runtime::Executor ex(std::make_shared<runtime::Engine>(r.engine));
+  for (int64_t batch : {1, 3}) {
+    Tensor xin = random_tensor({batch, 24, 11, 11}, DType::f32, 70 + static_cast<uint64_t>(batch));
+    EXPECT_TRUE(testing::all_close(ex.run({xin})[0], ir::run(b.g, {xin})[0], {1e-4, 1e-4})) << "batch " << batch;
   }
 }
 

@@ -10,8 +10,8 @@
 // ignored. A convolution of at most 16 input channels whose input comes from outside (a stem) reads
 // that NCHW input as it is. Such convolutions are joined into regions along the values they pass
 // each other (input or residual) and the values two of them read (a ResNet block's input feeds its
-// first convolution and its projection); a max pool or a global average pool of a member's output
-// joins its region, and so does an elementwise op that reads one (Note [Elementwise ops in a
+// first convolution and its projection); a max or average pool or a global average pool of a
+// member's output joins its region, and so does an elementwise op that reads one (Note [Elementwise ops in a
 // region]) and a batch norm of one (with the activation after it: Note [Blocked batch norm] in
 // conv_nchwc.cc). A region reads each value from outside through one to_nchwc and hands each value
 // read outside through one from_nchwc; inside it values stay blocked, so a conversion pair between
@@ -49,8 +49,8 @@ constexpr double kConvertCost = 200.0;  // FLOPs per element converted
 const std::set<std::string> kBlockedActs = {"none", "relu", "relu6", "hardswish", "sigmoid", "silu"};
 
 // A node that can run in a region: a convolution on blocked input, a stem (a convolution of at
-// most 16 input channels that reads its NCHW input as it is and writes blocked output), a max
-// pool or global average pool of a member's output, an elementwise op that reads one, or a batch
+// most 16 input channels that reads its NCHW input as it is and writes blocked output), a max or
+// average pool or global average pool of a member's output, an elementwise op that reads one, or a batch
 // norm of one (and the activation after it).
 struct Member {
   // affine: a batch norm as scale_shift_nchwc; absorbed: the activation after one, applied by it.
@@ -261,11 +261,12 @@ class LayoutPass : public ir::Pass {
       std::optional<Member> m = blockable_conv(n, member_output(input_at(n, 0)));
       // A pool joins the region of the member whose output it reads.
       const std::string& name = n->op().name();
-      if (!m && (name == "max_pool2d" || name == "global_avg_pool" || spatial_mean(n)) && n->outputs().size() == 1 &&
+      if (!m && (name == "max_pool2d" || name == "avg_pool2d" || name == "global_avg_pool" || spatial_mean(n)) &&
+          n->outputs().size() == 1 &&
           member_output(input_at(n, 0)) && n->output()->type().dtype == DType::f32 &&
           n->output()->type().shape.size() == 4)
-        m = Member{name == "max_pool2d" ? Member::Kind::pool : Member::Kind::global_pool, n, input_at(n, 0), nullptr,
-                   0.0};
+        m = Member{name == "max_pool2d" || name == "avg_pool2d" ? Member::Kind::pool : Member::Kind::global_pool, n,
+                   input_at(n, 0), nullptr, 0.0};
       if (!m) m = blockable_batch_norm(g, n, member_output, uses);
       if (m && m->absorbed) absorbed_by[m->absorbed] = n;
       if (!m) m = blockable_eltwise(n, member_output);
@@ -358,10 +359,14 @@ class LayoutPass : public ir::Pass {
         b = g.add_node(kiln::op("scale_shift_nchwc"), {blocked_of(c.x), scale, shift}, Attrs{{"activation", c.act}});
         ++norms;
       } else if (c.kind == Member::Kind::pool) {
+        // A max pool, or an average pool (Note [Blocked average pool] in conv_nchwc.cc).
+        const bool avg = n->op().name() == "avg_pool2d";
         Attrs a;
-        for (const char* k : {"kernel", "stride", "padding", "dilation"}) a.set(k, n->attrs().get_ints(k));
+        for (const char* k : {"kernel", "stride", "padding"}) a.set(k, n->attrs().get_ints(k));
+        if (!avg) a.set("dilation", n->attrs().get_ints("dilation"));
         a.set("ceil_mode", n->attrs().get_bool("ceil_mode"));
-        b = g.add_node(kiln::op("max_pool2d_nchwc"), {blocked_of(c.x)}, a);
+        if (avg) a.set("count_include_pad", n->attrs().get_bool("count_include_pad"));
+        b = g.add_node(kiln::op(avg ? "avg_pool2d_nchwc" : "max_pool2d_nchwc"), {blocked_of(c.x)}, a);
       } else if (c.kind == Member::Kind::global_pool) {
         b = g.add_node(kiln::op("global_avg_pool_nchwc"), {blocked_of(c.x)});
       } else if (c.kind == Member::Kind::concat) {

@@ -80,6 +80,10 @@ void depthwise_conv2d_nchwc_f32(const Conv2dParams& p, const float* x, const flo
 // N * C/16), as max_pool2d on NCHW: NaN propagates; a window with no element inside gives -inf.
 void max_pool2d_nchwc_f32(const Pool2dParams& p, const float* x, float* y);
 
+// Average pooling on blocked planes, as avg_pool2d on NCHW (its divisor: avg_pool_divisor in
+// pool.h). x [p.planes, H, W, 16] -> y [p.planes, Ho, Wo, 16] (Note [Blocked average pool]).
+void avg_pool2d_nchwc_f32(const Pool2dParams& p, const float* x, float* y);
+
 // Global average pooling on blocked planes: x [planes, pixels, 16] -> y [planes, 16], each lane the
 // mean of its plane's pixels (a partial block's zero lanes stay zero). pixels >= 1.
 void global_avg_pool_nchwc_f32(int64_t planes, int64_t pixels, const float* x, float* y);

@@ -219,4 +219,13 @@ void lrn(const Tensor& x, const Tensor& y, int64_t n, int64_t c, int64_t len, in
   });
 }
 
+int64_t avg_pool_divisor(const Pool2dParams& p, int64_t oh, int64_t ow) {
+  const int64_t h0 = oh * p.stride_h - p.pad_top, w0 = ow * p.stride_w - p.pad_left;
+  const int64_t rows = p.count_include_pad ? taps_inside(h0, p.kh, p.dil_h, -p.pad_top, p.h + p.pad_bottom)
+                                           : taps_inside(h0, p.kh, p.dil_h, 0, p.h);
+  const int64_t cols = p.count_include_pad ? taps_inside(w0, p.kw, p.dil_w, -p.pad_left, p.w + p.pad_right)
+                                           : taps_inside(w0, p.kw, p.dil_w, 0, p.w);
+  return rows * cols;
+}
+
 }  // namespace kiln::kernels::cpu

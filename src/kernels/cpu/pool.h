@@ -25,6 +25,8 @@ void max_pool2d(const Pool2dParams& p, const Tensor& x, const Tensor& y);
 // The divisor counts the window's taps inside the input, or (count_include_pad) inside the padded
 // input [-pad, size + pad) — a window hanging past the padding (ceil_mode) is not counted there.
 void avg_pool2d(const Pool2dParams& p, const Tensor& x, const Tensor& y);
+// That divisor for output (oh, ow) (the blocked average pool's too).
+int64_t avg_pool_divisor(const Pool2dParams& p, int64_t oh, int64_t ow);
 // x: contiguous [rows, len] -> y: [rows], the mean of each row (accumulated in double).
 void row_mean(const Tensor& x, const Tensor& y, int64_t rows, int64_t len);
 // x, y: contiguous [n, c, len]. y = x / (bias + alpha / size * sum of x^2 over channels

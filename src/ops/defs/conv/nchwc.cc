@@ -3,6 +3,7 @@
 //   to_nchwc(x)                 [N, C, H, W] -> [N, ceil(C/16), H, W, 16], lanes past C zero
 //   from_nchwc(x, channels)     [N, ceil(channels/16), H, W, 16] -> [N, channels, H, W]
 //   max_pool2d_nchwc(x, ...)    max_pool2d on blocked x
+//   avg_pool2d_nchwc(x, ...)    avg_pool2d on blocked x
 //   global_avg_pool_nchwc(x)    [N, C/16, H, W, 16] -> [N, C/16, 1, 1, 16]: global_avg_pool on
 //                               blocked x
 //   scale_shift_nchwc(x, scale, shift, activation)
@@ -221,6 +222,30 @@ void max_pool_nchwc_kernel(const KernelCall& k) {
   if (!y.is_same(out)) kernels::cpu::copy_into(out, y);
 }
 
+std::vector<TensorMeta> infer_avg_pool_nchwc(const InferCtx& c) {
+  check_f32(c, 0);
+  const Shape& xs = c.in(0).shape;
+  if (xs.size() != 5 || xs[4] != kChannelBlock)
+    c.fail("x of shape " + shape_str(xs) + " must be blocked, [N, C/16, H, W, 16]");
+  // avg_pool2d's own rule on the unblocked shape.
+  auto out = op("avg_pool2d").infer_meta({TensorMeta{DType::f32, {xs[0], xs[1] * kChannelBlock, xs[2], xs[3]}}},
+                                         c.attrs);
+  const Shape& o = out[0].shape;
+  return {TensorMeta{DType::f32, {o[0], xs[1], o[2], o[3], kChannelBlock}}};
+}
+
+void avg_pool_nchwc_kernel(const KernelCall& k) {
+  const Tensor& out = k.out(0);
+  if (out.numel() == 0) return;
+  Tensor x = k.in(0).contiguous();
+  const Shape& xs = x.shape();
+  auto p = defs::pool_params("avg_pool2d_nchwc", {xs[0], xs[1], xs[2], xs[3]}, k.attrs, false);
+  p.ho = out.shape()[2], p.wo = out.shape()[3];
+  Tensor y = out.is_contiguous() ? out : empty(out.shape(), TensorOptions(DType::f32, out.device()));
+  kernels::cpu::avg_pool2d_nchwc_f32(p, static_cast<const float*>(x.data_ptr()), static_cast<float*>(y.data_ptr()));
+  if (!y.is_same(out)) kernels::cpu::copy_into(out, y);
+}
+
 std::vector<TensorMeta> infer_global_avg_pool_nchwc(const InferCtx& c) {
   check_f32(c, 0);
   const Shape& xs = c.in(0).shape;
@@ -339,6 +364,16 @@ void register_nchwc_ops(OpRegistry& r) {
       .no_onnx(kNoOnnx)
       .per_sample()
       .doc("max_pool2d on channel-blocked x [N, C/16, H, W, 16] -> [N, C/16, Ho, Wo, 16].");
+  r.add("avg_pool2d_nchwc(Tensor x, int[] kernel, int[] stride=[], int[] padding=[0,0,0,0], bool ceil_mode=false, "
+        "bool count_include_pad=false) -> Tensor")
+      .infer(infer_avg_pool_nchwc)
+      .kernel(DeviceType::cpu, f32, avg_pool_nchwc_kernel)
+      .no_vjp(kNoVjp)
+      .no_batch(kNoBatch)
+      .no_onnx(kNoOnnx)
+      .per_sample()
+      .doc("avg_pool2d on channel-blocked x [N, C/16, H, W, 16] -> [N, C/16, Ho, Wo, 16] (Note [Blocked "
+           "average pool] in kernels/cpu/conv_nchwc.cc).");
   r.add("global_avg_pool_nchwc(Tensor x) -> Tensor")
       .infer(infer_global_avg_pool_nchwc)
       .kernel(DeviceType::cpu, f32, global_avg_pool_nchwc_kernel)
