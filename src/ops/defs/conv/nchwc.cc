@@ -198,51 +198,28 @@ void conv_nchwc_panels_kernel(const KernelCall& k) {
 }
 void conv_nchwc_winograd_kernel(const KernelCall& k) { conv_nchwc(k, 0, true); }
 
-std::vector<TensorMeta> infer_max_pool_nchwc(const InferCtx& c) {
+// max_pool2d_nchwc (max) and avg_pool2d_nchwc: the NCHW op's own shape rule on the unblocked shape.
+std::vector<TensorMeta> infer_pool_nchwc(const InferCtx& c, bool max) {
   check_f32(c, 0);
   const Shape& xs = c.in(0).shape;
   if (xs.size() != 5 || xs[4] != kChannelBlock)
     c.fail("x of shape " + shape_str(xs) + " must be blocked, [N, C/16, H, W, 16]");
-  // max_pool2d's own rule on the unblocked shape.
-  auto out = op("max_pool2d").infer_meta({TensorMeta{DType::f32, {xs[0], xs[1] * kChannelBlock, xs[2], xs[3]}}},
-                                         c.attrs);
+  auto out = op(max ? "max_pool2d" : "avg_pool2d")
+                 .infer_meta({TensorMeta{DType::f32, {xs[0], xs[1] * kChannelBlock, xs[2], xs[3]}}}, c.attrs);
   const Shape& o = out[0].shape;
   return {TensorMeta{DType::f32, {o[0], xs[1], o[2], o[3], kChannelBlock}}};
 }
 
-void max_pool_nchwc_kernel(const KernelCall& k) {
+void pool_nchwc_kernel(const KernelCall& k, bool max) {
   const Tensor& out = k.out(0);
   if (out.numel() == 0) return;
   Tensor x = k.in(0).contiguous();
   const Shape& xs = x.shape();
-  auto p = defs::pool_params("max_pool2d_nchwc", {xs[0], xs[1], xs[2], xs[3]}, k.attrs, true);
+  auto p = defs::pool_params(max ? "max_pool2d_nchwc" : "avg_pool2d_nchwc", {xs[0], xs[1], xs[2], xs[3]}, k.attrs, max);
   p.ho = out.shape()[2], p.wo = out.shape()[3];
   Tensor y = out.is_contiguous() ? out : empty(out.shape(), TensorOptions(DType::f32, out.device()));
-  kernels::cpu::max_pool2d_nchwc_f32(p, static_cast<const float*>(x.data_ptr()), static_cast<float*>(y.data_ptr()));
-  if (!y.is_same(out)) kernels::cpu::copy_into(out, y);
-}
-
-std::vector<TensorMeta> infer_avg_pool_nchwc(const InferCtx& c) {
-  check_f32(c, 0);
-  const Shape& xs = c.in(0).shape;
-  if (xs.size() != 5 || xs[4] != kChannelBlock)
-    c.fail("x of shape " + shape_str(xs) + " must be blocked, [N, C/16, H, W, 16]");
-  // avg_pool2d's own rule on the unblocked shape.
-  auto out = op("avg_pool2d").infer_meta({TensorMeta{DType::f32, {xs[0], xs[1] * kChannelBlock, xs[2], xs[3]}}},
-                                         c.attrs);
-  const Shape& o = out[0].shape;
-  return {TensorMeta{DType::f32, {o[0], xs[1], o[2], o[3], kChannelBlock}}};
-}
-
-void avg_pool_nchwc_kernel(const KernelCall& k) {
-  const Tensor& out = k.out(0);
-  if (out.numel() == 0) return;
-  Tensor x = k.in(0).contiguous();
-  const Shape& xs = x.shape();
-  auto p = defs::pool_params("avg_pool2d_nchwc", {xs[0], xs[1], xs[2], xs[3]}, k.attrs, false);
-  p.ho = out.shape()[2], p.wo = out.shape()[3];
-  Tensor y = out.is_contiguous() ? out : empty(out.shape(), TensorOptions(DType::f32, out.device()));
-  kernels::cpu::avg_pool2d_nchwc_f32(p, static_cast<const float*>(x.data_ptr()), static_cast<float*>(y.data_ptr()));
+  (max ? kernels::cpu::max_pool2d_nchwc_f32 : kernels::cpu::avg_pool2d_nchwc_f32)(
+      p, static_cast<const float*>(x.data_ptr()), static_cast<float*>(y.data_ptr()));
   if (!y.is_same(out)) kernels::cpu::copy_into(out, y);
 }
 
@@ -357,8 +334,8 @@ void register_nchwc_ops(OpRegistry& r) {
            "(a batch norm after no convolution; Note [Blocked batch norm] in kernels/cpu/conv_nchwc.cc).");
   r.add("max_pool2d_nchwc(Tensor x, int[] kernel, int[] stride=[], int[] padding=[0,0,0,0], int[] dilation=[1,1], "
         "bool ceil_mode=false) -> Tensor")
-      .infer(infer_max_pool_nchwc)
-      .kernel(DeviceType::cpu, f32, max_pool_nchwc_kernel)
+      .infer([](const InferCtx& c) { return infer_pool_nchwc(c, true); })
+      .kernel(DeviceType::cpu, f32, [](const KernelCall& k) { pool_nchwc_kernel(k, true); })
       .no_vjp(kNoVjp)
       .no_batch(kNoBatch)
       .no_onnx(kNoOnnx)
@@ -366,8 +343,8 @@ void register_nchwc_ops(OpRegistry& r) {
       .doc("max_pool2d on channel-blocked x [N, C/16, H, W, 16] -> [N, C/16, Ho, Wo, 16].");
   r.add("avg_pool2d_nchwc(Tensor x, int[] kernel, int[] stride=[], int[] padding=[0,0,0,0], bool ceil_mode=false, "
         "bool count_include_pad=false) -> Tensor")
-      .infer(infer_avg_pool_nchwc)
-      .kernel(DeviceType::cpu, f32, avg_pool_nchwc_kernel)
+      .infer([](const InferCtx& c) { return infer_pool_nchwc(c, false); })
+      .kernel(DeviceType::cpu, f32, [](const KernelCall& k) { pool_nchwc_kernel(k, false); })
       .no_vjp(kNoVjp)
       .no_batch(kNoBatch)
       .no_onnx(kNoOnnx)
