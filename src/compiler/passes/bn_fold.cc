@@ -60,7 +60,8 @@ std::optional<ChannelAffine> channel_affine(const ir::Node* n) {
     const int64_t ch = t.shape[1].size;
     auto v = per_channel_values(c, ch, true);
     if (!v) continue;
-    ChannelAffine r{x, {std::vector<double>(static_cast<size_t>(ch), 1.0), std::vector<double>(static_cast<size_t>(ch), 0.0)}};
+    const size_t n_ch = static_cast<size_t>(ch);
+    ChannelAffine r{x, {std::vector<double>(n_ch, 1.0), std::vector<double>(n_ch, 0.0)}};
     for (size_t k = 0; k < v->size(); ++k) {
       const double a = (*v)[k];
       if (op == "div" && a == 0.0) return std::nullopt;  // x / 0 stays what it is

@@ -11,11 +11,12 @@
 // that NCHW input as it is. Such convolutions are joined into regions along the values they pass
 // each other (input or residual) and the values two of them read (a ResNet block's input feeds its
 // first convolution and its projection); a max or average pool or a global average pool of a
-// member's output joins its region, and so does an elementwise op that reads one (Note [Elementwise ops in a
-// region]) and a batch norm of one (with the activation after it: Note [Blocked batch norm] in
-// conv_nchwc.cc). A region reads each value from outside through one to_nchwc and hands each value
-// read outside through one from_nchwc; inside it values stay blocked, so a conversion pair between
-// two members never appears (there is nothing to cancel later). Whether a region pays is a cost
+// member's output joins its region, and so does an elementwise op that reads one
+// (Note [Elementwise ops in a region]) and a batch norm of one (with the activation after it:
+// Note [Blocked batch norm] in conv_nchwc.cc). A region reads each value from outside through one
+// to_nchwc and hands each value read outside through one from_nchwc; inside it values stay
+// blocked, so a conversion pair between two members never appears (there is nothing to cancel
+// later). Whether a region pays is a cost
 // model, in FLOP equivalents:
 //   gain = sum of kGain<kind> * (a member's FLOPs) - (FLOPs spent on partial blocks' lanes)
 //   cost = kConvertCost * (elements of every conversion at its edges)
@@ -23,8 +24,8 @@
 // tests and for measuring what blocking does where the model says no). ResNets and MobileNetV2
 // (and MobileNetV3, its squeeze-excites included) become one region from the stem to the global
 // pool, with one conversion, of the pooled output (Note [Blocked global pool] in conv_nchwc.cc; a
-// mean over H and W is one: Note [Spatial means as global pools]); a
-// handful of small convolutions between two conversions stays as it is.
+// mean over H and W is one: Note [Spatial means as global pools]); a handful of small
+// convolutions between two conversions stays as it is.
 // The constants come from bench/RESULTS.md (2026-12-05 05:55, the blocked layout): blocking saved
 // 0-50% of a convolution's time (the most on 1x1 layers at 56 x 56 and 28 x 28; 3x3 layers 0-10%
 // in the engine), and a conversion ran at 2-3 elements per nanosecond per thread, about 80 FLOP
@@ -50,8 +51,8 @@ const std::set<std::string> kBlockedActs = {"none", "relu", "relu6", "hardswish"
 
 // A node that can run in a region: a convolution on blocked input, a stem (a convolution of at
 // most 16 input channels that reads its NCHW input as it is and writes blocked output), a max or
-// average pool or global average pool of a member's output, an elementwise op that reads one, or a batch
-// norm of one (and the activation after it).
+// average pool or global average pool of a member's output, an elementwise op that reads one, or
+// a batch norm of one (and the activation after it).
 struct Member {
   // affine: a batch norm as scale_shift_nchwc; absorbed: the activation after one, applied by it.
   enum class Kind { conv, stem, pool, global_pool, eltwise, affine, absorbed, concat } kind = Kind::conv;
@@ -262,8 +263,7 @@ class LayoutPass : public ir::Pass {
       // A pool joins the region of the member whose output it reads.
       const std::string& name = n->op().name();
       if (!m && (name == "max_pool2d" || name == "avg_pool2d" || name == "global_avg_pool" || spatial_mean(n)) &&
-          n->outputs().size() == 1 &&
-          member_output(input_at(n, 0)) && n->output()->type().dtype == DType::f32 &&
+          n->outputs().size() == 1 && member_output(input_at(n, 0)) && n->output()->type().dtype == DType::f32 &&
           n->output()->type().shape.size() == 4)
         m = Member{name == "max_pool2d" || name == "avg_pool2d" ? Member::Kind::pool : Member::Kind::global_pool, n,
                    input_at(n, 0), nullptr, 0.0};

@@ -1123,8 +1123,8 @@ void pack_depthwise_nchwc_weight_f32(const Conv2dParams& p, const float* w, floa
 // outputs across rows loaded an input vector per multiply-add): MNASNet at batch 1 on one thread,
 // alternating libraries, 3 rounds, 5 x 5 at 14 x 14 0.095-0.099 -> 0.059-0.072 ms, at 7 x 7
 // 0.063-0.067 -> 0.044-0.053, 3 x 3 at 7 x 7 0.036-0.038 -> 0.029-0.038; the engine 7.62-8.63 ->
-// 7.50-7.62 ms, MobileNetV2, V3-Large and EfficientNet-B0 within noise. At stride 2 across, output o's
-// tap s reads input column 2 o + s: a kernel row's 2N + S - 2 inputs serve N outputs (19 loads for
+// 7.50-7.62 ms, MobileNetV2, V3-Large and EfficientNet-B0 within noise. At stride 2 across,
+// output o's tap s reads input column 2 o + s: a kernel row's 2N + S - 2 inputs serve N outputs (19 loads for
 // 40 multiply-adds at N = 8, S = 5, against 40). With both (bands and stride 2), per-layer minima
 // of 5 alternations at batch 1 on one thread (`kiln bench --profile`), against the library before:
 // MNASNet's layers sum to 7.66 -> 7.43 ms (its 3 x 3 stride-2 layer from 112 x 112 0.067 ->
@@ -1181,9 +1181,9 @@ void depthwise_nchwc_pixels_scalar(int taps, const int64_t* tap_off, const int32
 // 5 x 5 layers ran blocked at 0.040 ms against 0.019-0.024 in NCHW. So a narrow plane goes in
 // bands of output rows (enough bands for 4 items a thread), each band's input rows copied into a
 // zero-bordered scratch (an L1-sized copy for a 7 x 7 or 14 x 14 plane), where every output has
-// every tap at the same offsets and outputs run 8 at a time across rows (a row at a time, kernel row
-// by kernel row, where Note [Kernel rows in registers] applies): those layers 0.012-0.022
-// ms, MobileNetV2's 3 x 3 layers at 7 x 7 0.021-0.023 -> 0.015 (batch 1, 2 threads). Where a row
+// every tap at the same offsets and outputs run 8 at a time across rows (a row at a time, kernel
+// row by kernel row, where Note [Kernel rows in registers] applies): those layers 0.012-0.022 ms,
+// MobileNetV2's 3 x 3 layers at 7 x 7 0.021-0.023 -> 0.015 (batch 1, 2 threads). Where a row
 // has 8 or more interior columns and a 3 x 3 window, rows run as before: for MobileNetV2's 3 x 3
 // stride-2 layer from 28 x 28 to 14 x 14 the copy is 4x the output, and it ran 0.015 -> 0.024 ms in
 // bands. So do larger windows at stride 2 where rows run kernel row by kernel row (Note [Kernel rows
@@ -1208,8 +1208,8 @@ void depthwise_nchwc_narrow(const Conv2dParams& p, const float* x, const float* 
       tap_w[static_cast<size_t>(r * p.s + s)] = static_cast<int32_t>(r * p.s + s);
     }
   const auto kernel = active_isa() == Isa::avx512 ? depthwise_nchwc_pixels_avx512 : depthwise_nchwc_pixels_scalar;
-  // Rows of a 3- or 5-wide window at stride 1 keep a kernel row's inputs in registers: kernel row r
-  // of every output row at the row's first input pixel + row_off[r], its filters row_w[r].
+  // Rows of a 3- or 5-wide window at stride 1 or 2 keep a kernel row's inputs in registers: kernel
+  // row r of every output row at the row's first input pixel + row_off[r], its filters row_w[r].
   const bool by_kernel_rows = kernel_rows(p);
   std::vector<int64_t> row_off(static_cast<size_t>(p.r));
   std::vector<int32_t> row_w(static_cast<size_t>(p.r));
