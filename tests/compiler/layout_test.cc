@@ -59,6 +59,19 @@ bool reported(const runtime::CompileResult& r, const std::string& line) {
   return false;
 }
 
+// The engine's first output equals the reference executor's on g at batch 1 and 3, random inputs
+// of `image` (a sample's shape) seeded seed + batch.
+void expect_engine_matches(const runtime::Engine& e, const ir::Graph& g, const Shape& image, uint64_t seed) {
+  runtime::Executor ex(std::make_shared<runtime::Engine>(e));
+  for (int64_t batch : {1, 3}) {
+    SCOPED_TRACE("batch " + std::to_string(batch));
+    Shape shape{batch};
+    shape.insert(shape.end(), image.begin(), image.end());
+    Tensor xin = random_tensor(shape, DType::f32, seed + static_cast<uint64_t>(batch));
+    EXPECT_TRUE(testing::all_close(ex.run({xin})[0], ir::run(g, {xin})[0], {1e-4, 1e-4}));
+  }
+}
+
 runtime::CompileOptions opts(runtime::CompileOptions::Layout layout, int64_t bmax) {
   runtime::CompileOptions o;
   o.passes.opt_level = 2;
@@ -159,12 +172,7 @@ TEST(Layout, GlobalAveragePoolJoinsTheRegion) {
       EXPECT_EQ(r.engine.values[static_cast<size_t>(st.inputs[0])].shape.size(), 5u);
       EXPECT_EQ(r.engine.values[static_cast<size_t>(st.inputs[0])].shape[2].size, 1) << "the pooled output";
     }
-  runtime::Executor ex(std::make_shared<runtime::Engine>(r.engine));
-  for (int64_t batch : {1, 3}) {
-    SCOPED_TRACE("batch " + std::to_string(batch));
-    Tensor xin = random_tensor({batch, 24, 10, 9}, DType::f32, 60 + static_cast<uint64_t>(batch));
-    EXPECT_TRUE(testing::all_close(ex.run({xin})[0], ir::run(b.g, {xin})[0], {1e-4, 1e-4}));
-  }
+  expect_engine_matches(r.engine, b.g, {24, 10, 9}, 60);
 }
 
 // Note [Elementwise ops in a region]: a squeeze-excite (pool, 1x1, relu, 1x1, hardsigmoid, then
@@ -211,11 +219,7 @@ TEST(Layout, SqueezeExciteRunsBlocked) {
         if (st.op->name() == "mul" || st.op->name() == "hardsigmoid") {
           EXPECT_EQ(output_rank(r.engine, st), 5u) << st.name << " runs blocked";
         }
-      runtime::Executor ex(std::make_shared<runtime::Engine>(r.engine));
-      for (int64_t batch : {1, 3}) {
-        Tensor xin = random_tensor({batch, 24, 9, 9}, DType::f32, 80 + static_cast<uint64_t>(batch));
-        EXPECT_TRUE(testing::all_close(ex.run({xin})[0], ir::run(g, {xin})[0], {1e-4, 1e-4})) << "batch " << batch;
-      }
+      expect_engine_matches(r.engine, g, {24, 9, 9}, 80);
     }
   // A mean over channels and H is no global pool: it stays NCHW.
   {
@@ -283,11 +287,7 @@ TEST(Layout, SiluAndSigmoidEpiloguesRunBlocked) {
     if (st.op->name() == "fused_conv2d_nchwc") ++acts[st.attrs.get_string("activation")];
   EXPECT_EQ(acts["silu"], 3);
   EXPECT_EQ(acts["sigmoid"], 1);
-  runtime::Executor ex(std::make_shared<runtime::Engine>(r.engine));
-  for (int64_t batch : {1, 3}) {
-    Tensor xin = random_tensor({batch, 24, 9, 9}, DType::f32, 70 + static_cast<uint64_t>(batch), -2, 2);
-    EXPECT_TRUE(testing::all_close(ex.run({xin})[0], ir::run(b.g, {xin})[0], {1e-4, 1e-4})) << "batch " << batch;
-  }
+  expect_engine_matches(r.engine, b.g, {24, 9, 9}, 70);
 }
 
 // Note [Winograd tiles] (kernels/cpu/conv_nchwc.cc): without timing, the blocked 3x3 layers of
@@ -430,11 +430,7 @@ TEST(Layout, PerChannelConstantsJoinTheRegion) {
     if (st.op->name() == "mul" || st.op->name() == "add" || st.op->name() == "relu") {
       EXPECT_EQ(output_rank(r.engine, st), 5u) << st.name;
     }
-  runtime::Executor ex(std::make_shared<runtime::Engine>(r.engine));
-  for (int64_t batch : {1, 3}) {
-    Tensor xin = random_tensor({batch, 24, 8, 8}, DType::f32, 50 + static_cast<uint64_t>(batch));
-    EXPECT_TRUE(testing::all_close(ex.run({xin})[0], ir::run(b.g, {xin})[0], {1e-4, 1e-4})) << "batch " << batch;
-  }
+  expect_engine_matches(r.engine, b.g, {24, 8, 8}, 50);
 }
 
 // Note [Blocked concat]: SqueezeNet's fire module (a squeeze convolution, two expand convolutions
@@ -467,11 +463,7 @@ TEST(Layout, ConcatOfWholeBlocksJoinsTheRegion) {
       if (st.op->name() == "concat") {
         EXPECT_EQ(output_rank(r.engine, st), blocked ? 5u : 4u);
       }
-    runtime::Executor ex(std::make_shared<runtime::Engine>(r.engine));
-    for (int64_t batch : {1, 3}) {
-      Tensor xin = random_tensor({batch, 24, 9, 9}, DType::f32, 60 + static_cast<uint64_t>(batch));
-      EXPECT_TRUE(testing::all_close(ex.run({xin})[0], ir::run(g, {xin})[0], {1e-4, 1e-4})) << "batch " << batch;
-    }
+    expect_engine_matches(r.engine, g, {24, 9, 9}, 60);
   }
 }
 
@@ -533,11 +525,7 @@ TEST(Layout, AveragePoolJoinsTheRegion) {
   EXPECT_EQ(n["avg_pool2d"], 0);
   EXPECT_EQ(n["to_nchwc"], 1);
   EXPECT_EQ(n["from_nchwc"], 1);
-  runtime::Executor ex(std::make_shared<runtime::Engine>(r.engine));
-  for (int64_t batch : {1, 3}) {
-    Tensor xin = random_tensor({batch, 24, 11, 11}, DType::f32, 70 + static_cast<uint64_t>(batch));
-    EXPECT_TRUE(testing::all_close(ex.run({xin})[0], ir::run(b.g, {xin})[0], {1e-4, 1e-4})) << "batch " << batch;
-  }
+  expect_engine_matches(r.engine, b.g, {24, 11, 11}, 70);
 }
 
 // Two groups (neither one group nor depthwise), an activation the blocked kernels lack, filters
@@ -579,11 +567,7 @@ TEST(Layout, GroupedConvolutionsJoinTheRegion) {
   EXPECT_EQ(n["fused_conv2d"] + n["conv2d"], 0);
   EXPECT_EQ(n["to_nchwc"], 1);
   EXPECT_EQ(n["from_nchwc"], 1);
-  runtime::Executor ex(std::make_shared<runtime::Engine>(r.engine));
-  for (int64_t batch : {1, 3}) {
-    Tensor in = random_tensor({batch, 64, 11, 11}, DType::f32, 90 + static_cast<uint64_t>(batch));
-    EXPECT_TRUE(testing::all_close(ex.run({in})[0], ir::run(b.g, {in})[0], {1e-4, 1e-4})) << batch;
-  }
+  expect_engine_matches(r.engine, b.g, {64, 11, 11}, 90);
 }
 
 // MobileNet's shapes: depthwise convolutions and channel counts that are not multiples of 16 (a
@@ -605,11 +589,7 @@ TEST(Layout, DepthwiseAndPartialBlocksMatchReference) {
   EXPECT_EQ(n["fused_conv2d_nchwc"], 6);
   EXPECT_EQ(n["to_nchwc"], 0);
   EXPECT_EQ(n["from_nchwc"], 1);
-  runtime::Executor ex(std::make_shared<runtime::Engine>(r.engine));
-  for (int64_t batch : {1, 3}) {
-    Tensor in = random_tensor({batch, 3, 17, 15}, DType::f32, 80 + static_cast<uint64_t>(batch));
-    EXPECT_TRUE(testing::all_close(ex.run({in})[0], ir::run(b.g, {in})[0], {1e-4, 1e-4})) << batch;
-  }
+  expect_engine_matches(r.engine, b.g, {3, 17, 15}, 80);
 }
 
 }  // namespace
