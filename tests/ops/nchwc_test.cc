@@ -47,7 +47,9 @@ struct ConvCase {
 };
 
 // Panels of 1-4 blocks (K = 16 .. 112), the 7-pixel tiling (7 x 7 and 14 x 7 outputs), 1x1 with
-// and without stride, dilation, asymmetric padding, a 1 x 1 output, a batch of 3.
+// and without stride (the stride-1 ones through Note [Dense 1x1 tiles]: whole tiles and a partial
+// last one, slices that accumulate, partial blocks), dilation, asymmetric padding, a 1 x 1 output,
+// a batch of 3.
 const ConvCase kCases[] = {
     {1, 16, 16, 9, 9, 3, 3, {1, 1}, {1, 1, 1, 1}, {1, 1}},
     {2, 32, 48, 7, 7, 3, 3, {1, 1}, {1, 1, 1, 1}, {1, 1}},     // 7 x 7: 7-pixel tiles, panels of 3

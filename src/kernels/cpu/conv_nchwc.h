@@ -152,6 +152,7 @@ struct NchwcTileArgs {
   // block's zero lanes, skipped with their zero filters (Note [The last block's real lanes] in
   // conv_nchwc.cc).
   int last_lanes = 16;
+  int64_t tiles = 1;  // whole tiles in a row (nchwc_dense_tiles_f32_avx512 only)
   bool accumulate = false;
   const ConvTileEpilogueF32* ep = nullptr;
 };
@@ -197,5 +198,10 @@ void scale_shift_nchwc_avx512(int64_t count, const float* x, const float* scale,
 // Unless `listed`, the kernel takes every tap in order (tap_w unused) and pixel i's outputs at
 // y + yoff[0] + 16 i: a rectangle of whole rows with every tap inside the input.
 NchwcUkernelF32 nchwc_ukernel_f32_avx512(int nv, int mr, bool listed);
+// The kernel for args.tiles whole tiles of a 1x1 stride-1 layer on blocked input (taps 1, lanes 16,
+// ldc 1), tile t's pixel i at x + pix[0] + 16 (mr t + i) and its outputs at y + yoff[0] +
+// 16 (mr t + i) (Note [Dense 1x1 tiles] in conv_nchwc.cc); nullptr where nchwc_ukernel_f32_avx512
+// has no kernel.
+NchwcUkernelF32 nchwc_dense_tiles_f32_avx512(int nv, int mr);
 
 }  // namespace kiln::kernels::cpu

@@ -7,6 +7,8 @@
 #include <immintrin.h>
 
 #include <algorithm>
+#include <cstddef>
+#include <type_traits>
 
 #include "kernels/cpu/conv_nchwc.h"
 
@@ -208,6 +210,77 @@ void nchwc_tile(const NchwcTileArgs& a) {
       }
     }
   });
+}
+
+// a.tiles whole tiles of a 1x1 stride-1 layer on blocked input, pixels consecutive from a.pix[0]
+// and outputs from a.yoff[0] (Note [Dense 1x1 tiles] in conv_nchwc.cc): nchwc_tile's contract
+// otherwise, with taps 1, lanes 16 and ldc 1.
+template <int MR, int NV>
+void nchwc_dense_tiles(const NchwcTileArgs& a) {
+  static_assert(MR * NV <= 28);
+  const int64_t blocks = a.blocks, xblk = a.xblk, yblk = a.yblk, tiles = a.tiles;
+  const int last_lanes = a.last_lanes;
+  const bool accumulate = a.accumulate;
+  const float* const x0 = a.x + a.pix[0];
+  float* const y0 = a.y + a.yoff[0];
+  const ConvTileEpilogueF32* const ep = a.ep;
+  const float* const res0 = ep != nullptr && ep->residual != nullptr ? ep->residual + a.yoff[0] : nullptr;
+  const int64_t steps = (blocks - 1) * 16 + last_lanes;
+  // finish: the epilogue's Finish or FinishExp, or nullptr for a slice that only sums.
+  auto run = [&](auto finish) {
+    constexpr bool kFinish = !std::is_same_v<decltype(finish), std::nullptr_t>;
+    for (int64_t t = 0; t < tiles; ++t) {
+      __m512 acc[MR][NV];
+#pragma GCC unroll 16
+      for (int i = 0; i < MR; ++i)
+#pragma GCC unroll 4
+        for (int v = 0; v < NV; ++v) acc[i][v] = _mm512_setzero_ps();
+      // The first NV tiles fetch the next slice's or panel's filters into L2, a line a step
+      // (Note [Filters fetched ahead] in conv_nchwc.cc).
+      uintptr_t pf = a.prefetch != 0 && t < NV ? a.prefetch + static_cast<uintptr_t>(t * steps * 64) : 0;
+      const float* x = x0 + t * 16 * MR;
+      const float* w = a.w;
+      auto step = [&](int c) __attribute__((always_inline)) {
+        if (pf != 0) _mm_prefetch(reinterpret_cast<const char*>(pf), _MM_HINT_T1), pf += 64;
+        __m512 wv[NV];
+#pragma GCC unroll 4
+        for (int v = 0; v < NV; ++v) wv[v] = _mm512_loadu_ps(w + 16 * v);
+#pragma GCC unroll 16
+        for (int i = 0; i < MR; ++i) {
+          const __m512 xi = _mm512_set1_ps(x[16 * i + c]);
+#pragma GCC unroll 4
+          for (int v = 0; v < NV; ++v) acc[i][v] = _mm512_fmadd_ps(xi, wv[v], acc[i][v]);
+        }
+        w += 16 * NV;
+      };
+      for (int64_t b = 0; b < blocks; ++b, x += xblk) {
+        const int lanes = b + 1 < blocks ? 16 : last_lanes;
+        // A partial last block: its real channels only (Note [The last block's real lanes]).
+        if (lanes == 16) {
+#pragma GCC unroll 2
+          for (int c = 0; c < 16; ++c) step(c);
+        } else {
+          for (int c = 0; c < lanes; ++c) step(c);
+        }
+      }
+      float* const y = y0 + t * 16 * MR;
+      const float* const res = res0 != nullptr ? res0 + t * 16 * MR : nullptr;
+#pragma GCC unroll 4
+      for (int v = 0; v < NV; ++v) {
+#pragma GCC unroll 16
+        for (int i = 0; i < MR; ++i) {
+          const int64_t at = v * yblk + 16 * i;
+          __m512 r = acc[i][v];
+          if constexpr (kFinish) r = _mm512_add_ps(r, _mm512_loadu_ps(ep->bias + 16 * v));
+          if (accumulate) r = _mm512_add_ps(r, _mm512_loadu_ps(y + at));
+          if constexpr (kFinish) r = (*finish)(r, res != nullptr ? res + at : nullptr);
+          _mm512_storeu_ps(y + at, r);
+        }
+      }
+    }
+  };
+  if (ep == nullptr) run(nullptr);
+  else with_finish(*ep, [&](const auto& finish) { run(&finish); });
 }
 
 // `count` outputs of the blocked depthwise convolution: output o reads x_at(o) + tap_off[t] and is
@@ -470,6 +543,24 @@ void max_pool2d_nchwc_rows_avx512(const Pool2dParams& p, const float* x, float* 
       _mm512_storeu_ps(yr + ow * 16, _mm512_mask_mov_ps(o, nan, _mm512_set1_ps(__builtin_nanf(""))));
     }
     for (int64_t ow = std::max(lo, hi); ow < p.wo; ++ow) edge(ow);
+  }
+}
+
+NchwcUkernelF32 nchwc_dense_tiles_f32_avx512(int nv, int mr) {
+  if (mr == 7) {
+    switch (nv) {
+      case 3: return nchwc_dense_tiles<7, 3>;
+      case 2: return nchwc_dense_tiles<7, 2>;
+      case 1: return nchwc_dense_tiles<7, 1>;
+      default: return nullptr;
+    }
+  }
+  switch (nv) {
+    case 4: return mr == 6 ? nchwc_dense_tiles<6, 4> : nullptr;
+    case 3: return mr == 8 ? nchwc_dense_tiles<8, 3> : nullptr;
+    case 2: return mr == 12 ? nchwc_dense_tiles<12, 2> : nullptr;
+    case 1: return mr == 12 ? nchwc_dense_tiles<12, 1> : nullptr;
+    default: return nullptr;
   }
 }
 
