@@ -249,6 +249,29 @@ TEST(Layout, SqueezeExciteRunsBlocked) {
   EXPECT_TRUE(testing::all_close(ex.run({xin})[0], ir::run(g, {xin})[0], {1e-4, 1e-4}));
 }
 
+// torchvision's MNASNet pools with x.mean([2, 3]) (no keepdim) before its classifier: the mean
+// runs as the region's global pool, converted back and reshaped to [N, C] for the classifier
+// (Note [Spatial means as global pools]).
+TEST(Layout, MeanWithoutKeepdimPoolsBlocked) {
+  using Layout = runtime::CompileOptions::Layout;
+  for (const std::vector<int64_t>& axes : {std::vector<int64_t>{2, 3}, std::vector<int64_t>{-1, -2}}) {
+    Builder b;
+    b.g.name = "head";
+    ir::Value* x = b.g.add_input("x", ir::ValueType{DType::f32, {ir::Dim::sym("batch"), 24, 9, 9}});
+    ir::Value* c = b.relu(b.conv(b.relu(b.conv(x, 40, 3, 1, "c1")), 40, 1, 1, "c2"));
+    ir::Value* m = b.g.add_node(op("mean"), {c}, {{"axes", axes}, {"keepdim", false}})->output();
+    ir::Value* w = b.g.add_constant("fc_w", random_tensor({40, 10}, DType::f32, 61));
+    b.g.add_output(b.g.add_node(op("matmul"), {m, w})->output());
+    ir::verify(b.g);
+    runtime::CompileResult r = runtime::compile(b.g, opts(Layout::nchwc, 3));
+    auto n = op_counts(r.engine);
+    EXPECT_EQ(n["global_avg_pool_nchwc"], 1);
+    EXPECT_EQ(n["mean"], 0);
+    EXPECT_EQ(n["from_nchwc"], 1);  // the pooled [N, 40, 1, 1], not the 9 x 9 plane
+    expect_engine_matches(r.engine, b.g, {24, 9, 9}, 120);
+  }
+}
+
 // EfficientNet's block as ONNX exporters write it: SiLU as x * sigmoid(x) (both operand orders)
 // after the expansion and the depthwise layer and in the squeeze-excite's first 1x1 (10 channels:
 // a partial block), its second 1x1 gated by a sigmoid. gelu_fusion makes each SiLU one silu node,
