@@ -237,6 +237,7 @@ ResolvedCall resolve_call(const OpDef& op, std::span<const Tensor> inputs, const
   r.outputs = infer_call(op, inputs, bound);
   if (op.is_view() || !casts_nothing(op, inputs)) return r;
   r.kernel = &call_kernel(op, device, inputs, r.outputs, tactic);
+  if (r.kernel->prepare) r.prepared = r.kernel->prepare(inputs, bound, r.outputs);
   return r;
 }
 
@@ -244,7 +245,7 @@ void run_resolved(const ResolvedCall& r, const OpDef& op, std::span<const Tensor
                   std::span<Tensor> outputs) {
   KILN_ASSERT(r.kernel != nullptr && outputs.size() == r.outputs.size(), op.name(),
               ": run_resolved on a call that was not resolved, or with other outputs");
-  r.kernel->fn(KernelCall{op, inputs, bound, outputs});
+  r.kernel->fn(KernelCall{op, inputs, bound, outputs, r.prepared.get()});
 }
 
 }  // namespace kiln

@@ -203,8 +203,8 @@ void InferCtx::fail(const std::string& msg) const { KILN_FAIL(op.name(), ": ", m
 // ---- OpDef ------------------------------------------------------------------------------------------------
 OpDef::OpDef(const std::string& schema_text) : schema_(Schema::parse(schema_text)) {}
 
-OpDef& OpDef::kernel(DeviceType d, DTypeSet dtypes, KernelFn fn, std::string tactic) {
-  kernels_.push_back(KernelEntry{d, dtypes, std::move(tactic), std::move(fn)});
+OpDef& OpDef::kernel(DeviceType d, DTypeSet dtypes, KernelFn fn, std::string tactic, PrepareFn prepare) {
+  kernels_.push_back(KernelEntry{d, dtypes, std::move(tactic), std::move(fn), std::move(prepare)});
   return *this;
 }
 

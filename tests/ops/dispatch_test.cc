@@ -227,6 +227,53 @@ TEST(Dispatch, KernelsAreChosenByDeviceDTypeAndTactic) {
   EXPECT_EQ(d.find_kernel(DeviceType::cuda, DType::f32), nullptr);
 }
 
+// Note [Prepared kernels]: a kernel's prepare function runs once, when the call is resolved, with
+// its inputs, attributes and output metadata; what it returns reaches the kernel on every resolved
+// run, and an eager call runs the kernel without it.
+TEST(Dispatch, PreparedStateReachesEveryResolvedRun) {
+  OpDef d("scale(Tensor x, float alpha=2.0) -> Tensor");
+  int prepared = 0;
+  std::vector<const void*> seen;
+  d.infer(defs::infer_same)
+      .kernel(
+          DeviceType::cpu, {DType::f32},
+          [&](const KernelCall& k) {
+            seen.push_back(k.prepared);
+            // The prepared factor, or the attribute read again.
+            const float alpha = k.prepared != nullptr ? *static_cast<const float*>(k.prepared)
+                                                      : static_cast<float>(k.attrs.get_float("alpha"));
+            const float* x = k.in(0).contiguous().data<float>();
+            float* y = k.out(0).data<float>();
+            for (int64_t i = 0; i < k.out(0).numel(); ++i) y[i] = x[i] * alpha;
+          },
+          "default",
+          [&](std::span<const Tensor> in, const Attrs& attrs, std::span<const TensorMeta> out) {
+            ++prepared;
+            EXPECT_EQ(in.size(), 1u);
+            EXPECT_EQ(out.size(), 1u);
+            EXPECT_EQ(out[0].shape, (Shape{5}));
+            return std::make_shared<const float>(static_cast<float>(attrs.get_float("alpha")));
+          });
+  const Attrs attrs = d.bind_attrs({{"alpha", 3.0}});
+  std::vector<Tensor> ins{testing::random_tensor({5}, DType::f32, 21)};
+  ResolvedCall r = resolve_call(d, ins, attrs);
+  EXPECT_EQ(prepared, 1);
+  ASSERT_NE(r.prepared, nullptr);
+  std::vector<Tensor> outs{empty({5})};
+  for (int run = 0; run < 3; ++run) {
+    ins[0] = testing::random_tensor({5}, DType::f32, 22 + static_cast<uint64_t>(run));
+    run_resolved(r, d, ins, attrs, outs);
+    EXPECT_TRUE(all_close(outs[0], ins[0] * 3.0, {0, 0})) << "run " << run;
+  }
+  EXPECT_EQ(prepared, 1) << "prepared once, at resolve time";
+  ASSERT_EQ(seen.size(), 3u);
+  for (const void* p : seen) EXPECT_EQ(p, r.prepared.get());
+  OpCall eager{d, ins, attrs, KILN_HERE, Tensor(), nullptr};
+  EXPECT_TRUE(all_close(run_kernel(eager)[0], ins[0] * 3.0, {0, 0}));
+  EXPECT_EQ(seen.back(), nullptr) << "an eager call has no preparation";
+  EXPECT_EQ(prepared, 1);
+}
+
 // Note [Resolved calls]: a call resolved once runs its tactic's kernel into given outputs as
 // often as asked; resolving checks what run_kernel checks and raises the same errors; views and
 // ops that cast their inputs are left to run_kernel.

@@ -252,6 +252,45 @@ TEST(Nchwc, EitherPanelWidthMatchesFloat64Reference) {
   }
 }
 
+// Note [Prepared kernels]: a resolved blocked convolution (each tactic: panels of the plane's
+// choice, of 3 and 4, Winograd; a depthwise layer) is prepared once (parameters, packed filters,
+// plan) and runs with it on new inputs as the eager kernel does; given other filters than it was
+// prepared for, it prepares again rather than use the old ones.
+TEST(Nchwc, PreparedCallsMatchEagerCalls) {
+  struct Case {
+    int64_t c, k, groups;
+    std::string tactic;
+  };
+  const Case cases[] = {{24, 40, 1, "default"}, {24, 40, 1, "panels3"}, {24, 40, 1, "panels4"},
+                        {32, 48, 1, "winograd"}, {48, 48, 48, "default"}};
+  int seed = 2100;
+  for (const Case& cc : cases) {
+    SCOPED_TRACE("C=" + std::to_string(cc.c) + " K=" + std::to_string(cc.k) + " groups=" +
+                 std::to_string(cc.groups) + " " + cc.tactic);
+    const OpDef& d = op("fused_conv2d_nchwc");
+    const Attrs attrs = d.bind_attrs({{"stride", std::vector<int64_t>{1, 1}},
+                                      {"padding", std::vector<int64_t>{1, 1, 1, 1}},
+                                      {"dilation", std::vector<int64_t>{1, 1}},
+                                      {"groups", cc.groups},
+                                      {"activation", std::string("relu")},
+                                      {"residual_before_activation", false}});
+    Tensor w = random_tensor({cc.k, cc.c / cc.groups, 3, 3}, DType::f32, seed++, -0.3, 0.3);
+    Tensor bias = random_tensor({cc.k}, DType::f32, seed++);
+    std::vector<Tensor> ins{to_nchwc(random_tensor({1, cc.c, 10, 9}, DType::f32, seed++, -1, 1)), w, bias, Tensor()};
+    ResolvedCall r = resolve_call(d, ins, attrs, cc.tactic);
+    ASSERT_NE(r.kernel, nullptr);
+    EXPECT_NE(r.prepared, nullptr);
+    std::vector<Tensor> outs{empty(r.outputs[0].shape)};
+    for (int run = 0; run < 3; ++run) {
+      ins[0] = to_nchwc(random_tensor({1, cc.c, 10, 9}, DType::f32, seed++, -1, 1));
+      if (run == 2) ins[1] = random_tensor(w.shape(), DType::f32, seed++, -0.3, 0.3);  // other filters
+      run_resolved(r, d, ins, attrs, outs);
+      Tensor want = dispatch1(d, ins, attrs);
+      EXPECT_TRUE(testing::all_close(outs[0], want, {1e-5, 1e-5})) << "run " << run;
+    }
+  }
+}
+
 // Note [Grouped blocks]: a grouped convolution blocked a span of groups at a time, against the
 // float64 grouped convolution, on every ISA, both panel widths and the plane's own choice, every
 // epilogue kind with a residual: spans of 4 (ResNeXt's 4 channels a group), 2 (RegNet's 8, and 8

@@ -61,6 +61,7 @@ std::vector<TensorMeta> infer_call(const OpDef& op, std::span<const Tensor> inpu
 struct ResolvedCall {
   std::vector<TensorMeta> outputs;
   const KernelEntry* kernel = nullptr;
+  std::shared_ptr<const void> prepared;  // the kernel's prepare function's (Note [Prepared kernels])
 };
 ResolvedCall resolve_call(const OpDef& op, std::span<const Tensor> inputs, const Attrs& bound,
                           const std::string& tactic = "");

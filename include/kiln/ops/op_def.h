@@ -75,10 +75,22 @@ struct KernelCall {
   std::span<const Tensor> inputs;
   const Attrs& attrs;
   std::span<Tensor> outputs;
+  // What the kernel's prepare function made for this call (Note [Prepared kernels]), or nullptr.
+  const void* prepared = nullptr;
   const Tensor& in(size_t i) const { return inputs[i]; }
   Tensor& out(size_t i) const { return outputs[i]; }
 };
 using KernelFn = std::function<void(const KernelCall&)>;
+// Note [Prepared kernels]
+// A call the runtime repeats (a resolved engine step: the same shapes, attributes and constant
+// inputs on every run, Note [Resolved calls] in src/ops/dispatch.cc) may hand its kernel work done
+// once: a kernel entry's prepare function, run by resolve_call with the inputs of that call and
+// the outputs' metadata, returns what the kernel would otherwise derive on every run (parameters
+// read from the attributes, packed filters, a work plan); run_resolved passes it as
+// KernelCall::prepared. The kernel must still run without it (an eager call has none), and must
+// not trust it for anything a run can change: tensor data pointers other than constants it checks.
+using PrepareFn = std::function<std::shared_ptr<const void>(std::span<const Tensor> inputs, const Attrs& attrs,
+                                                            std::span<const TensorMeta> outputs)>;
 // A view op computes outputs that alias the input's storage, without a kernel.
 using ViewFn = std::function<std::vector<Tensor>(std::span<const Tensor>, const Attrs&)>;
 
@@ -87,6 +99,7 @@ struct KernelEntry {
   DTypeSet dtypes;     // dtypes of the kernel's key input (see OpDef::dtype_key)
   std::string tactic;  // "default", "blocked", "openblas", ...
   KernelFn fn;
+  PrepareFn prepare;  // optional (Note [Prepared kernels])
 };
 
 // How the dispatcher casts tensor inputs before the kernel runs.
@@ -151,7 +164,7 @@ class OpDef {
 
   // Builder (used at registration).
   OpDef& infer(InferFn fn) { infer_ = std::move(fn); return *this; }
-  OpDef& kernel(DeviceType d, DTypeSet dtypes, KernelFn fn, std::string tactic = "default");
+  OpDef& kernel(DeviceType d, DTypeSet dtypes, KernelFn fn, std::string tactic = "default", PrepareFn prepare = {});
   OpDef& view(ViewFn fn) { view_ = std::move(fn); return *this; }
   // Casts tensor inputs from index `first_input` on (where() keeps its bool condition).
   OpDef& cast_inputs(InputCast c, int first_input = 0) {

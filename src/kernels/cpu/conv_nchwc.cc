@@ -401,6 +401,17 @@ const float* padded_bias(const float* bias, int64_t k, std::vector<float>& stora
 
 }  // namespace
 
+struct NchwcPlan {
+  Plan plan;
+};
+
+std::shared_ptr<const NchwcPlan> conv2d_nchwc_plan(const Conv2dParams& p, NchwcInput input) {
+  KILN_CHECK(conv2d_nchwc_supported(p, input), "conv2d_nchwc_plan: needs one group or groups that fill whole blocks",
+             input == NchwcInput::plain ? " and at most 16 channels of plain input" : "", ", got C=", p.c, " K=", p.k,
+             " groups=", p.groups);
+  return std::make_shared<const NchwcPlan>(NchwcPlan{plan(p, input)});
+}
+
 void nchw_to_nchwc_f32(int64_t n, int64_t c, int64_t hw, const float* x, float* y) {
   const int64_t cb = nchwc_blocks(c);
   parallel_for(0, n * cb, 1, [&](int64_t b0, int64_t b1) {
@@ -677,11 +688,16 @@ void pack_conv2d_nchwc_weight_f32(const Conv2dParams& p, const float* w, float* 
 }
 
 void conv2d_nchwc_f32(const Conv2dParams& p, const float* x, const float* packed_w, const float* bias, float* y,
-                      const Conv2dEpilogue& epilogue, NchwcInput input) {
-  KILN_CHECK(conv2d_nchwc_supported(p, input), "conv2d_nchwc_f32: needs one group or groups that fill whole blocks",
-             input == NchwcInput::plain ? " and at most 16 channels of plain input" : "", ", got C=", p.c, " K=", p.k,
-             " groups=", p.groups);
-  const Plan pl = plan(p, input);
+                      const Conv2dEpilogue& epilogue, NchwcInput input, const NchwcPlan* prepared) {
+  std::shared_ptr<const NchwcPlan> own;
+  if (prepared == nullptr) {
+    KILN_CHECK(conv2d_nchwc_supported(p, input), "conv2d_nchwc_f32: needs one group or groups that fill whole blocks",
+               input == NchwcInput::plain ? " and at most 16 channels of plain input" : "", ", got C=", p.c, " K=",
+               p.k, " groups=", p.groups);
+    own = conv2d_nchwc_plan(p, input);
+    prepared = own.get();
+  }
+  const Plan& pl = prepared->plan;
   const ConvTileEpilogueF32::Act act = blocked_act(epilogue.activation);
   // Note [Residual in place]
   // A residual that dies at this convolution is a buffer the output may take (Note [Memory

@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <cstddef>
 #include <cstdint>
+#include <memory>
 #include <utility>
 
 #include "kernels/cpu/conv.h"
@@ -66,8 +67,15 @@ void pack_conv2d_nchwc_weight_f32(const Conv2dParams& p, const float* w, float* 
 // says; bias [K] or nullptr. Activations: none, relu, relu6, hardswish, sigmoid, silu. The residual
 // may be y itself when it is added before the activation (Note [Residual in place] in
 // conv_nchwc.cc).
+// plan: conv2d_nchwc_plan(p, input), made once for a call that repeats (Note [Prepared kernels] in
+// kiln/ops/op_def.h), or nullptr to make it here.
+struct NchwcPlan;
 void conv2d_nchwc_f32(const Conv2dParams& p, const float* x, const float* packed_w, const float* bias, float* y,
-                      const Conv2dEpilogue& epilogue = {}, NchwcInput input = NchwcInput::blocked);
+                      const Conv2dEpilogue& epilogue = {}, NchwcInput input = NchwcInput::blocked,
+                      const NchwcPlan* plan = nullptr);
+// What conv2d_nchwc_f32 derives from p and the thread count alone: the work items, tiles and
+// rectangles of its borders.
+std::shared_ptr<const NchwcPlan> conv2d_nchwc_plan(const Conv2dParams& p, NchwcInput input = NchwcInput::blocked);
 
 // A depthwise convolution (groups = C = K, filters [C, 1, R, S]) on blocked x and y (Note [Blocked
 // depthwise] in conv_nchwc.cc), with the same epilogue; filters packed [C/16][R*S][16].

@@ -139,64 +139,110 @@ kernels::cpu::GemmActivation act_of(const std::string& a) {
   return GemmActivation::none;
 }
 
+// What a blocked convolution call derives from its shapes, attributes and filters alone: made on
+// every eager call, once for a resolved engine step (Note [Prepared kernels] in op_def.h).
+struct PreparedConvNchwc {
+  enum class Kind { blocked, depthwise, winograd } kind = Kind::blocked;
+  kernels::cpu::Conv2dParams p;
+  kernels::cpu::NchwcInput input = kernels::cpu::NchwcInput::blocked;
+  kernels::cpu::GemmActivation activation = kernels::cpu::GemmActivation::none;
+  bool residual_before_activation = false;
+  const void* filters = nullptr;  // the filters' data, which `packed` was packed from
+  std::shared_ptr<const float> packed;
+  std::shared_ptr<const kernels::cpu::NchwcPlan> plan;  // Kind::blocked
+};
+
 // panel_blocks: the blocked convolution's panel width (Note [Panels as tactics] in
 // conv_nchwc.cc), 0 for its own choice; depthwise layers have no panels (grouped ones do: Note
 // [Grouped blocks] in conv_nchwc.cc). winograd: Winograd's
-// F(2x2, 3x3) (Note [Winograd tiles] in conv_nchwc.cc) where the layer allows it.
-void conv_nchwc(const KernelCall& k, int panel_blocks, bool winograd = false) {
+// F(2x2, 3x3) (Note [Winograd tiles] in conv_nchwc.cc) where the layer allows it. x: the input's
+// shape, w: the filters (contiguous), y: the output's shape.
+PreparedConvNchwc prepare_conv_nchwc(const Shape& x, const Tensor& w, const Shape& y, const Attrs& attrs,
+                                     int panel_blocks, bool winograd) {
+  const auto pad = defs::padding_attr("fused_conv2d_nchwc", attrs);
+  const auto& stride = attrs.get_ints("stride");
+  const auto& dil = attrs.get_ints("dilation");
+  PreparedConvNchwc c;
+  c.input = x.size() == 4 ? kernels::cpu::NchwcInput::plain : kernels::cpu::NchwcInput::blocked;
+  const int64_t groups = attrs.get_int("groups");
+  kernels::cpu::Conv2dParams& p = c.p;
+  p.n = x[0], p.c = w.shape()[1] * groups, p.h = x[2], p.w = x[3];
+  p.k = w.shape()[0], p.r = w.shape()[2], p.s = w.shape()[3];
+  p.ho = y[2], p.wo = y[3];
+  p.stride_h = stride[0], p.stride_w = stride[1], p.pad_top = pad[0], p.pad_left = pad[1];
+  p.dil_h = dil[0], p.dil_w = dil[1], p.groups = groups;
+  const bool depthwise = depthwise_filters(groups, w.shape());
+  p.nchwc_panel_blocks = depthwise ? 0 : panel_blocks;
+  c.activation = act_of(attrs.get_string("activation"));
+  c.residual_before_activation = attrs.get_bool("residual_before_activation");
+  c.filters = w.data_ptr();
+  const float* wp = static_cast<const float*>(w.data_ptr());
+  // Filters packed once per weight (Note [Prepacked tactics]), keyed by what the packing follows.
+  if (winograd && c.input == kernels::cpu::NchwcInput::blocked && kernels::cpu::conv2d_nchwc_winograd_supported(p)) {
+    c.kind = PreparedConvNchwc::Kind::winograd;
+    c.packed = cached_packed_weight_f32(w, {5, p.k, p.c, p.r, p.s}, kernels::cpu::conv2d_nchwc_winograd_packed_weight_f32_floats(p),
+                                        [&](float* buf) { kernels::cpu::pack_conv2d_nchwc_winograd_weight_f32(p, wp, buf); });
+  } else if (depthwise) {
+    c.kind = PreparedConvNchwc::Kind::depthwise;
+    c.packed = cached_packed_weight_f32(w, {4, p.k, p.r, p.s}, kernels::cpu::depthwise_nchwc_packed_weight_f32_floats(p),
+                                        [&](float* buf) { kernels::cpu::pack_depthwise_nchwc_weight_f32(p, wp, buf); });
+  } else {
+    const kernels::cpu::NchwcTiling tiling = kernels::cpu::conv2d_nchwc_tiling(p);
+    c.packed = cached_packed_weight_f32(
+        w, {3, p.k, p.c, p.r, p.s, tiling.panel_blocks, static_cast<int64_t>(c.input), groups},
+        kernels::cpu::conv2d_nchwc_packed_weight_f32_floats(p, c.input),
+        [&](float* buf) { kernels::cpu::pack_conv2d_nchwc_weight_f32(p, wp, buf, c.input); });
+    c.plan = kernels::cpu::conv2d_nchwc_plan(p, c.input);
+  }
+  return c;
+}
+
+template <int PanelBlocks, bool Winograd>
+std::shared_ptr<const void> conv_nchwc_prepare(std::span<const Tensor> in, const Attrs& attrs,
+                                               std::span<const TensorMeta> out) {
+  if (in.size() < 2 || !in[0].defined() || !in[1].defined() || !in[1].is_contiguous() || out.empty() ||
+      out[0].shape.size() != 5 || std::find(out[0].shape.begin(), out[0].shape.end(), 0) != out[0].shape.end())
+    return nullptr;
+  return std::make_shared<const PreparedConvNchwc>(
+      prepare_conv_nchwc(in[0].shape(), in[1], out[0].shape, attrs, PanelBlocks, Winograd));
+}
+
+template <int PanelBlocks, bool Winograd>
+void conv_nchwc_kernel(const KernelCall& k) {
   const Tensor& out = k.out(0);
   if (out.numel() == 0) return;
   Tensor x = k.in(0).contiguous(), w = k.in(1).contiguous();
   Tensor bias = k.inputs.size() > 2 && k.in(2).defined() ? k.in(2).contiguous() : Tensor();
   Tensor res = k.inputs.size() > 3 && k.in(3).defined() ? k.in(3).contiguous() : Tensor();
-  const auto pad = defs::padding_attr("fused_conv2d_nchwc", k.attrs);
-  const auto& stride = k.attrs.get_ints("stride");
-  const auto& dil = k.attrs.get_ints("dilation");
-  const auto input = x.dim() == 4 ? kernels::cpu::NchwcInput::plain : kernels::cpu::NchwcInput::blocked;
-  const int64_t groups = k.attrs.get_int("groups");
-  kernels::cpu::Conv2dParams p;
-  p.n = x.shape()[0], p.c = w.shape()[1] * groups, p.h = x.shape()[2], p.w = x.shape()[3];
-  p.k = w.shape()[0], p.r = w.shape()[2], p.s = w.shape()[3];
-  p.ho = out.shape()[2], p.wo = out.shape()[3];
-  p.stride_h = stride[0], p.stride_w = stride[1], p.pad_top = pad[0], p.pad_left = pad[1];
-  p.dil_h = dil[0], p.dil_w = dil[1], p.groups = groups;
-  const bool depthwise = depthwise_filters(groups, w.shape());
-  p.nchwc_panel_blocks = depthwise ? 0 : panel_blocks;
+  // The call's preparation, where it was made for these filters; else made now.
+  const auto* ready = static_cast<const PreparedConvNchwc*>(k.prepared);
+  PreparedConvNchwc own;
+  if (ready == nullptr || ready->filters != w.data_ptr()) {
+    own = prepare_conv_nchwc(x.shape(), w, out.shape(), k.attrs, PanelBlocks, Winograd);
+    ready = &own;
+  }
+  const kernels::cpu::Conv2dParams& p = ready->p;
   kernels::cpu::Conv2dEpilogue ep;
-  ep.activation = act_of(k.attrs.get_string("activation"));
+  ep.activation = ready->activation;
   ep.residual = res.defined() ? static_cast<const float*>(res.data_ptr()) : nullptr;
-  ep.residual_before_activation = k.attrs.get_bool("residual_before_activation");
+  ep.residual_before_activation = ready->residual_before_activation;
   Tensor y = out.is_contiguous() ? out : empty(out.shape(), TensorOptions(DType::f32, out.device()));
   const float* xp = static_cast<const float*>(x.data_ptr());
   const float* bp = bias.defined() ? static_cast<const float*>(bias.data_ptr()) : nullptr;
   float* yp = static_cast<float*>(y.data_ptr());
-  const float* wp = static_cast<const float*>(w.data_ptr());
-  // Filters packed once per weight (Note [Prepacked tactics]), keyed by what the packing follows.
-  if (winograd && input == kernels::cpu::NchwcInput::blocked && kernels::cpu::conv2d_nchwc_winograd_supported(p)) {
-    auto packed = cached_packed_weight_f32(w, {5, p.k, p.c, p.r, p.s}, kernels::cpu::conv2d_nchwc_winograd_packed_weight_f32_floats(p),
-                                           [&](float* buf) { kernels::cpu::pack_conv2d_nchwc_winograd_weight_f32(p, wp, buf); });
-    kernels::cpu::conv2d_nchwc_winograd_f32(p, xp, packed.get(), bp, yp, ep);
-  } else if (depthwise) {
-    auto packed = cached_packed_weight_f32(w, {4, p.k, p.r, p.s}, kernels::cpu::depthwise_nchwc_packed_weight_f32_floats(p),
-                                           [&](float* buf) { kernels::cpu::pack_depthwise_nchwc_weight_f32(p, wp, buf); });
-    kernels::cpu::depthwise_conv2d_nchwc_f32(p, xp, packed.get(), bp, yp, ep);
-  } else {
-    const kernels::cpu::NchwcTiling tiling = kernels::cpu::conv2d_nchwc_tiling(p);
-    auto packed = cached_packed_weight_f32(
-        w, {3, p.k, p.c, p.r, p.s, tiling.panel_blocks, static_cast<int64_t>(input), groups},
-        kernels::cpu::conv2d_nchwc_packed_weight_f32_floats(p, input),
-        [&](float* buf) { kernels::cpu::pack_conv2d_nchwc_weight_f32(p, wp, buf, input); });
-    kernels::cpu::conv2d_nchwc_f32(p, xp, packed.get(), bp, yp, ep, input);
+  switch (ready->kind) {
+    case PreparedConvNchwc::Kind::winograd:
+      kernels::cpu::conv2d_nchwc_winograd_f32(p, xp, ready->packed.get(), bp, yp, ep);
+      break;
+    case PreparedConvNchwc::Kind::depthwise:
+      kernels::cpu::depthwise_conv2d_nchwc_f32(p, xp, ready->packed.get(), bp, yp, ep);
+      break;
+    case PreparedConvNchwc::Kind::blocked:
+      kernels::cpu::conv2d_nchwc_f32(p, xp, ready->packed.get(), bp, yp, ep, ready->input, ready->plan.get());
+      break;
   }
   if (!y.is_same(out)) kernels::cpu::copy_into(out, y);
 }
-
-void conv_nchwc_kernel(const KernelCall& k) { conv_nchwc(k, 0); }
-template <int PanelBlocks>
-void conv_nchwc_panels_kernel(const KernelCall& k) {
-  conv_nchwc(k, PanelBlocks);
-}
-void conv_nchwc_winograd_kernel(const KernelCall& k) { conv_nchwc(k, 0, true); }
 
 // max_pool2d_nchwc (max) and avg_pool2d_nchwc: the NCHW op's own shape rule on the unblocked shape.
 std::vector<TensorMeta> infer_pool_nchwc(const InferCtx& c, bool max) {
@@ -303,13 +349,13 @@ void register_nchwc_ops(OpRegistry& r) {
         "int[] padding=[0,0,0,0], int[] dilation=[1,1], int groups=1, str activation=\"none\", "
         "bool residual_before_activation=false) -> Tensor")
       .infer(infer_conv_nchwc)
-      .kernel(DeviceType::cpu, f32, conv_nchwc_kernel)
+      .kernel(DeviceType::cpu, f32, conv_nchwc_kernel<0, false>, "default", conv_nchwc_prepare<0, false>)
       // Note [Panels as tactics] (conv_nchwc.cc): offered where K is not a multiple of 64
       // (tactic_fits in src/ops/defs/linalg/matmul_tactics.cc).
-      .kernel(DeviceType::cpu, f32, conv_nchwc_panels_kernel<3>, "panels3")
-      .kernel(DeviceType::cpu, f32, conv_nchwc_panels_kernel<4>, "panels4")
+      .kernel(DeviceType::cpu, f32, conv_nchwc_kernel<3, false>, "panels3", conv_nchwc_prepare<3, false>)
+      .kernel(DeviceType::cpu, f32, conv_nchwc_kernel<4, false>, "panels4", conv_nchwc_prepare<4, false>)
       // Note [Winograd tiles] (conv_nchwc.cc): 3x3 filters of stride 1, one group.
-      .kernel(DeviceType::cpu, f32, conv_nchwc_winograd_kernel, "winograd")
+      .kernel(DeviceType::cpu, f32, conv_nchwc_kernel<0, true>, "winograd", conv_nchwc_prepare<0, true>)
       .no_vjp(kNoVjp)
       .no_batch(kNoBatch)
       .no_onnx(kNoOnnx)
