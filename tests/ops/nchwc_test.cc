@@ -255,7 +255,7 @@ TEST(Nchwc, EitherPanelWidthMatchesFloat64Reference) {
 // Note [Prepared kernels]: a resolved blocked convolution (each tactic: panels of the plane's
 // choice, of 3 and 4, Winograd; a depthwise layer) is prepared once (parameters, packed filters,
 // plan) and runs with it on new inputs as the eager kernel does; given other filters than it was
-// prepared for, it prepares again rather than use the old ones.
+// prepared for, or another plane, it prepares again rather than use the old ones.
 TEST(Nchwc, PreparedCallsMatchEagerCalls) {
   struct Case {
     int64_t c, k, groups;
@@ -288,6 +288,13 @@ TEST(Nchwc, PreparedCallsMatchEagerCalls) {
       Tensor want = dispatch1(d, ins, attrs);
       EXPECT_TRUE(testing::all_close(outs[0], want, {1e-5, 1e-5})) << "run " << run;
     }
+    // Another plane than it was prepared for (the filters it was prepared for): prepared again too.
+    ins[1] = w;
+    ins[0] = to_nchwc(random_tensor({1, cc.c, 7, 12}, DType::f32, seed++, -1, 1));
+    Tensor want = dispatch1(d, ins, attrs);
+    std::vector<Tensor> other{empty(want.shape())};
+    run_resolved(r, d, ins, attrs, other);
+    EXPECT_TRUE(testing::all_close(other[0], want, {1e-5, 1e-5}));
   }
 }
 

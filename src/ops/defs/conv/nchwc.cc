@@ -214,10 +214,15 @@ void conv_nchwc_kernel(const KernelCall& k) {
   Tensor x = k.in(0).contiguous(), w = k.in(1).contiguous();
   Tensor bias = k.inputs.size() > 2 && k.in(2).defined() ? k.in(2).contiguous() : Tensor();
   Tensor res = k.inputs.size() > 3 && k.in(3).defined() ? k.in(3).contiguous() : Tensor();
-  // The call's preparation, where it was made for these filters; else made now.
+  // The call's preparation, where it was made for these filters and shapes; else made now.
   const auto* ready = static_cast<const PreparedConvNchwc*>(k.prepared);
+  auto made_for_this = [&](const PreparedConvNchwc& c) {
+    const Shape& xs = x.shape();
+    return c.filters == w.data_ptr() && (x.dim() == 4) == (c.input == kernels::cpu::NchwcInput::plain) &&
+           xs[0] == c.p.n && xs[2] == c.p.h && xs[3] == c.p.w && out.shape()[2] == c.p.ho && out.shape()[3] == c.p.wo;
+  };
   PreparedConvNchwc own;
-  if (ready == nullptr || ready->filters != w.data_ptr()) {
+  if (ready == nullptr || !made_for_this(*ready)) {
     own = prepare_conv_nchwc(x.shape(), w, out.shape(), k.attrs, PanelBlocks, Winograd);
     ready = &own;
   }
