@@ -160,7 +160,7 @@ struct NchwcTileArgs {
   // block's zero lanes, skipped with their zero filters (Note [The last block's real lanes] in
   // conv_nchwc.cc).
   int last_lanes = 16;
-  int64_t tiles = 1;  // whole tiles in a row (nchwc_dense_tiles_f32_avx512 only)
+  int64_t tiles = 1;  // consecutive whole tiles (nchwc_dense_tiles_f32_avx512 only)
   bool accumulate = false;
   const ConvTileEpilogueF32* ep = nullptr;
 };
