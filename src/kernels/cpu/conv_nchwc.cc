@@ -297,7 +297,9 @@ Plan plan(const Conv2dParams& p, NchwcInput input) {
       for (const auto& cb : col_bands) add_rect(rb, cb);
   }
   // Note [Dense 1x1 tiles]: blocked input, one tap, stride 1 and no padding (one rectangle).
-  pl.dense = !pl.plain && pl.taps == 1 && p.stride_h == 1 && p.stride_w == 1 && !pl.copy && pl.rects.size() == 1;
+  // Pixel k is then 16 k floats into its input plane and its output plane.
+  pl.dense = !pl.plain && pl.taps == 1 && p.stride_h == 1 && p.stride_w == 1 && !pl.copy && pl.rects.size() == 1 &&
+             pl.hp == p.ho && pl.wp == p.wo && pl.oy == 0 && pl.ox == 0;
   // Note [Panels inside or outside]
   // Items run panel by panel (each panel over every image and chunk) or chunk by chunk (each chunk
   // of each image through every panel). Panel by panel reads the filters once but the input once
@@ -618,7 +620,11 @@ bool conv2d_nchwc_supported(const Conv2dParams& p, NchwcInput input) {
 // 2.03-2.08 -> 1.92-1.96 on two; MNASNet 3.70-3.74 -> 3.44-3.51 and 2.08-2.10 -> 1.91-2.03;
 // ResNet-50 on two threads 16.94-17.05 -> 16.63-16.66 (batch 8: 135-138 -> 131). Fetching the
 // next block's lines as nchwc_tile does was no better (MobileNetV2 2-3% slower on one thread, 2%
-// faster on two, ResNet-50 within noise), so the dense loop does without.
+// faster on two, ResNet-50 within noise), so the dense loop does without. Nor does such an item
+// list its pixels' offsets (two stores a pixel, 6% of a 112 x 112 chain's samples): pixel k is 16 k
+// floats into both planes, so only the pixels after its whole tiles are listed: 32 -> 16 at
+// 112 x 112 0.080 -> 0.071-0.073 ms, 16 -> 96 0.217-0.221 -> 0.198-0.209; MobileNetV2 at batch 1
+// 3.10-3.21 -> 3.07-3.13 ms on one thread (medians, three alternations), 1.75-1.79 -> 1.72-1.78 on two.
 //
 // Note [Blocked tiles]
 // Panels of 4 output blocks run 6-pixel tiles (8 x 48, 12 x 32 and 12 x 16 for a narrower last
@@ -777,11 +783,14 @@ void conv2d_nchwc_f32(const Conv2dParams& p, const float* x, const float* packed
         const Rect* rect;
       } tiles[kMaxTilePixels / 4];
       int ntiles = 0;
-      {
+      // Note [Dense 1x1 tiles]: the whole tiles from k0 on need no offsets but k0's (16 k0 in and
+      // out); only the pixels after them are listed below.
+      const int64_t dense_tiles = uk_dense != nullptr ? (k1 - k0) / mr : 0, k_listed = k0 + dense_tiles * mr;
+      if (k_listed < k1) {
         size_t ri = 0;
-        while (pl.rects[ri].first + pl.rects[ri].rows * pl.rects[ri].cols <= k0) ++ri;
+        while (pl.rects[ri].first + pl.rects[ri].rows * pl.rects[ri].cols <= k_listed) ++ri;
         int64_t n = 0;
-        for (int64_t k = k0; k < k1; ++ri) {
+        for (int64_t k = k_listed; k < k1; ++ri) {
           const Rect& rc = pl.rects[ri];
           const int64_t end = std::min(k1, rc.first + rc.rows * rc.cols);
           int64_t row = (k - rc.first) / rc.cols, col = (k - rc.first) % rc.cols;
@@ -841,22 +850,17 @@ void conv2d_nchwc_f32(const Conv2dParams& p, const float* x, const float* packed
             !last ? reinterpret_cast<uintptr_t>(args.w + steps * kChannelBlock * nv)
                   : next_panel ? reinterpret_cast<uintptr_t>(packed_w + panel_block(pl, npanel) * kChannelBlock * depth)
                                : 0;
-        // Note [Dense 1x1 tiles]: the whole tiles (from the first on) in one call.
-        int t0 = 0;
-        if (uk_dense != nullptr) {
-          int whole = 0;
-          while (whole < ntiles && tiles[whole].m == mr) ++whole;
-          if (whole > 0) {
-            args.tiles = whole;
-            args.m = mr;
-            args.pix = poff;
-            args.yoff = yoff;
-            args.prefetch = ahead;
-            uk_dense(args);
-            t0 = whole;
-          }
+        // Note [Dense 1x1 tiles]: the whole tiles in one call, then the listed ones.
+        if (dense_tiles > 0) {
+          const int64_t first = k0 * kChannelBlock;
+          args.tiles = dense_tiles;
+          args.m = mr;
+          args.pix = &first;
+          args.yoff = &first;
+          args.prefetch = ahead;
+          uk_dense(args);
         }
-        for (int t = t0; t < ntiles; ++t) {
+        for (int t = 0; t < ntiles; ++t) {
           const Tile& tl = tiles[t];
           args.taps = static_cast<int>(tl.rect->taps);
           args.tap_off = pl.tap_off.data() + tl.rect->tap0;
@@ -864,7 +868,8 @@ void conv2d_nchwc_f32(const Conv2dParams& p, const float* x, const float* packed
           args.m = tl.m;
           args.pix = poff + tl.at;
           args.yoff = yoff + tl.at;
-          args.prefetch = ahead != 0 && t < nv ? ahead + static_cast<uintptr_t>(t * steps * 64) : 0;
+          const int64_t index = dense_tiles + t;  // the tile's place among the item's
+          args.prefetch = ahead != 0 && index < nv ? ahead + static_cast<uintptr_t>(index * steps * 64) : 0;
           // Whole rows with every tap: the plain kernel (outputs in order from yoff[0]).
           const bool listed = tl.rect->taps != pl.taps || tl.rect->cols != p.wo;
           if (uk_all != nullptr) (listed ? uk_listed : uk_all)(args);
