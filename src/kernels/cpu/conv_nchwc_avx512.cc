@@ -321,23 +321,36 @@ void depthwise_nchwc_outputs_avx512(int taps, const int64_t* tap_off, const int3
 // depthwise_nchwc_kernel_rows_avx512 for a window S wide at stride ST: N outputs a step, a kernel
 // row's (N - 1) ST + S input vectors loaded once and each used by up to S taps (8 outputs of a
 // 5-wide window at stride 2: 19 inputs, 8 accumulators and the filter in 28 registers).
-template <int S, int ST>
+// Padded (Note [Row borders as zeros] in conv_nchwc.cc): output o's inputs start at column
+// o ST - pad_left of rows `width` columns wide, x at their column 0, and columns outside them are
+// zeros; otherwise at x + o ST 16 with every input present.
+template <int S, int ST, bool Padded>
 void depthwise_nchwc_kernel_rows(int rows, const int64_t* row_off, const int32_t* row_w, const float* x,
-                                 const float* w, float* y, int64_t count, const ConvTileEpilogueF32& ep) {
+                                 const float* w, float* y, int64_t count, const ConvTileEpilogueF32& ep,
+                                 int64_t pad_left, int64_t width) {
   const __m512 bv = _mm512_loadu_ps(ep.bias);
   with_finish(ep, [&](const auto& finish) {
     auto run = [&]<int N>(int64_t o) {
       __m512 acc[N];
 #pragma GCC unroll 8
       for (int i = 0; i < N; ++i) acc[i] = bv;
-      const float* xo = x + o * ST * 16;
       constexpr int kIn = (N - 1) * ST + S;
+      // The step's first input column, and whether its kIn columns are all inside the row.
+      const int64_t c0 = Padded ? o * ST - pad_left : o * ST;
+      const bool inside = !Padded || (c0 >= 0 && c0 + kIn <= width);
       for (int r = 0; r < rows; ++r) {
-        const float* xr = xo + row_off[r];
+        const float* xr = x + row_off[r] + c0 * 16;
         const float* wr = w + 16 * row_w[r];
         __m512 in[kIn];
+        if (inside) {
 #pragma GCC unroll 20
-        for (int j = 0; j < kIn; ++j) in[j] = _mm512_loadu_ps(xr + 16 * j);
+          for (int j = 0; j < kIn; ++j) in[j] = _mm512_loadu_ps(xr + 16 * j);
+        } else {
+          const float* row = x + row_off[r];
+#pragma GCC unroll 20
+          for (int j = 0; j < kIn; ++j)
+            in[j] = c0 + j >= 0 && c0 + j < width ? _mm512_loadu_ps(row + 16 * (c0 + j)) : _mm512_setzero_ps();
+        }
 #pragma GCC unroll 5
         for (int t = 0; t < S; ++t) {
           const __m512 wv = _mm512_loadu_ps(wr + 16 * t);
@@ -374,12 +387,19 @@ void depthwise_nchwc_kernel_rows_avx512(int s, int stride, int rows, const int64
                                         const float* x, const float* w, float* y, int64_t count,
                                         const ConvTileEpilogueF32& ep) {
   if (stride == 1) {
-    if (s == 3) depthwise_nchwc_kernel_rows<3, 1>(rows, row_off, row_w, x, w, y, count, ep);
-    else depthwise_nchwc_kernel_rows<5, 1>(rows, row_off, row_w, x, w, y, count, ep);
+    if (s == 3) depthwise_nchwc_kernel_rows<3, 1, false>(rows, row_off, row_w, x, w, y, count, ep, 0, 0);
+    else depthwise_nchwc_kernel_rows<5, 1, false>(rows, row_off, row_w, x, w, y, count, ep, 0, 0);
   } else {
-    if (s == 3) depthwise_nchwc_kernel_rows<3, 2>(rows, row_off, row_w, x, w, y, count, ep);
-    else depthwise_nchwc_kernel_rows<5, 2>(rows, row_off, row_w, x, w, y, count, ep);
+    if (s == 3) depthwise_nchwc_kernel_rows<3, 2, false>(rows, row_off, row_w, x, w, y, count, ep, 0, 0);
+    else depthwise_nchwc_kernel_rows<5, 2, false>(rows, row_off, row_w, x, w, y, count, ep, 0, 0);
   }
+}
+
+void depthwise_nchwc_padded_rows_avx512(int s, int rows, const int64_t* row_off, const int32_t* row_w, const float* x,
+                                        int64_t pad_left, int64_t width, const float* w, float* y, int64_t count,
+                                        const ConvTileEpilogueF32& ep) {
+  if (s == 3) depthwise_nchwc_kernel_rows<3, 1, true>(rows, row_off, row_w, x, w, y, count, ep, pad_left, width);
+  else depthwise_nchwc_kernel_rows<5, 1, true>(rows, row_off, row_w, x, w, y, count, ep, pad_left, width);
 }
 
 void depthwise_nchwc_row_avx512(int taps, const int64_t* tap_off, const int32_t* tap_w, const float* x, int64_t xstep,
