@@ -1370,8 +1370,9 @@ void depthwise_conv2d_nchwc_f32(const Conv2dParams& p, const float* x, const flo
   // registers]), a whole output row is now one call over the kernel rows inside the input, its
   // steps of 8 outputs loading zeros for the columns outside it. Per-layer minima of 4-5
   // alternations, one thread, batch 1: MobileNetV2's 3x3 at 56 x 56 0.076-0.079 -> 0.066-0.067 ms
-  // (112 x 112 even), the layer sums MobileNetV2 3.10-3.21 -> 3.10-3.11, MNASNet 3.25 -> 3.19. At
-  // stride 2 (from 112 x 112 to 56 x 56) the same was slower, 0.072 -> 0.080, and rows keep the lists.
+  // (112 x 112 even); the two libraries alternating, medians: MobileNetV2 3.26-3.28 -> 3.19 ms on one
+  // thread, 1.77-1.82 -> 1.71-1.72 on two, MNASNet 1.86-1.87 -> 1.82-1.84 on two. At stride 2 (from
+  // 112 x 112 to 56 x 56) the same was slower, 0.072 -> 0.080, and rows keep the lists.
   const bool padded_rows = by_kernel_rows && p.stride_w == 1;
   parallel_for(0, p.n * cb * p.ho, 4, [&](int64_t r0, int64_t r1) {
     // Note [Tap lists per row pattern]
