@@ -566,43 +566,39 @@ void max_pool2d_nchwc_rows_avx512(const Pool2dParams& p, const float* x, float* 
   }
 }
 
-NchwcUkernelF32 nchwc_dense_tiles_f32_avx512(int nv, int mr) {
+namespace {
+
+// pick.operator()<MR, NV>() for the tiles the blocked convolution runs (NchwcTiling): MR pixels by
+// NV blocks; nullptr for any other.
+template <class Pick>
+NchwcUkernelF32 by_tile(int nv, int mr, Pick&& pick) {
   if (mr == 7) {
     switch (nv) {
-      case 3: return nchwc_dense_tiles<7, 3>;
-      case 2: return nchwc_dense_tiles<7, 2>;
-      case 1: return nchwc_dense_tiles<7, 1>;
+      case 3: return pick.template operator()<7, 3>();
+      case 2: return pick.template operator()<7, 2>();
+      case 1: return pick.template operator()<7, 1>();
       default: return nullptr;
     }
   }
   switch (nv) {
-    case 4: return mr == 6 ? nchwc_dense_tiles<6, 4> : nullptr;
-    case 3: return mr == 8 ? nchwc_dense_tiles<8, 3> : nullptr;
-    case 2: return mr == 12 ? nchwc_dense_tiles<12, 2> : nullptr;
-    case 1: return mr == 12 ? nchwc_dense_tiles<12, 1> : nullptr;
+    case 4: return mr == 6 ? pick.template operator()<6, 4>() : nullptr;
+    case 3: return mr == 8 ? pick.template operator()<8, 3>() : nullptr;
+    case 2: return mr == 12 ? pick.template operator()<12, 2>() : nullptr;
+    case 1: return mr == 12 ? pick.template operator()<12, 1>() : nullptr;
     default: return nullptr;
   }
 }
 
+}  // namespace
+
+NchwcUkernelF32 nchwc_dense_tiles_f32_avx512(int nv, int mr) {
+  return by_tile(nv, mr, []<int MR, int NV>() -> NchwcUkernelF32 { return nchwc_dense_tiles<MR, NV>; });
+}
+
 NchwcUkernelF32 nchwc_ukernel_f32_avx512(int nv, int mr, bool listed) {
-  auto pick = [&]<int MR, int NV>() -> NchwcUkernelF32 {
+  return by_tile(nv, mr, [&]<int MR, int NV>() -> NchwcUkernelF32 {
     return listed ? nchwc_tile<MR, NV, true> : nchwc_tile<MR, NV, false>;
-  };
-  if (mr == 7) {
-    switch (nv) {
-      case 3: return pick.operator()<7, 3>();
-      case 2: return pick.operator()<7, 2>();
-      case 1: return pick.operator()<7, 1>();
-      default: return nullptr;
-    }
-  }
-  switch (nv) {
-    case 4: return mr == 6 ? pick.operator()<6, 4>() : nullptr;
-    case 3: return mr == 8 ? pick.operator()<8, 3>() : nullptr;
-    case 2: return mr == 12 ? pick.operator()<12, 2>() : nullptr;
-    case 1: return mr == 12 ? pick.operator()<12, 1>() : nullptr;
-    default: return nullptr;
-  }
+  });
 }
 
 }  // namespace kiln::kernels::cpu
