@@ -1382,9 +1382,11 @@ void depthwise_conv2d_nchwc_f32(const Conv2dParams& p, const float* x, const flo
     // Built for every row and column (a double loop over the window each), they cost 28% of the
     // row kernel's own time in MobileNetV3-Large at batch 1 (perf), most on its 5 x 5 layers at
     // 28 x 28 with four border columns a row: those ran 0.057-0.065 ms, now 0.040-0.053.
-    std::vector<int64_t> off(lists * static_cast<size_t>(taps));
-    std::vector<int32_t> widx(lists * static_cast<size_t>(taps));
-    std::vector<int> count(lists);
+    // (None where rows run as padded rows, Note [Row borders as zeros].)
+    const size_t listed = padded_rows ? 0 : lists;
+    std::vector<int64_t> off(listed * static_cast<size_t>(taps));
+    std::vector<int32_t> widx(listed * static_cast<size_t>(taps));
+    std::vector<int> count(listed);
     std::vector<int64_t> row_off(static_cast<size_t>(p.r));
     std::vector<int32_t> row_w(static_cast<size_t>(p.r));
     int64_t have0 = -1, have1 = -1;
