@@ -1,6 +1,7 @@
 // Tensor metadata, views sharing storage, factories, version counters, type promotion.
 #include <sched.h>
 
+#include <array>
 #include <atomic>
 #include <chrono>
 #include <cstdlib>
@@ -342,6 +343,41 @@ TEST(ThreadPool, AWorkerOnTheCallersCpuIsMovedOff) {
   EXPECT_NE(worker_cpu.load(), first);
   EXPECT_EQ(sched_getcpu(), first);  // the caller stays where it was put
   ASSERT_EQ(sched_setaffinity(0, sizeof(saved), &saved), 0);
+  set_num_threads(available_cores());
+}
+
+// Note [One line hands out a job]: jobs of every width on a pool of 3 threads (more than this
+// machine's cores, so workers are often descheduled between reading a job and checking it), back
+// to back: each job runs each of its indices exactly once, on distinct threads, and never an
+// index past its width; workers left to fall asleep wake for the next job; an exception on a
+// worker reaches the caller once and not the job after it.
+TEST(ThreadPool, EveryJobRunsEachIndexOnceOnItsOwnThread) {
+  set_num_threads(3);
+  std::array<std::atomic<int>, 3> runs{};
+  std::array<std::atomic<std::thread::id>, 3> by{};
+  auto job = [&](int n) {
+    for (auto& r : runs) r.store(0);
+    parallel_run(n, [&](int i, int total) {
+      ASSERT_EQ(total, n);
+      ASSERT_LT(i, n);
+      runs[static_cast<size_t>(i)].fetch_add(1);
+      by[static_cast<size_t>(i)].store(std::this_thread::get_id());
+    });
+    for (int i = 0; i < 3; ++i) ASSERT_EQ(runs[static_cast<size_t>(i)].load(), i < n ? 1 : 0) << "width " << n;
+    for (int i = 0; i < n; ++i)
+      for (int j = 0; j < i; ++j) ASSERT_NE(by[static_cast<size_t>(i)].load(), by[static_cast<size_t>(j)].load());
+  };
+  for (int rep = 0; rep < 20000; ++rep) job(1 + rep % 3);
+  for (int rep = 0; rep < 3; ++rep) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(30));  // past the workers' spin: asleep
+    job(3);
+    job(2);
+  }
+  for (int rep = 0; rep < 3; ++rep) {
+    EXPECT_KILN_ERROR(parallel_run(3, [](int i, int) { if (i == 2) throw Error("worker two failed"); }),
+                      "worker two failed");
+    job(3);  // no stale error
+  }
   set_num_threads(available_cores());
 }
 
