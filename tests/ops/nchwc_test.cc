@@ -529,29 +529,36 @@ TEST(Nchwc, DepthwiseMatchesFloat64Reference) {
                       // a 5 x 5 window at stride 2 onto a narrow plane runs by rows, unbanded.
                       {1, 48, 28, 28, 5, {2, 2}, {2, 2, 2, 2}, {1, 1}}};
   int seed = 700;
-  for (kernels::cpu::Isa isa : kernels::cpu::supported_isas()) {
-    kernels::cpu::IsaOverride on(isa);
-    for (const Dw& d : cases)
-      for (const std::string act : {"none", "relu6", "hardswish", "silu"})
-        for (int mode = 0; mode < 3; ++mode) {
-          ++seed;
-          SCOPED_TRACE(std::string(kernels::cpu::isa_name(isa)) + " C=" + std::to_string(d.c) + " r=" +
-                       std::to_string(d.r) + " act=" + act + " mode=" + std::to_string(mode));
-          Conv2dOptions o;
-          o.stride = d.stride;
-          o.padding = d.padding;
-          o.dilation = d.dilation;
-          o.groups = d.c;
-          Tensor x = random_tensor({d.n, d.c, d.h, d.w}, DType::f32, seed, -1, 1);
-          Tensor w = random_tensor({d.c, 1, d.r, d.r}, DType::f32, seed + 1000, -0.5, 0.5);
-          Tensor bias = seed % 2 ? random_tensor({d.c}, DType::f32, seed + 2000) : Tensor();
-          Tensor ref = conv2d(f64(x), f64(w), f64(bias), o);
-          Tensor res = mode ? random_tensor(ref.shape(), DType::f32, seed + 3000) : Tensor();
-          Tensor got = conv_nchwc(to_nchwc(x), w, bias, mode ? to_nchwc(res) : Tensor(), o, act, mode);
-          Tensor want = epilogue_ref(ref, res, mode, act);
-          EXPECT_TRUE(testing::all_close(from_nchwc(got, d.c), want, {1e-4, 1e-4}));
-        }
+  // On 2 and 3 threads: one image's rows go in a band a thread (Note [One image split by rows]),
+  // 3 leaving a shorter last band.
+  for (int threads : {2, 3}) {
+    set_num_threads(threads);
+    for (kernels::cpu::Isa isa : kernels::cpu::supported_isas()) {
+      kernels::cpu::IsaOverride on(isa);
+      for (const Dw& d : cases)
+        for (const std::string act : {"none", "relu6", "hardswish", "silu"})
+          for (int mode = 0; mode < 3; ++mode) {
+            ++seed;
+            SCOPED_TRACE(std::string(kernels::cpu::isa_name(isa)) + " C=" + std::to_string(d.c) + " r=" +
+                         std::to_string(d.r) + " act=" + act + " mode=" + std::to_string(mode) +
+                         " threads=" + std::to_string(threads));
+            Conv2dOptions o;
+            o.stride = d.stride;
+            o.padding = d.padding;
+            o.dilation = d.dilation;
+            o.groups = d.c;
+            Tensor x = random_tensor({d.n, d.c, d.h, d.w}, DType::f32, seed, -1, 1);
+            Tensor w = random_tensor({d.c, 1, d.r, d.r}, DType::f32, seed + 1000, -0.5, 0.5);
+            Tensor bias = seed % 2 ? random_tensor({d.c}, DType::f32, seed + 2000) : Tensor();
+            Tensor ref = conv2d(f64(x), f64(w), f64(bias), o);
+            Tensor res = mode ? random_tensor(ref.shape(), DType::f32, seed + 3000) : Tensor();
+            Tensor got = conv_nchwc(to_nchwc(x), w, bias, mode ? to_nchwc(res) : Tensor(), o, act, mode);
+            Tensor want = epilogue_ref(ref, res, mode, act);
+            EXPECT_TRUE(testing::all_close(from_nchwc(got, d.c), want, {1e-4, 1e-4}));
+          }
+    }
   }
+  set_num_threads(available_cores());
 }
 
 // max_pool2d_nchwc against max_pool2d on the NCHW tensor: padding, stride, dilation, ceil_mode,

@@ -320,11 +320,10 @@ Plan plan(const Conv2dParams& p, NchwcInput input) {
   // half of them crossing to the other core's. Panel by panel, MobileNetV3-Small's 3x3 and 5x5
   // depthwise layers at 28 x 28 ran 0.136-0.171 ms at batch 8 on two threads, image by image
   // 0.113-0.134; the sums of the layers' times: MobileNetV3-Small 5.71 -> 5.52 ms, MobileNetV2
-  // 21.7 -> 21.2, ResNet-50 169.6 -> 168.1. At batch 1 that order is chunk by chunk, which splits
-  // the pixels between the threads where a depthwise layer splits the blocks: MobileNetV2 ran 2%
-  // slower, so one image keeps the order above.
+  // 21.7 -> 21.2, ResNet-50 169.6 -> 168.1. One image goes chunk by chunk as well, its rows split
+  // between the threads as the depthwise layers split them (Note [One image split by rows]).
   const bool near = far(inputs) == 0.0 && far(filters) == 0.0;
-  pl.panel_inner = (p.n > 1 && near) || panel_inner < panel_outer;
+  pl.panel_inner = near || panel_inner < panel_outer;
   KILN_ASSERT(pl.chunk <= kMaxChunk, "conv2d_nchwc: chunk of ", pl.chunk, " pixels");
   const int64_t per_block = pl.lanes * pl.taps;
   const int64_t slices = std::max<int64_t>(1, (pl.gib * per_block + kSliceDepth - 1) / kSliceDepth);
@@ -1374,6 +1373,24 @@ void depthwise_conv2d_nchwc_f32(const Conv2dParams& p, const float* x, const flo
   // thread, 1.77-1.82 -> 1.71-1.72 on two, MNASNet 1.86-1.87 -> 1.82-1.84 on two. At stride 2 (from
   // 112 x 112 to 56 x 56) the same was slower, 0.072 -> 0.080, and rows keep the lists.
   const bool padded_rows = by_kernel_rows && p.stride_w == 1;
+  // Note [One image split by rows]
+  // A two-ended queue hands each thread one end of the units (Note [Chunks that shrink] in
+  // core/chunks.h), so what a thread gets follows the order of the units. Blocks outermost, one
+  // image's depthwise layer split its channels between the threads while the 1x1 layers around it
+  // split their pixels (or their output channels), and half of each layer's input had been written
+  // by the other core. The cores of this VM are at times ~90 ns apart for a round trip and at times
+  // ~350-400 or more (the host moves them, for minutes at a time), and at the far distance every
+  // line that crosses is expensive. So one image runs its rows in as many bands as there are
+  // threads, outermost (then blocks, then a band's rows), and its other blocked convolutions whose
+  // data stays in L2 go chunk by chunk (Note [Panels inside or outside]): the top rows stay on one
+  // core and the bottom rows on the other through a run of layers, but for a few rows either side
+  // of the middle. Batch 1 on two threads, medians of runs alternating with the old order, by the
+  // distance measured before and after each run: MNASNet 1.740 -> 1.737 ms near (30 runs), 2.55 ->
+  // 2.42 far (19), 6.67 -> 6.44 in a stretch where everything ran 4x slower (51); MobileNetV2 1.667
+  // -> 1.662 near, 6.73 -> 6.51 in the slow stretch. (On one thread, where only the order of the
+  // convolutions changes, MNASNet 3.30-3.40 -> 3.23-3.33 ms.)
+  const int64_t threads = get_num_threads(), band = (p.ho + threads - 1) / threads;
+  const bool by_bands = p.n == 1 && threads > 1;
   parallel_for(0, p.n * cb * p.ho, 4, [&](int64_t r0, int64_t r1) {
     // Note [Tap lists per row pattern]
     // A row's tap lists depend only on which kernel rows fall inside the input ([kr0, kr1)) when
@@ -1390,7 +1407,12 @@ void depthwise_conv2d_nchwc_f32(const Conv2dParams& p, const float* x, const flo
     std::vector<int64_t> row_off(static_cast<size_t>(p.r));
     std::vector<int32_t> row_w(static_cast<size_t>(p.r));
     int64_t have0 = -1, have1 = -1;
-    for (int64_t row = r0; row < r1; ++row) {
+    for (int64_t unit = r0; unit < r1; ++unit) {
+      int64_t row = unit;  // n * C blocks * Ho + blk * Ho + oh
+      if (by_bands) {      // unit is band, blk, oh - band start
+        const int64_t b0 = unit / (band * cb) * band, rows = std::min(band, p.ho - b0), at = unit - b0 * cb;
+        row = at / rows * p.ho + b0 + at % rows;
+      }
       const int64_t nb = row / p.ho, oh = row % p.ho, blk = nb % cb;
       int64_t kr0 = 0, kr1 = p.r;
       while (kr0 < kr1 && oh * p.stride_h - p.pad_top + kr0 * p.dil_h < 0) ++kr0;
