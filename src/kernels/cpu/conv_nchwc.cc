@@ -1408,8 +1408,8 @@ void depthwise_conv2d_nchwc_f32(const Conv2dParams& p, const float* x, const flo
     std::vector<int32_t> row_w(static_cast<size_t>(p.r));
     int64_t have0 = -1, have1 = -1;
     for (int64_t unit = r0; unit < r1; ++unit) {
-      int64_t row = unit;  // n * C blocks * Ho + blk * Ho + oh
-      if (by_bands) {      // unit is band, blk, oh - band start
+      int64_t row = unit;  // (image * blocks + block) * Ho + output row
+      if (by_bands) {      // units in (band, block, row in the band) order
         const int64_t b0 = unit / (band * cb) * band, rows = std::min(band, p.ho - b0), at = unit - b0 * cb;
         row = at / rows * p.ho + b0 + at % rows;
       }

@@ -6,6 +6,7 @@
 // pool in chunks of at least kGrain elements.
 #pragma once
 
+#include <algorithm>
 #include <array>
 #include <cstdint>
 #include <cstring>
@@ -168,8 +169,11 @@ template <class Out, class In, class F>
 // repeats one row over the dim outside it while the output and the other operand are contiguous
 // across both, each (middle x inner) tile goes whole to tile(o, x, y, mid, inner, x_full): x_full,
 // x is the tile and y the row; otherwise the reverse. False (nothing run) where the plan is not so.
+// With bands > 1 each tile's middle dim goes in that many bands, outermost: one image's blocked
+// planes split by rows, as its convolutions split them (Note [One image split by rows] in
+// conv_nchwc.cc), instead of by blocks.
 template <class Out, class In, class Tile>
-bool for_each_broadcast_tile(const LoopPlan<3>& p, Tile&& tile) {
+bool for_each_broadcast_tile(const LoopPlan<3>& p, Tile&& tile, int64_t bands = 1) {
   const size_t nd = p.shape.size();
   if (nd < 2 || p.shape[nd - 1] > 64 || numel_of(p.shape) == 0) return false;
   const int64_t inner = p.shape[nd - 1], mid = p.shape[nd - 2];
@@ -182,16 +186,23 @@ bool for_each_broadcast_tile(const LoopPlan<3>& p, Tile&& tile) {
   if (!dense(0, so) || (!x_full && !y_full)) return false;
   int64_t outer = 1;
   for (size_t d = 0; d + 2 < nd; ++d) outer *= p.shape[d];
-  parallel_for(0, outer, std::max<int64_t>(1, kGrain / (mid * inner)), [&](int64_t t0, int64_t t1) {
-    for (int64_t t = t0; t < t1; ++t) {
+  bands = std::clamp<int64_t>(bands, 1, mid);
+  const int64_t band = (mid + bands - 1) / bands;
+  bands = (mid + band - 1) / band;
+  const int64_t grain = bands > 1 ? 1 : std::max<int64_t>(1, kGrain / (mid * inner));
+  parallel_for(0, bands * outer, grain, [&](int64_t u0, int64_t u1) {
+    for (int64_t u = u0; u < u1; ++u) {
+      const int64_t t = u % outer, m0 = u / outer * band, rows = std::min(band, mid - m0);
       std::array<char*, 3> ptr = p.base;
       for (size_t d = nd - 2, rem = static_cast<size_t>(t); d-- > 0;) {
         const auto i = static_cast<int64_t>(rem % static_cast<size_t>(p.shape[d]));
         rem /= static_cast<size_t>(p.shape[d]);
         for (size_t k = 0; k < 3; ++k) ptr[k] += i * p.strides[k][d];
       }
+      ptr[0] += m0 * inner * so;
+      ptr[x_full ? 1 : 2] += m0 * inner * si;
       tile(reinterpret_cast<Out*>(ptr[0]), reinterpret_cast<const In*>(ptr[1]), reinterpret_cast<const In*>(ptr[2]),
-           mid, inner, x_full);
+           rows, inner, x_full);
     }
   });
   return true;

@@ -69,7 +69,11 @@ KernelFn arith_kernel(kernels::cpu::VmathBinOp op, F f) {
         else bin(rep, 1, y + c, 1, o + c, n);
       }
     };
-    if (kernels::cpu::for_each_broadcast_tile<float, float>(plan, tile)) return;
+    // One image's channel-blocked activation ([1, C/16, H, W, 16]) goes in a band of rows a thread.
+    const Shape& out_shape = k.out(0).shape();
+    const bool one_blocked_image = out_shape.size() == 5 && out_shape[0] == 1 && out_shape[4] == 16;
+    const int64_t bands = one_blocked_image ? get_num_threads() : 1;
+    if (kernels::cpu::for_each_broadcast_tile<float, float>(plan, tile, bands)) return;
     if (plan.shape.back() < kVmathRun) {  // short runs: binary_loop's loop, with no per-run test
       kernels::cpu::for_each_run<3>(plan, [&](char** p, const int64_t* s, int64_t n) {
         kernels::cpu::binary_run<float, float>(p, s, n, f);
