@@ -81,14 +81,16 @@ TEST(Binary, BroadcastingAndNonContiguous) {
 }
 
 // One image's channel-blocked activation against its per-channel scale goes in a band of rows a
-// thread (Note [Short rows over a broadcast] in loops.h): 1, 2 and 3 threads, planes of 63 rows
-// (bands of 32 + 31, 21 x 3) and of 1, either operand the tile, against the float64 reference.
+// thread (Note [Short rows over a broadcast] in loops.h): 1, 2 and 3 threads, planes of 1155 rows
+// (bands of 578 + 577, 385 x 3), one too small to split and planes of 1, either operand the tile,
+// against the float64 reference.
 TEST(Binary, OneBlockedImageAgainstItsScaleInBandsOfRows) {
   for (int threads : {1, 2, 3}) {
     set_num_threads(threads);
     for (const char* name : {"mul", "add", "sub"})
-      for (const auto& [sa, sb] : std::vector<std::pair<Shape, Shape>>{{{1, 5, 9, 7, 16}, {1, 5, 1, 1, 16}},
-                                                                       {{1, 5, 1, 1, 16}, {1, 5, 9, 7, 16}},
+      for (const auto& [sa, sb] : std::vector<std::pair<Shape, Shape>>{{{1, 5, 33, 35, 16}, {1, 5, 1, 1, 16}},
+                                                                       {{1, 5, 1, 1, 16}, {1, 5, 33, 35, 16}},
+                                                                       {{1, 5, 9, 7, 16}, {1, 5, 1, 1, 16}},
                                                                        {{1, 3, 1, 1, 16}, {1, 3, 1, 1, 16}},
                                                                        {{1, 2, 1, 1, 16}, {1, 2, 1, 1, 16}}}) {
         Tensor a = random_tensor(sa, DType::f32, 11, -2, 2), b = random_tensor(sb, DType::f32, 12, -2, 2);

@@ -186,6 +186,8 @@ bool for_each_broadcast_tile(const LoopPlan<3>& p, Tile&& tile, int64_t bands = 
   if (!dense(0, so) || (!x_full && !y_full)) return false;
   int64_t outer = 1;
   for (size_t d = 0; d + 2 < nd; ++d) outer *= p.shape[d];
+  // (Bands only where the tiles would have split between threads anyway.)
+  if (outer * mid * inner <= kGrain) bands = 1;
   bands = std::clamp<int64_t>(bands, 1, mid);
   const int64_t band = (mid + bands - 1) / bands;
   bands = (mid + band - 1) / band;
