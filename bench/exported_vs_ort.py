@@ -10,9 +10,12 @@ script exports such models, checks kiln's output against ONNX Runtime's, and tim
 Models (--models, comma-separated; default all that can be built here):
   torchvision (needs torch and torchvision): resnet18, resnet50, mobilenet_v2, mobilenet_v3_large,
       mobilenet_v3_small, efficientnet_b0, regnet_y_400mf, vit_b_16, resnet34, wide_resnet50_2,
-      resnext50_32x4d (grouped 3x3 layers), mnasnet1_0, mobilenet_v2_w14 (width multiplier 1.4)
+      resnext50_32x4d (grouped 3x3 layers), mnasnet1_0, mobilenet_v2_w14 (width multiplier 1.4),
+      resnet101, densenet121, shufflenet_v2_x1_0, squeezenet1_1, googlenet, convnext_tiny,
+      efficientnet_b1, mnasnet0_5
   PyTorch modules written here (needs torch): torch_encoder (nn.TransformerEncoder, 12 x 768,
-      batch_first, post-norm, GELU; float input [B, 128, 768]), torch_encoder_prenorm, hf_bert
+      batch_first, post-norm, GELU; float input [B, 128, 768]), torch_encoder_prenorm,
+      torch_encoder_512 (6 x 512, 8 heads, ReLU: the layer's defaults), hf_bert
       (a HuggingFace-style BERT-base: embeddings, additive finfo.min mask, erf GELU; inputs
       input_ids and attention_mask [B, 128], the last 28 keys padded), distil_bert (the same
       with DistilBERT's masked_fill and q / sqrt(d)), sdpa_bert (F.scaled_dot_product_attention),
@@ -20,10 +23,14 @@ Models (--models, comma-separated; default all that can be built here):
       attention passes it: the export adds where(keep, 0, -inf) and where(isnan(p), 0, p))
   timm (needs timm), random weights: timm_mobilenetv3_large_100, timm_mobilenetv3_small_100,
       timm_tf_mobilenetv3_large_100, timm_efficientnet_b0, timm_lcnet_100, timm_mobilenetv2_100,
-      timm_resnet50d
+      timm_resnet50d, timm_mobilenetv1_100, timm_mobilenetv4_conv_small, timm_mobilenetv4_conv_medium
+      (MobileNetV4's universal inverted bottlenecks: an extra depthwise before the expansion),
+      timm_ghostnet_100
   HuggingFace transformers (needs transformers), random weights, default attention (SDPA):
       transformers_bert (BertModel, base), transformers_roberta, transformers_distilbert,
-      transformers_minilm (BertModel at all-MiniLM-L6's shape: 6 layers, hidden 384, 12 heads)
+      transformers_minilm (BertModel at all-MiniLM-L6's shape: 6 layers, hidden 384, 12 heads),
+      transformers_electra (ElectraModel, small: hidden 256), transformers_albert (AlbertModel,
+      base: shared layers, 128-wide embeddings)
   onnx.helper (no torch): tf_mobilenet_v2 (bench/models.py's MobileNetV2 with an NHWC input,
       batch norms folded into biased convolutions and SAME padding as explicit Pad nodes, as
       tf2onnx writes it)
@@ -51,18 +58,22 @@ import onnxruntime as ort
 HERE = os.path.dirname(os.path.abspath(__file__))
 VISION = ["resnet18", "resnet50", "mobilenet_v2", "mobilenet_v3_large", "mobilenet_v3_small", "efficientnet_b0",
           "regnet_y_400mf", "vit_b_16", "resnet34", "wide_resnet50_2", "resnext50_32x4d", "mnasnet1_0",
-          "mobilenet_v2_w14"]
+          "mobilenet_v2_w14", "resnet101", "densenet121", "shufflenet_v2_x1_0", "squeezenet1_1", "googlenet",
+          "convnext_tiny", "efficientnet_b1", "mnasnet0_5"]
 # HuggingFace transformers' own models (random weights), exported with their default attention.
 TRANSFORMERS = {"transformers_bert": ("Bert", {}), "transformers_roberta": ("Roberta", {}),
-                "transformers_distilbert": ("DistilBert", {}),
+                "transformers_distilbert": ("DistilBert", {}), "transformers_electra": ("Electra", {}),
+                "transformers_albert": ("Albert", dict(vocab_size=30522, hidden_size=768, num_attention_heads=12,
+                                                       intermediate_size=3072)),
                 "transformers_minilm": ("Bert", dict(hidden_size=384, num_hidden_layers=6, num_attention_heads=12,
                                                      intermediate_size=1536))}
-ENCODERS = ["torch_encoder", "torch_encoder_prenorm", "hf_bert", "distil_bert", "sdpa_bert", "sdpa_bool_bert"] + list(
-    TRANSFORMERS)
+ENCODERS = ["torch_encoder", "torch_encoder_prenorm", "torch_encoder_512", "hf_bert", "distil_bert", "sdpa_bert",
+            "sdpa_bool_bert"] + list(TRANSFORMERS)
 # timm's models (random weights): squeeze-excites that pool with x.mean((2, 3)), ResNet-D's average-pooled
 # shortcuts, TF-ported "same" padding.
 TIMM = ["timm_mobilenetv3_large_100", "timm_mobilenetv3_small_100", "timm_tf_mobilenetv3_large_100",
-        "timm_efficientnet_b0", "timm_lcnet_100", "timm_mobilenetv2_100", "timm_resnet50d"]
+        "timm_efficientnet_b0", "timm_lcnet_100", "timm_mobilenetv2_100", "timm_resnet50d", "timm_mobilenetv1_100",
+        "timm_mobilenetv4_conv_small", "timm_mobilenetv4_conv_medium", "timm_ghostnet_100"]
 ALL = VISION + ENCODERS + ["tf_mobilenet_v2"] + TIMM
 SEQ, VOCAB, PADDED = 128, 30522, 28
 
@@ -91,10 +102,12 @@ def export_torch(name, path):
                     torch.nn.init.normal_(mod.weight, std=0.02)
         args, names = (torch.randn(1, 3, 224, 224),), ["input"]
     elif name.startswith("torch_encoder"):
-        layer = torch.nn.TransformerEncoderLayer(768, 12, 3072, dropout=0.0, activation="gelu", batch_first=True,
+        # torch_encoder_512: a smaller encoder with nn.TransformerEncoderLayer's defaults (ReLU, 8 heads).
+        d, heads, ff, layers, act = (512, 8, 2048, 6, "relu") if name.endswith("512") else (768, 12, 3072, 12, "gelu")
+        layer = torch.nn.TransformerEncoderLayer(d, heads, ff, dropout=0.0, activation=act, batch_first=True,
                                                  norm_first=name.endswith("prenorm"))
-        m = torch.nn.TransformerEncoder(layer, 12, enable_nested_tensor=False).eval()
-        args, names = (torch.randn(1, SEQ, 768),), ["input"]
+        m = torch.nn.TransformerEncoder(layer, layers, enable_nested_tensor=False).eval()
+        args, names = (torch.randn(1, SEQ, d),), ["input"]
     else:
         m = transformers_model(name) if name in TRANSFORMERS else bert(name).eval()
         args = (torch.randint(0, VOCAB, (1, SEQ)), torch.ones(1, SEQ, dtype=torch.int64))
@@ -128,7 +141,7 @@ def transformers_model(name):
     import transformers
     arch, cfg = TRANSFORMERS[name]
     config = getattr(transformers, arch + "Config")(**cfg)
-    extra = {} if arch == "DistilBert" else {"add_pooling_layer": False}
+    extra = {} if arch in ("DistilBert", "Electra") else {"add_pooling_layer": False}
     model = getattr(transformers, arch + "Model")(config, **extra).eval()
 
     class Hidden(torch.nn.Module):

@@ -526,8 +526,10 @@ TEST(Nchwc, DepthwiseMatchesFloat64Reference) {
                       {1, 48, 7, 7, 5, {1, 1}, {2, 2, 2, 2}, {1, 1}},   {2, 32, 14, 14, 5, {1, 1}, {2, 2, 2, 2}, {1, 1}},
                       {1, 24, 7, 7, 3, {1, 1}, {1, 1, 1, 1}, {1, 1}},   {1, 16, 6, 4, 5, {1, 1}, {2, 2, 2, 2}, {1, 1}},
                       {1, 16, 12, 11, 3, {2, 1}, {1, 1, 1, 1}, {1, 1}},
-                      // a 5 x 5 window at stride 2 onto a narrow plane runs by rows, unbanded.
-                      {1, 48, 28, 28, 5, {2, 2}, {2, 2, 2, 2}, {1, 1}}};
+                      // a 5 x 5 window at stride 2 onto a narrow plane runs by rows, unbanded;
+                      // at stride 2 across, rows of 5-wide windows run padded (Note [Row borders
+                      // as zeros]): 22 outputs (8 + 8 + 6) under asymmetric padding, 17 above.
+                      {1, 48, 28, 28, 5, {2, 2}, {2, 2, 2, 2}, {1, 1}}, {1, 24, 9, 45, 5, {1, 2}, {1, 2, 3, 1}, {1, 1}}};
   int seed = 700;
   // On 2 and 3 threads: one image's rows go in a band a thread (Note [One image split by rows]),
   // 3 leaving a shorter last band.

@@ -1371,8 +1371,15 @@ void depthwise_conv2d_nchwc_f32(const Conv2dParams& p, const float* x, const flo
   // alternations, one thread, batch 1: MobileNetV2's 3x3 at 56 x 56 0.076-0.079 -> 0.066-0.067 ms
   // (112 x 112 even); the two libraries alternating, medians: MobileNetV2 3.26-3.28 -> 3.19 ms on one
   // thread, 1.77-1.82 -> 1.71-1.72 on two, MNASNet 1.86-1.87 -> 1.82-1.84 on two. At stride 2 (from
-  // 112 x 112 to 56 x 56) the same was slower, 0.072 -> 0.080, and rows keep the lists.
-  const bool padded_rows = by_kernel_rows && p.stride_w == 1;
+  // 112 x 112 to 56 x 56) the same was slower, 0.072 -> 0.080, and rows keep the lists. But a
+  // 5-wide window at stride 2 has two border columns a row of 20 taps each, one output at a time
+  // (a chain of dependent multiply-adds), and a short rest after the steps of 8 (26 interior
+  // columns of 28: 8 + 8 + 8 + 2): padded, 28 = 8 + 8 + 8 + 4 and no border calls. Per-layer
+  // minima of 5 alternations, one thread, batch 1, blocked chains (1x1, depthwise, 1x1):
+  // MobileNetV4-Medium's 5 x 5 from 56 x 56 to 28 x 28 on 192 channels 0.073 -> 0.055 ms (ONNX
+  // Runtime 0.054), from 28 x 28 to 14 x 14 on 480 0.059 -> 0.043; 3 x 3 at stride 2 padded ran
+  // 4-5% slower (from 112 x 112 on 96 channels, from 56 x 56 on 144) and keeps the lists.
+  const bool padded_rows = by_kernel_rows && (p.stride_w == 1 || p.s == 5);
   // Note [One image split by rows]
   // A two-ended queue hands each thread one end of the units (Note [Chunks that shrink] in
   // core/chunks.h), so what a thread gets follows the order of the units. Blocks outermost, one
@@ -1428,8 +1435,8 @@ void depthwise_conv2d_nchwc_f32(const Conv2dParams& p, const float* x, const flo
         ConvTileEpilogueF32 e = ep;
         e.bias = bias + blk * kChannelBlock;
         e.residual = epilogue.residual != nullptr ? epilogue.residual + row * orow : nullptr;
-        depthwise_nchwc_padded_rows_avx512(static_cast<int>(p.s), nrows, row_off.data(), row_w.data(),
-                                           x + nb * plane + ih0 * p.w * kChannelBlock, p.pad_left, p.w,
+        depthwise_nchwc_padded_rows_avx512(static_cast<int>(p.s), static_cast<int>(p.stride_w), nrows, row_off.data(),
+                                           row_w.data(), x + nb * plane + ih0 * p.w * kChannelBlock, p.pad_left, p.w,
                                            packed_w + blk * taps * kChannelBlock, y + row * orow, p.wo, e);
         continue;
       }

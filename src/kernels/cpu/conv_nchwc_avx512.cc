@@ -226,6 +226,18 @@ void nchwc_dense_tiles(const NchwcTileArgs& a) {
   const ConvTileEpilogueF32* const ep = a.ep;
   const float* const res0 = ep != nullptr && ep->residual != nullptr ? ep->residual + a.yoff[0] : nullptr;
   const int64_t steps = (blocks - 1) * 16 + last_lanes;
+  // Note [A light tile's epilogue]
+  // A light layer's tile is few steps (MobileNetV4's 48 -> 192 at 56 x 56: 48 of 24 multiply-adds),
+  // and its epilogue was 18% of the kernel's samples: stores through y may alias the epilogue's
+  // fields as far as the compiler knows, so it reloaded the bias and the residual's address for
+  // every output and tested the residual and the accumulation there. The bias vectors are loaded
+  // once a call, and a tile without residual or accumulation stores through a loop that tests
+  // neither: that layer 0.264 -> 0.240 ms on one thread (per-layer minima of 6 alternations; ONNX
+  // Runtime 0.237).
+  __m512 bv[NV];
+#pragma GCC unroll 4
+  for (int v = 0; v < NV; ++v) bv[v] = ep != nullptr ? _mm512_loadu_ps(ep->bias + 16 * v) : _mm512_setzero_ps();
+  const bool plain_store = !accumulate && res0 == nullptr;
   // finish: the epilogue's Finish or FinishExp, or nullptr for a slice that only sums.
   auto run = [&](auto finish) {
     constexpr bool kFinish = !std::is_same_v<decltype(finish), std::nullptr_t>;
@@ -264,6 +276,17 @@ void nchwc_dense_tiles(const NchwcTileArgs& a) {
         }
       }
       float* const y = y0 + t * 16 * MR;
+      if (plain_store) {
+#pragma GCC unroll 4
+        for (int v = 0; v < NV; ++v)
+#pragma GCC unroll 16
+          for (int i = 0; i < MR; ++i) {
+            __m512 r = acc[i][v];
+            if constexpr (kFinish) r = (*finish)(_mm512_add_ps(r, bv[v]), nullptr);
+            _mm512_storeu_ps(y + v * yblk + 16 * i, r);
+          }
+        continue;
+      }
       const float* const res = res0 != nullptr ? res0 + t * 16 * MR : nullptr;
 #pragma GCC unroll 4
       for (int v = 0; v < NV; ++v) {
@@ -271,7 +294,7 @@ void nchwc_dense_tiles(const NchwcTileArgs& a) {
         for (int i = 0; i < MR; ++i) {
           const int64_t at = v * yblk + 16 * i;
           __m512 r = acc[i][v];
-          if constexpr (kFinish) r = _mm512_add_ps(r, _mm512_loadu_ps(ep->bias + 16 * v));
+          if constexpr (kFinish) r = _mm512_add_ps(r, bv[v]);
           if (accumulate) r = _mm512_add_ps(r, _mm512_loadu_ps(y + at));
           if constexpr (kFinish) r = (*finish)(r, res != nullptr ? res + at : nullptr);
           _mm512_storeu_ps(y + at, r);
@@ -395,11 +418,16 @@ void depthwise_nchwc_kernel_rows_avx512(int s, int stride, int rows, const int64
   }
 }
 
-void depthwise_nchwc_padded_rows_avx512(int s, int rows, const int64_t* row_off, const int32_t* row_w, const float* x,
-                                        int64_t pad_left, int64_t width, const float* w, float* y, int64_t count,
-                                        const ConvTileEpilogueF32& ep) {
-  if (s == 3) depthwise_nchwc_kernel_rows<3, 1, true>(rows, row_off, row_w, x, w, y, count, ep, pad_left, width);
-  else depthwise_nchwc_kernel_rows<5, 1, true>(rows, row_off, row_w, x, w, y, count, ep, pad_left, width);
+void depthwise_nchwc_padded_rows_avx512(int s, int stride, int rows, const int64_t* row_off, const int32_t* row_w,
+                                        const float* x, int64_t pad_left, int64_t width, const float* w, float* y,
+                                        int64_t count, const ConvTileEpilogueF32& ep) {
+  if (stride == 1) {
+    if (s == 3) depthwise_nchwc_kernel_rows<3, 1, true>(rows, row_off, row_w, x, w, y, count, ep, pad_left, width);
+    else depthwise_nchwc_kernel_rows<5, 1, true>(rows, row_off, row_w, x, w, y, count, ep, pad_left, width);
+  } else {
+    if (s == 3) depthwise_nchwc_kernel_rows<3, 2, true>(rows, row_off, row_w, x, w, y, count, ep, pad_left, width);
+    else depthwise_nchwc_kernel_rows<5, 2, true>(rows, row_off, row_w, x, w, y, count, ep, pad_left, width);
+  }
 }
 
 void depthwise_nchwc_row_avx512(int taps, const int64_t* tap_off, const int32_t* tap_w, const float* x, int64_t xstep,
