@@ -60,6 +60,11 @@ const ConvCase kCases[] = {
     {1, 16, 64, 14, 7, 5, 3, {1, 2}, {2, 0, 3, 1}, {1, 1}},    // asymmetric padding and stride
     {2, 16, 32, 12, 12, 3, 3, {1, 1}, {2, 2, 2, 2}, {2, 2}},   // dilation 2
     {1, 32, 16, 1, 1, 3, 3, {1, 1}, {1, 1, 1, 1}, {1, 1}},     // a 1 x 1 plane: every tap but one is padding
+    // One-pixel planes, tiles of one (Note [One-pixel planes]): a squeeze-excite's 1x1 layers
+    // (partial blocks in and out, slices), a head after the global pool.
+    {2, 200, 72, 1, 1, 1, 1, {1, 1}, {0, 0, 0, 0}, {1, 1}},
+    {1, 40, 200, 1, 1, 1, 1, {1, 1}, {0, 0, 0, 0}, {1, 1}},
+    {3, 96, 48, 3, 3, 3, 3, {2, 2}, {0, 0, 0, 0}, {1, 1}},     // a 3 x 3 window onto one pixel
     {1, 160, 64, 6, 6, 3, 3, {1, 1}, {1, 1, 1, 1}, {1, 1}},    // 10 input blocks: ten slices of one
     {2, 176, 32, 5, 5, 1, 1, {1, 1}, {0, 0, 0, 0}, {1, 1}},    // 1x1, 11 blocks: slices of 6 and 5
     {2, 24, 40, 9, 8, 1, 1, {1, 1}, {0, 0, 0, 0}, {1, 1}},     // partial blocks in and out
@@ -708,6 +713,10 @@ TEST(Nchwc, TilingFollowsThePlane) {
   EXPECT_EQ(kernels::cpu::conv2d_nchwc_tiling(p).panel_blocks, 4);
   p.ho = p.wo = 14;
   EXPECT_EQ(kernels::cpu::conv2d_nchwc_tiling(p).panel_blocks, 4);  // 196 = 33 tiles of 6, 1% spare
+  EXPECT_EQ(kernels::cpu::conv2d_nchwc_tiling(p).pixels(4), 6);
+  p.ho = p.wo = 1;  // Note [One-pixel planes]
+  for (int blocks : {1, 2, 3, 4}) EXPECT_EQ(kernels::cpu::conv2d_nchwc_tiling(p).pixels(blocks), 1);
+  p.ho = p.wo = 14;
   // Note [Panels as tactics]: a last panel of one or two blocks, where panels of 3 leave none or
   // two, takes panels of 3.
   for (const auto& [k, blocks] : std::vector<std::pair<int64_t, int>>{

@@ -121,7 +121,10 @@ void scale_shift_nchwc_f32(int64_t n, int64_t blocks, int64_t pixels, const floa
 // against them). The packed filters depend on panel_blocks.
 struct NchwcTiling {
   int panel_blocks = 4;
-  int pixels(int blocks) const { return panel_blocks == 3 ? 7 : blocks == 4 ? 6 : blocks == 3 ? 8 : 12; }
+  bool one_pixel = false;  // a plane of one pixel: tiles of one (Note [One-pixel planes])
+  int pixels(int blocks) const {
+    return one_pixel ? 1 : panel_blocks == 3 ? 7 : blocks == 4 ? 6 : blocks == 3 ? 8 : 12;
+  }
 };
 NchwcTiling conv2d_nchwc_tiling(const Conv2dParams& p);
 

@@ -600,6 +600,15 @@ namespace {
 // NV blocks; nullptr for any other.
 template <class Pick>
 NchwcUkernelF32 by_tile(int nv, int mr, Pick&& pick) {
+  if (mr == 1) {  // Note [One-pixel planes]
+    switch (nv) {
+      case 4: return pick.template operator()<1, 4>();
+      case 3: return pick.template operator()<1, 3>();
+      case 2: return pick.template operator()<1, 2>();
+      case 1: return pick.template operator()<1, 1>();
+      default: return nullptr;
+    }
+  }
   if (mr == 7) {
     switch (nv) {
       case 3: return pick.template operator()<7, 3>();
