@@ -129,6 +129,41 @@ TEST(Norm, LayerNormF32RowsOnEveryIsa) {
   }
 }
 
+// Rows stored across (Note [Layer norm across] in kernels/cpu/norm_f32.h): ConvNeXt's channel
+// layer norm, an NCHW activation permuted to NHWC and normalized over C, on every ISA. Planes of 35
+// pixels (16 + 16 + 3 rows), 16 and 117; C partial (7, 40) and whole (16, 96) blocks of 16; rows
+// whose mean dwarfs their spread; tasks that span images (C = 7: 292 groups of 16 rows a task); a
+// [N, C, L] activation read as [N, L, C]; a batch dim that is not the outermost in memory.
+TEST(Norm, LayerNormAcrossPlanesOnEveryIsa) {
+  for (kernels::cpu::Isa isa : kernels::cpu::supported_isas()) {
+    kernels::cpu::IsaOverride o(isa);
+    const std::string name(kernels::cpu::isa_name(isa));
+    int seed = 300;
+    for (int64_t c : {7, 16, 40, 96})
+      for (const auto& [h, w] : std::vector<std::pair<int64_t, int64_t>>{{5, 7}, {4, 4}, {9, 13}})
+        for (double offset : {0.0, 1000.0}) {
+          ++seed;
+          Tensor x = random_tensor({3, c, h, w}, DType::f32, seed, offset - 1, offset + 1).permute({0, 2, 3, 1});
+          Tensor wt = random_tensor({c}, DType::f32, seed + 1), b = random_tensor({c}, DType::f32, seed + 2);
+          const std::string what = name + " C=" + std::to_string(c) + " " + std::to_string(h) + "x" +
+                                   std::to_string(w) + " offset " + std::to_string(offset);
+          EXPECT_TRUE(all_close(layer_norm(x, 3, wt, b, 1e-6), ref::layer_norm(x, 3, wt, b, 1e-6))) << what;
+          EXPECT_TRUE(all_close(layer_norm(x, -1), ref::layer_norm(x, -1, {}, {}, 1e-5))) << what << " no affine";
+        }
+    // A 72 x 72 plane of 16 channels: 324 groups of 16 rows, tasks of at least 128 (one starts
+    // mid-plane); and every other channel of a plane (the batch 2 C H W apart, not C H W).
+    Tensor big = random_tensor({1, 16, 72, 72}, DType::f32, 399).permute({0, 2, 3, 1});
+    EXPECT_TRUE(all_close(layer_norm(big, 3), ref::layer_norm(big, 3, {}, {}, 1e-5))) << name;
+    Tensor half = random_tensor({2, 48, 6, 6}, DType::f32, 400).slice(1, 0, 24).permute({0, 2, 3, 1});
+    EXPECT_TRUE(all_close(layer_norm(half, 3), ref::layer_norm(half, 3, {}, {}, 1e-5))) << name;
+    Tensor seq = random_tensor({2, 24, 50}, DType::f32, 401).transpose(1, 2);  // [N, L, C] over [N, C, L]
+    EXPECT_TRUE(all_close(layer_norm(seq, 2), ref::layer_norm(seq, 2, {}, {}, 1e-5))) << name;
+    // [C, N, P] read as [N, P, C]: the batch dim strides less than the channels.
+    Tensor inner = random_tensor({20, 3, 40}, DType::f32, 403).permute({1, 2, 0});
+    EXPECT_TRUE(all_close(layer_norm(inner, 2), ref::layer_norm(inner, 2, {}, {}, 1e-5))) << name;
+  }
+}
+
 TEST(Norm, BatchNormMatchesReference) {
   for (DType t : testing::kFloatDTypes) {
     for (int64_t n : testing::kOddSizes) {

@@ -51,33 +51,6 @@ inline __mmask16 tail_mask(int64_t n) { return n >= 16 ? __mmask16(0xffff) : sta
 
 // ---- packing k^T ---------------------------------------------------------------------------------
 
-// r[c] <- column c of the 16 x 16 block held in r (row i in r[i]).
-inline void transpose16(__m512 r[16]) {
-  __m512 t[16];
-  for (int i = 0; i < 16; i += 2) {
-    t[i] = _mm512_unpacklo_ps(r[i], r[i + 1]);
-    t[i + 1] = _mm512_unpackhi_ps(r[i], r[i + 1]);
-  }
-  // r[4g + c], lane L: column 4L + c of rows 4g .. 4g + 3.
-  for (int g = 0; g < 16; g += 4) {
-    r[g] = _mm512_castpd_ps(_mm512_unpacklo_pd(_mm512_castps_pd(t[g]), _mm512_castps_pd(t[g + 2])));
-    r[g + 1] = _mm512_castpd_ps(_mm512_unpackhi_pd(_mm512_castps_pd(t[g]), _mm512_castps_pd(t[g + 2])));
-    r[g + 2] = _mm512_castpd_ps(_mm512_unpacklo_pd(_mm512_castps_pd(t[g + 1]), _mm512_castps_pd(t[g + 3])));
-    r[g + 3] = _mm512_castpd_ps(_mm512_unpackhi_pd(_mm512_castps_pd(t[g + 1]), _mm512_castps_pd(t[g + 3])));
-  }
-  // 128-bit lanes: 0x88 takes lanes (0, 2) of each operand, 0xdd lanes (1, 3).
-  for (int c = 0; c < 4; ++c) {
-    t[c] = _mm512_shuffle_f32x4(r[c], r[c + 4], 0x88);
-    t[c + 4] = _mm512_shuffle_f32x4(r[c], r[c + 4], 0xdd);
-    t[c + 8] = _mm512_shuffle_f32x4(r[c + 8], r[c + 12], 0x88);
-    t[c + 12] = _mm512_shuffle_f32x4(r[c + 8], r[c + 12], 0xdd);
-  }
-  for (int c = 0; c < 8; ++c) {
-    r[c] = _mm512_shuffle_f32x4(t[c], t[c + 8], 0x88);
-    r[c + 8] = _mm512_shuffle_f32x4(t[c], t[c + 8], 0xdd);
-  }
-}
-
 // kt[p * skp + j] = k[j, p] for p < d, j < sk; zero for sk <= j < skp.
 void pack_kt(const AttentionF32Args& a, int64_t skp, float* kt) {
   if (a.k_ps == 1) {
@@ -88,7 +61,7 @@ void pack_kt(const AttentionF32Args& a, int64_t skp, float* kt) {
         __m512 r[16];
         for (int i = 0; i < 16; ++i)
           r[i] = i < nj ? _mm512_maskz_loadu_ps(m, a.k + (j0 + i) * a.k_js + p0) : _mm512_setzero_ps();
-        transpose16(r);
+        avx512::transpose16(r);
         const int64_t nc = std::min<int64_t>(16, a.d - p0);
         for (int64_t c = 0; c < nc; ++c) _mm512_storeu_ps(kt + (p0 + c) * skp + j0, r[c]);
       }

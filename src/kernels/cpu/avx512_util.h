@@ -65,4 +65,36 @@ static inline __m512 sigmoid_or_silu(__m512 r) {
 static inline __m512 sigmoid(__m512 r) { return sigmoid_or_silu<false>(r); }
 static inline __m512 silu(__m512 r) { return sigmoid_or_silu<true>(r); }
 
+// r[i] = row i of a 16 x 16 block -> r[j] = its column j: pairs of rows interleaved within 128-bit
+// lanes, then pairs of pairs, then lanes gathered across registers twice (64 shuffles).
+static inline void transpose16(__m512 r[16]) {
+  __m512 t[16];
+#pragma GCC unroll 8
+  for (int i = 0; i < 16; i += 2) {
+    t[i] = _mm512_unpacklo_ps(r[i], r[i + 1]);
+    t[i + 1] = _mm512_unpackhi_ps(r[i], r[i + 1]);
+  }
+  // u[4k + j], lane L: rows 4k .. 4k + 3 of column 4L + j.
+  __m512 u[16];
+#pragma GCC unroll 4
+  for (int k = 0; k < 16; k += 4) {
+    const __m512d a = _mm512_castps_pd(t[k]), b = _mm512_castps_pd(t[k + 1]);
+    const __m512d c = _mm512_castps_pd(t[k + 2]), d = _mm512_castps_pd(t[k + 3]);
+    u[k] = _mm512_castpd_ps(_mm512_unpacklo_pd(a, c));
+    u[k + 1] = _mm512_castpd_ps(_mm512_unpackhi_pd(a, c));
+    u[k + 2] = _mm512_castpd_ps(_mm512_unpacklo_pd(b, d));
+    u[k + 3] = _mm512_castpd_ps(_mm512_unpackhi_pd(b, d));
+  }
+#pragma GCC unroll 4
+  for (int j = 0; j < 4; ++j) {
+    const __m512 p0 = _mm512_shuffle_f32x4(u[j], u[4 + j], 0x88), p1 = _mm512_shuffle_f32x4(u[j], u[4 + j], 0xDD);
+    const __m512 q0 = _mm512_shuffle_f32x4(u[8 + j], u[12 + j], 0x88);
+    const __m512 q1 = _mm512_shuffle_f32x4(u[8 + j], u[12 + j], 0xDD);
+    r[j] = _mm512_shuffle_f32x4(p0, q0, 0x88);
+    r[4 + j] = _mm512_shuffle_f32x4(p1, q1, 0x88);
+    r[8 + j] = _mm512_shuffle_f32x4(p0, q0, 0xDD);
+    r[12 + j] = _mm512_shuffle_f32x4(p1, q1, 0xDD);
+  }
+}
+
 }  // namespace kiln::kernels::cpu::avx512

@@ -92,11 +92,14 @@ struct Lanes {
                         const float* b) {
     normalize_row<W, B>(x, y, n, mean, rstd, shift, w, b);
   }
+  static void gather(const float* x, int64_t ldx, int64_t m, int64_t n, float* t) {
+    gather_rows_scalar(x, ldx, m, n, t);
+  }
 };
 
 }  // namespace
 
-NormKernelsF32 norm_kernels_f32_avx2() { return {layer_norm_rows_in_lanes<Lanes>}; }
+NormKernelsF32 norm_kernels_f32_avx2() { return {layer_norm_rows_in_lanes<Lanes>, layer_norm_columns_in_lanes<Lanes>}; }
 
 }  // namespace kiln::kernels::cpu
 

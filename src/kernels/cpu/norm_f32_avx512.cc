@@ -15,13 +15,15 @@
 #pragma GCC push_options
 #pragma GCC target("avx512f,avx512vl,avx512bw,avx512dq,avx2,fma")
 
+#include "kernels/cpu/avx512_util.h"
+
 namespace kiln::kernels::cpu {
 
 namespace {
 
 constexpr int64_t kChunk = 4096;  // elements summed in f32 lanes before the f64 total
 
-inline __mmask16 tail_mask(int64_t n) { return static_cast<__mmask16>((1u << n) - 1); }
+inline __mmask16 tail_mask(int64_t n) { return n >= 16 ? __mmask16(0xffff) : static_cast<__mmask16>((1u << n) - 1); }
 
 // Sum over the row of x[j] - shift (Sq = false) or of (x[j] - shift)^2 (Sq = true). Masked-off
 // lanes of the last vector contribute 0 (the subtraction is masked).
@@ -84,11 +86,28 @@ struct Lanes {
                         const float* b) {
     normalize_row<W, B>(x, y, n, mean, rstd, shift, w, b);
   }
+  // 16 x 16 blocks in registers (rows past m read under a mask as zeros and not stored), the
+  // elements after the last whole block one at a time.
+  static void gather(const float* x, int64_t ldx, int64_t m, int64_t n, float* t) {
+    const __mmask16 live = tail_mask(m);
+    int64_t j0 = 0;
+    for (; j0 + 16 <= n; j0 += 16) {
+      __m512 r[16];
+#pragma GCC unroll 16
+      for (int k = 0; k < 16; ++k) r[k] = _mm512_maskz_loadu_ps(live, x + (j0 + k) * ldx);
+      avx512::transpose16(r);
+      for (int64_t i = 0; i < m; ++i) _mm512_storeu_ps(t + i * n + j0, r[i]);
+    }
+    for (; j0 < n; ++j0)
+      for (int64_t i = 0; i < m; ++i) t[i * n + j0] = x[i + j0 * ldx];
+  }
 };
 
 }  // namespace
 
-NormKernelsF32 norm_kernels_f32_avx512() { return {layer_norm_rows_in_lanes<Lanes>}; }
+NormKernelsF32 norm_kernels_f32_avx512() {
+  return {layer_norm_rows_in_lanes<Lanes>, layer_norm_columns_in_lanes<Lanes>};
+}
 
 }  // namespace kiln::kernels::cpu
 

@@ -17,7 +17,7 @@
 namespace kiln::kernels::cpu {
 
 enum class ScratchSlot { im2col, conv_nhwc, packed_weight, direct_conv_x, direct_conv_y, depthwise_block, pixel_stage,
-                         nchwc_pad, depthwise_nchwc_band, winograd_v, winograd_m };
+                         nchwc_pad, depthwise_nchwc_band, winograd_v, winograd_m, layer_norm_rows };
 
 inline constexpr size_t kHugeScratch = size_t{512} << 10;
 

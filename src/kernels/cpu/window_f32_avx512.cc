@@ -338,38 +338,6 @@ void pad_rows__avx512(const float* src, int64_t src_step, float* dst, int64_t ro
     }
 }
 
-// r[i] = row i of a 16 x 16 block -> r[j] = its column j: pairs of rows interleaved within 128-bit
-// lanes, then pairs of pairs, then lanes gathered across registers twice (64 shuffles).
-inline void transpose16(__m512 r[16]) {
-  __m512 t[16];
-#pragma GCC unroll 8
-  for (int i = 0; i < 16; i += 2) {
-    t[i] = _mm512_unpacklo_ps(r[i], r[i + 1]);
-    t[i + 1] = _mm512_unpackhi_ps(r[i], r[i + 1]);
-  }
-  // u[4k + j], lane L: rows 4k .. 4k + 3 of column 4L + j.
-  __m512 u[16];
-#pragma GCC unroll 4
-  for (int k = 0; k < 16; k += 4) {
-    const __m512d a = _mm512_castps_pd(t[k]), b = _mm512_castps_pd(t[k + 1]);
-    const __m512d c = _mm512_castps_pd(t[k + 2]), d = _mm512_castps_pd(t[k + 3]);
-    u[k] = _mm512_castpd_ps(_mm512_unpacklo_pd(a, c));
-    u[k + 1] = _mm512_castpd_ps(_mm512_unpackhi_pd(a, c));
-    u[k + 2] = _mm512_castpd_ps(_mm512_unpacklo_pd(b, d));
-    u[k + 3] = _mm512_castpd_ps(_mm512_unpackhi_pd(b, d));
-  }
-#pragma GCC unroll 4
-  for (int j = 0; j < 4; ++j) {
-    const __m512 p0 = _mm512_shuffle_f32x4(u[j], u[4 + j], 0x88), p1 = _mm512_shuffle_f32x4(u[j], u[4 + j], 0xDD);
-    const __m512 q0 = _mm512_shuffle_f32x4(u[8 + j], u[12 + j], 0x88);
-    const __m512 q1 = _mm512_shuffle_f32x4(u[8 + j], u[12 + j], 0xDD);
-    r[j] = _mm512_shuffle_f32x4(p0, q0, 0x88);
-    r[4 + j] = _mm512_shuffle_f32x4(p1, q1, 0x88);
-    r[8 + j] = _mm512_shuffle_f32x4(p0, q0, 0xDD);
-    r[12 + j] = _mm512_shuffle_f32x4(p1, q1, 0xDD);
-  }
-}
-
 inline __mmask16 lanes(int64_t n) { return n >= 16 ? __mmask16(0xffff) : tail_mask(n); }
 
 // Note [Depthwise in channel blocks] in window_f32.h, R x R windows (R = 3, or 5 as in
@@ -402,7 +370,7 @@ void depthwise_block16(const WindowGeom& g, const DepthwiseBlockF32& a) {
 #pragma GCC unroll 16
     for (int c = 0; c < 16; ++c)
       r[c] = Full || c < a.channels ? _mm512_maskz_loadu_ps(m, a.x + c * a.x_plane + q) : zero;
-    transpose16(r);
+    avx512::transpose16(r);
 #pragma GCC unroll 16
     for (int i = 0; i < 16; ++i) {
       if (i >= n) break;
@@ -468,7 +436,7 @@ void depthwise_block16(const WindowGeom& g, const DepthwiseBlockF32& a) {
         acc[i] = finish(v);
       }
     }
-    transpose16(acc);
+    avx512::transpose16(acc);
     const __mmask16 m = lanes(n);
 #pragma GCC unroll 16
     for (int c = 0; c < 16; ++c)

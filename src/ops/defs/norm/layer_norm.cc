@@ -78,12 +78,55 @@ bool layer_norm_f32_rows(const KernelCall& k, int64_t axis, double eps) {
   return true;
 }
 
+// f32 rows stored across (Note [Layer norm across] in kernels/cpu/norm_f32.h): one normalized dim,
+// the last, whose elements are not adjacent, over rows that are (the dims before it but the first
+// collapse to one run of stride 1; the first, if not part of it, is a batch of such runs), into a
+// contiguous output. False when the call does not qualify.
+bool layer_norm_f32_columns(const KernelCall& k, int64_t axis, double eps) {
+  const Tensor& x = k.in(0);
+  const Tensor& out = k.out(0);
+  const int64_t dims = x.dim();
+  if (x.dtype() != DType::f32 || out.dtype() != DType::f32 || !out.is_contiguous() || dims < 2 || axis != dims - 1)
+    return false;
+  Tensor w = k.inputs.size() > 1 && k.in(1).defined() ? k.in(1) : Tensor();
+  Tensor b = k.inputs.size() > 2 && k.in(2).defined() ? k.in(2) : Tensor();
+  if ((w.defined() && w.dtype() != DType::f32) || (b.defined() && b.dtype() != DType::f32)) return false;
+  const Shape& shape = x.shape();
+  const std::vector<int64_t>& stride = x.strides();
+  const int64_t n = shape[static_cast<size_t>(dims - 1)], ldx = stride[static_cast<size_t>(dims - 1)];
+  if (n <= 1 || ldx == 1 || x.numel() == 0) return false;
+  // Dims [first, dims - 1) form a run of stride 1: `run` consecutive rows.
+  int64_t first = dims - 1, run = 1;
+  while (first > 0 && stride[static_cast<size_t>(first - 1)] == run) run *= shape[static_cast<size_t>(--first)];
+  if (first > 1 || run < 16) return false;
+  const int64_t batch = first == 1 ? shape[0] : 1, batch_stride = first == 1 ? stride[0] : 0;
+  if (w.defined()) w = w.contiguous();
+  if (b.defined()) b = b.contiguous();
+  const float* xp = static_cast<const float*>(x.data_ptr());
+  float* yp = static_cast<float*>(out.data_ptr());
+  const float* wp = w.defined() ? static_cast<const float*>(w.data_ptr()) : nullptr;
+  const float* bp = b.defined() ? static_cast<const float*>(b.data_ptr()) : nullptr;
+  const kernels::cpu::NormKernelsF32 kern = kernels::cpu::norm_kernels_f32(kernels::cpu::active_isa());
+  // Tasks of 16 rows of one batch entry, about 32K elements each.
+  const int64_t groups = (run + 15) / 16, grain = std::max<int64_t>(1, 32768 / (16 * n));
+  parallel_for(0, batch * groups, grain, [&](int64_t g0, int64_t g1) {
+    for (int64_t g = g0; g < g1;) {
+      const int64_t img = g / groups, r0 = g % groups * 16, g_end = std::min(g1, (img + 1) * groups);
+      const int64_t r1 = std::min(run, (g_end - img * groups) * 16);
+      kern.layer_norm_columns(xp + img * batch_stride + r0, ldx, yp + (img * run + r0) * n, n, r1 - r0, n, wp, bp,
+                              eps);
+      g = g_end;
+    }
+  });
+  return true;
+}
+
 void layer_norm_kernel(const KernelCall& k) {
   const Tensor& x = k.in(0);
   const Tensor& out = k.out(0);
   const int64_t axis = layer_norm_axis("layer_norm", x.shape(), k.attrs.get_int("axis"));
   const double eps = k.attrs.get_float("eps");
-  if (layer_norm_f32_rows(k, axis, eps)) return;
+  if (layer_norm_f32_rows(k, axis, eps) || layer_norm_f32_columns(k, axis, eps)) return;
   std::vector<int64_t> axes;
   for (int64_t d = axis; d < x.dim(); ++d) axes.push_back(d);
   std::array<std::vector<int64_t>, 2> st{defs::byte_strides(x), defs::byte_strides(out)};
