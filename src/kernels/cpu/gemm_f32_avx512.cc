@@ -477,6 +477,37 @@ void f32_conv_pixels_store__avx512(const float* c, int64_t ldc, const ConvPixels
 }  // namespace
 
 // Note [AVX-512 blocking]
+namespace {
+
+// Note [Packing A in registers]
+// Packing a row-major A is a transpose, and the portable loop moved it a float at a time (12
+// scalar loads and stores a k-step): ConvNeXt's 384 -> 96 pointwise product (3136 rows, N = 96, so
+// few multiply-adds per A element) spent 17% of its time in pack_a and ran at 0.82x ONNX Runtime's
+// MatMul on one thread. Here 16 k-steps at a time: the 12 rows' 16 floats loaded as vectors (rows
+// past mv as zeros), transposed in registers, each k-step's 12 floats stored under a mask.
+void pack_a_rows_12__avx512(int64_t mv, int64_t kc, const float* src, int64_t a_rs, float* dst) {
+  const float* rows[kMr];
+  for (int i = 0; i < kMr; ++i) rows[i] = src + std::min<int64_t>(i, mv - 1) * a_rs;
+  int64_t p0 = 0;
+  for (; p0 + 16 <= kc; p0 += 16) {
+    __m512 r[16];
+#pragma GCC unroll 12
+    for (int i = 0; i < kMr; ++i) {
+      _mm_prefetch(reinterpret_cast<const char*>(rows[i] + p0 + 64), _MM_HINT_T0);
+      r[i] = i < mv ? _mm512_loadu_ps(rows[i] + p0) : _mm512_setzero_ps();
+    }
+#pragma GCC unroll 4
+    for (int i = kMr; i < 16; ++i) r[i] = _mm512_setzero_ps();
+    avx512::transpose16(r);
+#pragma GCC unroll 16
+    for (int j = 0; j < 16; ++j) _mm512_mask_storeu_ps(dst + (p0 + j) * kMr, __mmask16(0x0fff), r[j]);
+  }
+  for (int64_t p = p0; p < kc; ++p)
+    for (int i = 0; i < kMr; ++i) dst[p * kMr + i] = i < mv ? rows[i][p] : 0.0f;
+}
+
+}  // namespace
+
 // kc = 768 deep slices, mc = 144 rows (A block 432 KiB in the 1 MiB L2), nc = 2048 columns (B
 // block 6 MiB in L3). The textbook choice keeps the kc x 32 B panel in L1 (kc = 256 here), but on
 // Zen 5 the cost that dominated was the read-modify-write of the C tile once per k-slice, worst
@@ -490,7 +521,8 @@ const GemmKernelF32& gemm_kernel_f32_avx512() {
                                {{7, 48, f32_conv_pixels_7x48__avx512},
                                 {6, 64, f32_conv_pixels_6x64__avx512},
                                 {8, 32, f32_conv_pixels_8x32__avx512}},
-                               /*store_hardswish=*/true, gemm_rows<Zmm>, /*rows_max=*/4, f32_conv_pixels_store__avx512};
+                               /*store_hardswish=*/true, gemm_rows<Zmm>, /*rows_max=*/4, f32_conv_pixels_store__avx512,
+                               pack_a_rows_12__avx512};
   return k;
 }
 

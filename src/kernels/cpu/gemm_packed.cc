@@ -105,12 +105,17 @@ void pack_a_rows(int64_t mv, int64_t kc, const float* src, int64_t a_rs, float* 
     for (int64_t p = 0; p < kc; ++p) dst[p * MR + i] = 0.0f;
 }
 
-// A[0:mc, 0:kc] (strides a_rs, a_cs) -> mr-row micro-panels, each kc steps of mr floats.
-void pack_a(int mr, int64_t mc, int64_t kc, const float* a, int64_t a_rs, int64_t a_cs, float* out) {
+// A[0:mc, 0:kc] (strides a_rs, a_cs) -> kk.mr-row micro-panels, each kc steps of mr floats.
+void pack_a(const GemmKernelF32& kk, int64_t mc, int64_t kc, const float* a, int64_t a_rs, int64_t a_cs, float* out) {
+  const int mr = kk.mr;
   for (int64_t ir = 0; ir < mc; ir += mr) {
     const int64_t mv = std::min<int64_t>(mr, mc - ir);
     float* dst = out + ir * kc;
     const float* src = a + ir * a_rs;
+    if (a_cs == 1 && kk.pack_a_rows != nullptr) {
+      kk.pack_a_rows(mv, kc, src, a_rs, dst);
+      continue;
+    }
     if (a_cs == 1 && mr == 12) {
       pack_a_rows<12>(mv, kc, src, a_rs, dst);
       continue;
@@ -284,7 +289,7 @@ void gemm_block(const Problem& pr, int64_t i0, int64_t i1, int64_t j0, int64_t j
           abuf = pr.a_packed + pc * pr.a_mpad + ic * kcur;  // ic is a multiple of mr
         } else {
           float* buf = t_pack_a.get(static_cast<size_t>(round_up(mcur, mr) * kcur));
-          pack_a(mr, mcur, kcur, pr.a + ic * pr.a_rs + pc * pr.a_cs, pr.a_rs, pr.a_cs, buf);
+          pack_a(kk, mcur, kcur, pr.a + ic * pr.a_rs + pc * pr.a_cs, pr.a_rs, pr.a_cs, buf);
           abuf = buf;
         }
         for (int64_t jr = 0; jr < ncur; jr += nr) {
@@ -368,7 +373,7 @@ void gemm_run(const Problem& pr) {
       const int64_t r0 = panels * t / nt * kk.mr, r1 = std::min(m, panels * (t + 1) / nt * kk.mr);
       if (r0 >= r1) return;
       for (int64_t pc = 0; pc < pr.k; pc += kslice)
-        pack_a(kk.mr, r1 - r0, std::min(kslice, pr.k - pc), pr.a + r0 * pr.a_rs + pc * pr.a_cs, pr.a_rs, pr.a_cs,
+        pack_a(kk, r1 - r0, std::min(kslice, pr.k - pc), pr.a + r0 * pr.a_rs + pc * pr.a_cs, pr.a_rs, pr.a_cs,
                abuf + pc * mpad + r0 * std::min(kslice, pr.k - pc));
     });
     q.a_packed = abuf;
@@ -450,7 +455,7 @@ void pack_a_f32(int64_t m, int64_t k, const float* a, int64_t a_rs, int64_t a_cs
   const GemmKernelF32& kk = gemm_kernel_f32(active_isa());
   const int64_t mpad = round_up(std::max<int64_t>(m, 1), kk.mr), kslice = k_slice(kk.kc, k);
   for (int64_t pc = 0; pc < k; pc += kslice)
-    pack_a(kk.mr, m, std::min(kslice, k - pc), a + pc * a_cs, a_rs, a_cs, out + pc * mpad);
+    pack_a(kk, m, std::min(kslice, k - pc), a + pc * a_cs, a_rs, a_cs, out + pc * mpad);
 }
 
 size_t packed_b_f32_floats(int64_t k, int64_t n) {

@@ -112,6 +112,10 @@ struct ConvPixelsKernelF32 {
 // with out.ep, as the tile's own store with `out` does for one tile. Reads c only.
 using ConvPixelsStoreF32 = void (*)(const float* c, int64_t ldc, const ConvPixelsOutF32& out);
 
+// A row-major A block's mv <= mr rows (kc floats each, a_rs apart) packed into an mr-row micro-panel
+// of kc steps, rows past mv zero (Note [Packing A row-major] in gemm_packed.cc).
+using GemmPackRowsF32 = void (*)(int64_t mv, int64_t kc, const float* src, int64_t a_rs, float* dst);
+
 struct GemmKernelF32 {
   Isa isa;
   int mr, nr;       // register tile
@@ -125,6 +129,7 @@ struct GemmKernelF32 {
   GemmRowsUkernelF32 rows_ukernel = nullptr;  // products of at most rows_max rows; none: pack A
   int rows_max = 0;
   ConvPixelsStoreF32 pixels_store = nullptr;  // none: each pixel tile stores itself
+  GemmPackRowsF32 pack_a_rows = nullptr;      // none: the portable packing loop
 };
 
 const GemmKernelF32& gemm_kernel_f32_scalar();
