@@ -474,11 +474,6 @@ void f32_conv_pixels_store__avx512(const float* c, int64_t ldc, const ConvPixels
   with_tile_store(ep, store);
 }
 
-}  // namespace
-
-// Note [AVX-512 blocking]
-namespace {
-
 // Note [Packing A in registers]
 // Packing a row-major A is a transpose, and the portable loop moved it a float at a time (12
 // scalar loads and stores a k-step): ConvNeXt's 384 -> 96 pointwise product (3136 rows, N = 96, so
@@ -508,6 +503,7 @@ void pack_a_rows_12__avx512(int64_t mv, int64_t kc, const float* src, int64_t a_
 
 }  // namespace
 
+// Note [AVX-512 blocking]
 // kc = 768 deep slices, mc = 144 rows (A block 432 KiB in the 1 MiB L2), nc = 2048 columns (B
 // block 6 MiB in L3). The textbook choice keeps the kc x 32 B panel in L1 (kc = 256 here), but on
 // Zen 5 the cost that dominated was the read-modify-write of the C tile once per k-slice, worst
