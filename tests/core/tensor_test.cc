@@ -283,6 +283,52 @@ TEST(ThreadPool, TwoEndedChunksShrinkTowardsTheEnd) {
   EXPECT_EQ(covered, huge);
 }
 
+// Note [Chunks on lines of their own]: each thread starts at the front of its own share (at a
+// multiple of `min`), then takes from others' when its own is empty; every unit once, no chunk
+// under `min` but one that ends at n, and a thread that stalls after its first chunk has the rest
+// of its share taken by the others.
+TEST(ThreadPool, OwnedChunksTakeOwnSharesFirstThenSteal) {
+  for (int threads : {1, 2, 3, 5})
+    for (int64_t n : {1, 7, 33, 1000, 100003})
+      for (int64_t min : {1, 3, 50})
+        for (int slow : {-1, 0}) {  // -1: every thread in turn; 0: thread 0 takes once, then stops
+          if (slow == 0 && threads == 1) continue;
+          OwnedChunks q(n, min, threads, 8);
+          std::vector<int> hits(static_cast<size_t>(n), 0);
+          std::vector<int64_t> next(static_cast<size_t>(threads), -1);  // the end of t's last chunk
+          std::vector<bool> done(static_cast<size_t>(threads), false);
+          int active = threads, took0 = 0;
+          for (int turn = 0; active > 0; ++turn) {
+            const int t = turn % threads;
+            if (done[static_cast<size_t>(t)]) continue;
+            if (t == slow && took0 == 1) {  // stalled in its first chunk: the others finish its share
+              done[0] = true, --active;
+              continue;
+            }
+            int64_t u0 = -1, u1 = -1;
+            if (!q.take(t, u0, u1)) {
+              done[static_cast<size_t>(t)] = true, --active;
+              continue;
+            }
+            if (t == 0) ++took0;
+            ASSERT_TRUE(0 <= u0 && u0 < u1 && u1 <= n) << u0 << " " << u1;
+            EXPECT_TRUE(u1 - u0 >= min || u1 == n) << "[" << u0 << ", " << u1 << ") min " << min;
+            if (next[static_cast<size_t>(t)] < 0 && n >= 2 * threads * min) {  // first: its share's front
+              EXPECT_EQ(u0, n * t / threads / min * min) << "threads " << threads << " n " << n << " t " << t;
+            }
+            next[static_cast<size_t>(t)] = u1;
+            for (int64_t i = u0; i < u1; ++i) ++hits[static_cast<size_t>(i)];
+          }
+          int64_t missing = 0;
+          for (int h : hits) {
+            ASSERT_LE(h, 1) << "n " << n << " min " << min;
+            missing += h == 0;
+          }
+          // Thread 0 stopped after one chunk; the others took the rest of its share.
+          EXPECT_EQ(missing, 0) << "threads " << threads << " n " << n << " min " << min << " slow " << slow;
+        }
+}
+
 // Note [Loops taken, not dealt]: the calling thread stalls in its first chunk until the other has
 // done everything else, which it can only do by taking the chunks a fixed split would have dealt
 // to the caller.

@@ -1392,7 +1392,7 @@ void depthwise_conv2d_nchwc_f32(const Conv2dParams& p, const float* x, const flo
   // 4-5% slower (from 112 x 112 on 96 channels, from 56 x 56 on 144) and keeps the lists.
   const bool padded_rows = by_kernel_rows && (p.stride_w == 1 || p.s == 5);
   // Note [One image split by rows]
-  // A two-ended queue hands each thread one end of the units (Note [Chunks that shrink] in
+  // The pool hands each thread its own share of the units (Note [Chunks on lines of their own] in
   // core/chunks.h), so what a thread gets follows the order of the units. Blocks outermost, one
   // image's depthwise layer split its channels between the threads while the 1x1 layers around it
   // split their pixels (or their output channels), and half of each layer's input had been written
