@@ -295,7 +295,7 @@ TEST(ThreadPool, OwnedChunksTakeOwnSharesFirstThenSteal) {
           if (slow == 0 && threads == 1) continue;
           OwnedChunks q(n, min, threads, 8);
           std::vector<int> hits(static_cast<size_t>(n), 0);
-          std::vector<int64_t> next(static_cast<size_t>(threads), -1);  // the end of t's last chunk
+          std::vector<int64_t> next(static_cast<size_t>(threads), -1);  // the end of t's last chunk (-1: none)
           std::vector<bool> done(static_cast<size_t>(threads), false);
           int active = threads, took0 = 0;
           for (int turn = 0; active > 0; ++turn) {
@@ -324,7 +324,8 @@ TEST(ThreadPool, OwnedChunksTakeOwnSharesFirstThenSteal) {
             ASSERT_LE(h, 1) << "n " << n << " min " << min;
             missing += h == 0;
           }
-          // Thread 0 stopped after one chunk; the others took the rest of its share.
+          // Every unit taken: with slow = 0, the rest of thread 0's share by the others. (5 threads:
+          // shares past the inline ones, on the heap.)
           EXPECT_EQ(missing, 0) << "threads " << threads << " n " << n << " min " << min << " slow " << slow;
         }
 }
