@@ -19,19 +19,47 @@
 
 namespace kiln {
 
+namespace detail {
+
+// Units [0, n) counted in slots of `step` units (1 unless n exceeds what 32 bits count), and the
+// bounds of a chunk in slots: at least `min` units, at most 1 / per_thread of a thread's part (or
+// `min`). Shared by the two queues below.
+struct ChunkSlots {
+  static constexpr int64_t kMaxSlots = int64_t{1} << 31;  // front and back fit 32 bits each
+  static constexpr int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
+  static uint64_t pack(int64_t f, int64_t b) { return static_cast<uint64_t>(f) << 32 | static_cast<uint64_t>(b); }
+
+  ChunkSlots(int64_t units, int64_t min, int threads, int per_thread)
+      : n(std::max<int64_t>(0, units)),
+        step(std::max<int64_t>(1, ceil_div(n, kMaxSlots))),
+        slots(ceil_div(n, step)),
+        min_slots(std::max<int64_t>(1, ceil_div(std::max<int64_t>(1, min), step))),
+        max_slots(std::max(min_slots, ceil_div(slots, int64_t{std::max(1, threads)} * std::max(1, per_thread)))) {}
+
+  // The next chunk's size out of `left` slots: a 1 / parts share of them within the bounds, or all
+  // of them where less than `min` would remain.
+  int64_t chunk(int64_t left, int64_t parts) const {
+    const int64_t size = std::clamp(ceil_div(left, parts), min_slots, max_slots);
+    return left - size < min_slots ? left : size;
+  }
+  // Slots [s0, s0 + size) as units [u0, u1).
+  void units(int64_t s0, int64_t size, int64_t& u0, int64_t& u1) const {
+    u0 = s0 * step;
+    u1 = std::min(n, (s0 + size) * step);
+  }
+
+  const int64_t n, step, slots, min_slots, max_slots;
+};
+
+}  // namespace detail
+
 class TwoEndedChunks {
  public:
   // Units [0, n) for `threads`, in chunks of at least `min` units (unless n is smaller) and at
   // most 1 / per_thread of a thread's part (or `min`, or what is left when less than `min` would
   // remain).
   TwoEndedChunks(int64_t n, int64_t min, int threads, int per_thread)
-      : n_(std::max<int64_t>(0, n)),
-        step_(std::max<int64_t>(1, (n_ + kMaxSlots - 1) / kMaxSlots)),
-        min_slots_(std::max<int64_t>(1, (std::max<int64_t>(1, min) + step_ - 1) / step_)),
-        max_slots_(std::max(min_slots_, ceil_div(ceil_div(n_, step_), int64_t{std::max(1, threads)} *
-                                                                            std::max(1, per_thread)))),
-        parts_(2 * std::max(1, threads)),
-        left_(static_cast<uint64_t>(ceil_div(n_, step_))) {}
+      : c_(n, min, threads, per_thread), parts_(2 * std::max(1, threads)), left_(static_cast<uint64_t>(c_.slots)) {}
 
   // The next chunk [u0, u1) for thread t; false when none is left. Front and back are one word, so
   // the two ends never hand out the same units.
@@ -41,24 +69,19 @@ class TwoEndedChunks {
     for (;;) {
       const int64_t f = static_cast<int64_t>(cur >> 32), b = static_cast<int64_t>(cur & 0xffffffffu);
       if (f >= b) return false;
-      int64_t size = std::clamp(ceil_div(b - f, parts_), min_slots_, max_slots_);
-      if (b - f - size < min_slots_) size = b - f;  // no piece under `min` left between the ends
+      const int64_t size = c_.chunk(b - f, parts_);  // no piece under `min` left between the ends
       const int64_t s0 = front ? f : b - size;
-      const uint64_t next = front ? (static_cast<uint64_t>(f + size) << 32 | static_cast<uint64_t>(b))
-                                  : (static_cast<uint64_t>(f) << 32 | static_cast<uint64_t>(b - size));
+      const uint64_t next = front ? detail::ChunkSlots::pack(f + size, b) : detail::ChunkSlots::pack(f, b - size);
       if (left_.compare_exchange_weak(cur, next, std::memory_order_relaxed)) {
-        u0 = s0 * step_;
-        u1 = std::min(n_, (s0 + size) * step_);
+        c_.units(s0, size, u0, u1);
         return true;
       }
     }
   }
 
  private:
-  static constexpr int64_t kMaxSlots = int64_t{1} << 31;  // front and back fit 32 bits each
-  static constexpr int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
-  const int64_t n_, step_;  // a slot is step_ units (1 unless n exceeds kMaxSlots)
-  const int64_t min_slots_, max_slots_, parts_;
+  const detail::ChunkSlots c_;
+  const int64_t parts_;
   std::atomic<uint64_t> left_;  // slots [front, back): front in the high half
 };
 
@@ -75,17 +98,15 @@ class OwnedChunks {
   // Units [0, n) for `threads`, in chunks of at least `min` units (unless fewer are left) and at
   // most 1 / per_thread of a share.
   OwnedChunks(int64_t n, int64_t min, int threads, int per_thread)
-      : n_(std::max<int64_t>(0, n)),
+      : c_(n, min, threads, per_thread),
         threads_(std::max(1, threads)),
-        step_(std::max<int64_t>(1, (n_ + kMaxSlots - 1) / kMaxSlots)),
-        min_slots_(std::max<int64_t>(1, (std::max<int64_t>(1, min) + step_ - 1) / step_)),
-        max_slots_(std::max(min_slots_, ceil_div(ceil_div(n_, step_), int64_t{threads_} * std::max(1, per_thread)))),
         shares_(threads_ <= kInline ? inline_ : new Share[static_cast<size_t>(threads_)]) {
     // Shares start at multiples of `min`, so that only a piece ending at n is ever shorter.
-    const int64_t slots = ceil_div(n_, step_);
-    auto start = [&](int t) { return t == threads_ ? slots : slots * t / threads_ / min_slots_ * min_slots_; };
+    auto start = [&](int t) {
+      return t == threads_ ? c_.slots : c_.slots * t / threads_ / c_.min_slots * c_.min_slots;
+    };
     for (int t = 0; t < threads_; ++t)
-      shares_[t].range.store(pack(start(t), start(t + 1)), std::memory_order_relaxed);
+      shares_[t].range.store(detail::ChunkSlots::pack(start(t), start(t + 1)), std::memory_order_relaxed);
   }
   ~OwnedChunks() {
     if (shares_ != inline_) delete[] shares_;
@@ -103,13 +124,11 @@ class OwnedChunks {
       for (;;) {
         const int64_t f = static_cast<int64_t>(cur >> 32), b = static_cast<int64_t>(cur & 0xffffffffu);
         if (f >= b) break;
-        int64_t size = std::clamp(ceil_div(b - f, 2), min_slots_, max_slots_);
-        if (b - f - size < min_slots_) size = b - f;  // no piece under `min` left behind
+        const int64_t size = c_.chunk(b - f, 2);  // no piece under `min` left behind
         const int64_t s0 = own ? f : b - size;
-        if (range.compare_exchange_weak(cur, own ? pack(f + size, b) : pack(f, b - size),
-                                        std::memory_order_relaxed)) {
-          u0 = s0 * step_;
-          u1 = std::min(n_, (s0 + size) * step_);
+        const uint64_t next = own ? detail::ChunkSlots::pack(f + size, b) : detail::ChunkSlots::pack(f, b - size);
+        if (range.compare_exchange_weak(cur, next, std::memory_order_relaxed)) {
+          c_.units(s0, size, u0, u1);
           return true;
         }
       }
@@ -118,16 +137,12 @@ class OwnedChunks {
   }
 
  private:
-  static constexpr int64_t kMaxSlots = int64_t{1} << 31;  // front and back fit 32 bits each
-  static constexpr int kInline = 4;                       // shares held without an allocation
+  static constexpr int kInline = 4;  // shares held without an allocation
   struct alignas(64) Share {
     std::atomic<uint64_t> range{0};  // slots [front, back): front in the high half
   };
-  static constexpr int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
-  static uint64_t pack(int64_t f, int64_t b) { return static_cast<uint64_t>(f) << 32 | static_cast<uint64_t>(b); }
-  const int64_t n_;
+  const detail::ChunkSlots c_;
   const int threads_;
-  const int64_t step_, min_slots_, max_slots_;  // a slot is step_ units (1 unless n exceeds kMaxSlots)
   Share inline_[kInline];
   Share* const shares_;
 };
