@@ -47,7 +47,7 @@ namespace {
 constexpr int kRows = 6;  // query rows per register block
 constexpr int kVecs = 4;  // 16-float vectors per register block row (64 columns)
 
-inline __mmask16 tail_mask(int64_t n) { return n >= 16 ? __mmask16(0xffff) : static_cast<__mmask16>((1u << n) - 1); }
+using avx512::tail_mask;
 
 // ---- packing k^T ---------------------------------------------------------------------------------
 

@@ -5,7 +5,14 @@
 
 #include <immintrin.h>
 
+#include <cstdint>
+
 namespace kiln::kernels::cpu::avx512 {
+
+// The first n lanes (all 16 from n = 16 on).
+static inline __mmask16 tail_mask(int64_t n) {
+  return n >= 16 ? __mmask16(0xffff) : static_cast<__mmask16>((1u << n) - 1);
+}
 
 // min(hi, max(lo, r)): max/min return their second operand on NaN, so NaN passes through as in
 // vmath's relu; lo = -inf and hi = +inf leave r as it is.

@@ -23,7 +23,7 @@ namespace {
 
 constexpr int64_t kChunk = 4096;  // elements summed in f32 lanes before the f64 total
 
-inline __mmask16 tail_mask(int64_t n) { return n >= 16 ? __mmask16(0xffff) : static_cast<__mmask16>((1u << n) - 1); }
+using avx512::tail_mask;
 
 // Sum over the row of x[j] - shift (Sq = false) or of (x[j] - shift)^2 (Sq = true). Masked-off
 // lanes of the last vector contribute 0 (the subtraction is masked).

@@ -22,7 +22,7 @@ namespace kiln::kernels::cpu {
 
 namespace {
 
-inline __mmask16 tail_mask(int64_t n) { return static_cast<__mmask16>((1u << n) - 1); }
+using avx512::tail_mask;
 // Lanes a .. b - 1 of a vector, clipped to [0, 16) (none when b <= a).
 inline __mmask16 lanes_between(int64_t a, int64_t b) {
   a = std::clamp<int64_t>(a, 0, 16), b = std::clamp<int64_t>(b, 0, 16);
@@ -338,8 +338,6 @@ void pad_rows__avx512(const float* src, int64_t src_step, float* dst, int64_t ro
     }
 }
 
-inline __mmask16 lanes(int64_t n) { return n >= 16 ? __mmask16(0xffff) : tail_mask(n); }
-
 // Note [Depthwise in channel blocks] in window_f32.h, R x R windows (R = 3, or 5 as in
 // MobileNetV3). Full: all 16 channels present.
 template <int R, bool Full>
@@ -365,7 +363,7 @@ void depthwise_block16(const WindowGeom& g, const DepthwiseBlockF32& a) {
   int64_t ih = ia, iw = 0;
   for (int64_t q = ia * g.w; q < ib * g.w; q += 16) {
     const int64_t n = std::min<int64_t>(16, ib * g.w - q);
-    const __mmask16 m = lanes(n);
+    const __mmask16 m = tail_mask(n);
     __m512 r[16];
 #pragma GCC unroll 16
     for (int c = 0; c < 16; ++c)
@@ -437,7 +435,7 @@ void depthwise_block16(const WindowGeom& g, const DepthwiseBlockF32& a) {
       }
     }
     avx512::transpose16(acc);
-    const __mmask16 m = lanes(n);
+    const __mmask16 m = tail_mask(n);
 #pragma GCC unroll 16
     for (int c = 0; c < 16; ++c)
       if (Full || c < a.channels) _mm512_mask_storeu_ps(a.y + c * a.y_plane + q, m, acc[c]);
