@@ -31,12 +31,7 @@ void layer_norm_rows__scalar(const float* x, int64_t ldx, float* y, int64_t ldy,
 // layer_norm_rows__scalar on rows gathered 16 at a time (Note [Layer norm across]).
 void layer_norm_columns__scalar(const float* x, int64_t ldx, float* y, int64_t ldy, int64_t rows, int64_t n,
                                 const float* w, const float* b, double eps) {
-  float* t = thread_scratch<float, ScratchSlot::layer_norm_rows>(static_cast<size_t>(16 * n));
-  for (int64_t r0 = 0; r0 < rows; r0 += 16) {
-    const int64_t m = std::min<int64_t>(16, rows - r0);
-    gather_rows_scalar(x + r0, ldx, m, n, t);
-    layer_norm_rows__scalar(t, n, y + r0 * ldy, ldy, m, n, w, b, eps);
-  }
+  layer_norm_columns_by(gather_rows_scalar, layer_norm_rows__scalar, x, ldx, y, ldy, rows, n, w, b, eps);
 }
 
 }  // namespace

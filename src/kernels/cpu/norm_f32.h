@@ -77,15 +77,23 @@ void layer_norm_rows_in_lanes(const float* x, int64_t ldx, float* y, int64_t ldy
 // blocks transposed in registers where the ISA has them) and the row kernel above runs on it,
 // writing y directly: the same arithmetic as for contiguous rows, so the same accuracy. Those
 // layers now 0.50 ms (the largest 0.06).
-template <class Lanes>
-void layer_norm_columns_in_lanes(const float* x, int64_t ldx, float* y, int64_t ldy, int64_t rows, int64_t n,
-                                 const float* w, const float* b, double eps) {
+//
+// gather(x, ldx, m, n, t) fills t as Lanes::gather does; rows_kernel is a layer_norm_rows.
+template <class Gather, class RowsKernel>
+void layer_norm_columns_by(Gather gather, RowsKernel rows_kernel, const float* x, int64_t ldx, float* y, int64_t ldy,
+                           int64_t rows, int64_t n, const float* w, const float* b, double eps) {
   float* t = thread_scratch<float, ScratchSlot::layer_norm_rows>(static_cast<size_t>(16 * n));
   for (int64_t r0 = 0; r0 < rows; r0 += 16) {
     const int64_t m = std::min<int64_t>(16, rows - r0);
-    Lanes::gather(x + r0, ldx, m, n, t);
-    layer_norm_rows_in_lanes<Lanes>(t, n, y + r0 * ldy, ldy, m, n, w, b, eps);
+    gather(x + r0, ldx, m, n, t);
+    rows_kernel(t, n, y + r0 * ldy, ldy, m, n, w, b, eps);
   }
+}
+
+template <class Lanes>
+void layer_norm_columns_in_lanes(const float* x, int64_t ldx, float* y, int64_t ldy, int64_t rows, int64_t n,
+                                 const float* w, const float* b, double eps) {
+  layer_norm_columns_by(Lanes::gather, layer_norm_rows_in_lanes<Lanes>, x, ldx, y, ldy, rows, n, w, b, eps);
 }
 
 // Lanes::gather without vectors: t[i n + j] = x[i + j ldx] for i < m, j < n.

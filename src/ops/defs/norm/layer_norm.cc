@@ -49,6 +49,31 @@ std::vector<TensorMeta> infer_layer_norm(const InferCtx& c) {
   return {x};
 }
 
+// The optional weight and bias (inputs 1 and 2) of an f32 layer_norm: whether each is f32 or absent,
+// and their values contiguous (nullptr where absent), kept alive by w and b.
+bool affine_is_f32(const KernelCall& k) {
+  for (size_t i : {1, 2})
+    if (k.inputs.size() > i && k.in(i).defined() && k.in(i).dtype() != DType::f32) return false;
+  return true;
+}
+struct AffineF32 {
+  Tensor w, b;
+  const float* wp = nullptr;
+  const float* bp = nullptr;
+};
+AffineF32 affine_f32(const KernelCall& k) {
+  AffineF32 a;
+  if (k.inputs.size() > 1 && k.in(1).defined()) {
+    a.w = k.in(1).contiguous();
+    a.wp = static_cast<const float*>(a.w.data_ptr());
+  }
+  if (k.inputs.size() > 2 && k.in(2).defined()) {
+    a.b = k.in(2).contiguous();
+    a.bp = static_cast<const float*>(a.b.data_ptr());
+  }
+  return a;
+}
+
 // f32 rows contiguous in x and out, with f32 (or no) weight and bias: the vector row kernels of
 // kernels/cpu/norm_f32.h (Note [Layer norm in f32 lanes]), rows split over the pool. False when
 // the call does not qualify (the generic loop below then runs).
@@ -56,24 +81,19 @@ bool layer_norm_f32_rows(const KernelCall& k, int64_t axis, double eps) {
   const Tensor& x = k.in(0);
   const Tensor& out = k.out(0);
   if (x.dtype() != DType::f32 || out.dtype() != DType::f32 || !x.is_contiguous() || !out.is_contiguous()) return false;
-  Tensor w = k.inputs.size() > 1 && k.in(1).defined() ? k.in(1) : Tensor();
-  Tensor b = k.inputs.size() > 2 && k.in(2).defined() ? k.in(2) : Tensor();
-  if ((w.defined() && w.dtype() != DType::f32) || (b.defined() && b.dtype() != DType::f32)) return false;
+  if (!affine_is_f32(k)) return false;
   int64_t inner = 1;
   for (int64_t d = axis; d < x.dim(); ++d) inner *= x.shape()[d];
   if (inner == 0 || x.numel() == 0) return false;
-  if (w.defined()) w = w.contiguous();
-  if (b.defined()) b = b.contiguous();
+  const AffineF32 affine = affine_f32(k);
   const int64_t rows = x.numel() / inner;
   const float* xp = static_cast<const float*>(x.data_ptr());
   float* yp = static_cast<float*>(out.data_ptr());
-  const float* wp = w.defined() ? static_cast<const float*>(w.data_ptr()) : nullptr;
-  const float* bp = b.defined() ? static_cast<const float*>(b.data_ptr()) : nullptr;
   const kernels::cpu::NormKernelsF32 kern = kernels::cpu::norm_kernels_f32(kernels::cpu::active_isa());
   // About 32K elements per task: a BERT-base LayerNorm (128 x 768) splits in three, not 128.
   const int64_t grain = std::max<int64_t>(1, 32768 / inner);
   parallel_for(0, rows, grain, [&](int64_t r0, int64_t r1) {
-    kern.layer_norm_rows(xp + r0 * inner, inner, yp + r0 * inner, inner, r1 - r0, inner, wp, bp, eps);
+    kern.layer_norm_rows(xp + r0 * inner, inner, yp + r0 * inner, inner, r1 - r0, inner, affine.wp, affine.bp, eps);
   });
   return true;
 }
@@ -88,9 +108,7 @@ bool layer_norm_f32_columns(const KernelCall& k, int64_t axis, double eps) {
   const int64_t dims = x.dim();
   if (x.dtype() != DType::f32 || out.dtype() != DType::f32 || !out.is_contiguous() || dims < 2 || axis != dims - 1)
     return false;
-  Tensor w = k.inputs.size() > 1 && k.in(1).defined() ? k.in(1) : Tensor();
-  Tensor b = k.inputs.size() > 2 && k.in(2).defined() ? k.in(2) : Tensor();
-  if ((w.defined() && w.dtype() != DType::f32) || (b.defined() && b.dtype() != DType::f32)) return false;
+  if (!affine_is_f32(k)) return false;
   const Shape& shape = x.shape();
   const std::vector<int64_t>& stride = x.strides();
   const int64_t n = shape[static_cast<size_t>(dims - 1)], ldx = stride[static_cast<size_t>(dims - 1)];
@@ -100,12 +118,9 @@ bool layer_norm_f32_columns(const KernelCall& k, int64_t axis, double eps) {
   while (first > 0 && stride[static_cast<size_t>(first - 1)] == run) run *= shape[static_cast<size_t>(--first)];
   if (first > 1 || run < 16) return false;
   const int64_t batch = first == 1 ? shape[0] : 1, batch_stride = first == 1 ? stride[0] : 0;
-  if (w.defined()) w = w.contiguous();
-  if (b.defined()) b = b.contiguous();
+  const AffineF32 affine = affine_f32(k);
   const float* xp = static_cast<const float*>(x.data_ptr());
   float* yp = static_cast<float*>(out.data_ptr());
-  const float* wp = w.defined() ? static_cast<const float*>(w.data_ptr()) : nullptr;
-  const float* bp = b.defined() ? static_cast<const float*>(b.data_ptr()) : nullptr;
   const kernels::cpu::NormKernelsF32 kern = kernels::cpu::norm_kernels_f32(kernels::cpu::active_isa());
   // Tasks of 16 rows of one batch entry, about 32K elements each.
   const int64_t groups = (run + 15) / 16, grain = std::max<int64_t>(1, 32768 / (16 * n));
@@ -113,8 +128,8 @@ bool layer_norm_f32_columns(const KernelCall& k, int64_t axis, double eps) {
     for (int64_t g = g0; g < g1;) {
       const int64_t img = g / groups, r0 = g % groups * 16, g_end = std::min(g1, (img + 1) * groups);
       const int64_t r1 = std::min(run, (g_end - img * groups) * 16);
-      kern.layer_norm_columns(xp + img * batch_stride + r0, ldx, yp + (img * run + r0) * n, n, r1 - r0, n, wp, bp,
-                              eps);
+      kern.layer_norm_columns(xp + img * batch_stride + r0, ldx, yp + (img * run + r0) * n, n, r1 - r0, n, affine.wp,
+                              affine.bp, eps);
       g = g_end;
     }
   });
