@@ -194,9 +194,10 @@ void depthwise_nchwc_row_avx512(int taps, const int64_t* tap_off, const int32_t*
 void depthwise_nchwc_kernel_rows_avx512(int s, int stride, int rows, const int64_t* row_off, const int32_t* row_w,
                                         const float* x, const float* w, float* y, int64_t count,
                                         const ConvTileEpilogueF32& ep);
-// The same for a whole output row of a padded input: output o's first input column is
-// o * stride - pad_left of rows `width` columns wide, row r's column 0 at x[row_off[r]], and the
-// columns outside [0, width) read as zeros (Note [Row borders as zeros] in conv_nchwc.cc).
+// The same for a whole output row of a padded input (at stride 2 a 5-wide window only): output o's
+// first input column is o * stride - pad_left of rows `width` columns wide, row r's column 0 at
+// x[row_off[r]], and the columns outside [0, width) read as zeros (Note [Row borders as zeros] in
+// conv_nchwc.cc).
 void depthwise_nchwc_padded_rows_avx512(int s, int stride, int rows, const int64_t* row_off, const int32_t* row_w,
                                         const float* x, int64_t pad_left, int64_t width, const float* w, float* y,
                                         int64_t count, const ConvTileEpilogueF32& ep);

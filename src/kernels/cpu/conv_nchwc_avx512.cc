@@ -421,13 +421,10 @@ void depthwise_nchwc_kernel_rows_avx512(int s, int stride, int rows, const int64
 void depthwise_nchwc_padded_rows_avx512(int s, int stride, int rows, const int64_t* row_off, const int32_t* row_w,
                                         const float* x, int64_t pad_left, int64_t width, const float* w, float* y,
                                         int64_t count, const ConvTileEpilogueF32& ep) {
-  if (stride == 1) {
-    if (s == 3) depthwise_nchwc_kernel_rows<3, 1, true>(rows, row_off, row_w, x, w, y, count, ep, pad_left, width);
-    else depthwise_nchwc_kernel_rows<5, 1, true>(rows, row_off, row_w, x, w, y, count, ep, pad_left, width);
-  } else {
-    if (s == 3) depthwise_nchwc_kernel_rows<3, 2, true>(rows, row_off, row_w, x, w, y, count, ep, pad_left, width);
-    else depthwise_nchwc_kernel_rows<5, 2, true>(rows, row_off, row_w, x, w, y, count, ep, pad_left, width);
-  }
+  KILN_ASSERT(stride == 1 || s == 5, "depthwise_nchwc_padded_rows_avx512: a ", s, "-wide window at stride ", stride);
+  if (stride == 2) depthwise_nchwc_kernel_rows<5, 2, true>(rows, row_off, row_w, x, w, y, count, ep, pad_left, width);
+  else if (s == 3) depthwise_nchwc_kernel_rows<3, 1, true>(rows, row_off, row_w, x, w, y, count, ep, pad_left, width);
+  else depthwise_nchwc_kernel_rows<5, 1, true>(rows, row_off, row_w, x, w, y, count, ep, pad_left, width);
 }
 
 void depthwise_nchwc_row_avx512(int taps, const int64_t* tap_off, const int32_t* tap_w, const float* x, int64_t xstep,

@@ -86,7 +86,8 @@ thread_local Scratch t_shared_a;  // A packed once for all column chunks (Note [
 // apart for wide A) become one interleaved panel. Reading one row at a time left each load waiting
 // on memory (the prefetcher never ramps up on a 1 KiB stream; 90% of pack time sat on the load);
 // walking all mr rows together in chunks of 16 columns keeps mr streams in flight, writes the panel
-// sequentially, and prefetches each row a few lines ahead.
+// sequentially, and prefetches each row a few lines ahead. (A kernel set may pack with its own
+// vectors instead, GemmKernelF32::pack_a_rows: AVX-512's, Note [Packing A in registers].)
 template <int MR>
 void pack_a_rows(int64_t mv, int64_t kc, const float* src, int64_t a_rs, float* dst) {
   constexpr int64_t kChunk = 16, kAhead = 64;
@@ -114,10 +115,6 @@ void pack_a(const GemmKernelF32& kk, int64_t mc, int64_t kc, const float* a, int
     const float* src = a + ir * a_rs;
     if (a_cs == 1 && kk.pack_a_rows != nullptr) {
       kk.pack_a_rows(mv, kc, src, a_rs, dst);
-      continue;
-    }
-    if (a_cs == 1 && mr == 12) {
-      pack_a_rows<12>(mv, kc, src, a_rs, dst);
       continue;
     }
     if (a_cs == 1 && mr == 6) {
