@@ -78,7 +78,7 @@ void conv2d_nchwc_f32(const Conv2dParams& p, const float* x, const float* packed
 std::shared_ptr<const NchwcPlan> conv2d_nchwc_plan(const Conv2dParams& p, NchwcInput input = NchwcInput::blocked);
 
 // A depthwise convolution (groups = C = K, filters [C, 1, R, S]) on blocked x and y (Note [Blocked
-// depthwise] in conv_nchwc.cc), with the same epilogue; filters packed [C/16][R*S][16].
+// depthwise] in conv_nchwc_depthwise.cc), with the same epilogue; filters packed [C/16][R*S][16].
 size_t depthwise_nchwc_packed_weight_f32_floats(const Conv2dParams& p);
 void pack_depthwise_nchwc_weight_f32(const Conv2dParams& p, const float* w, float* out);
 void depthwise_conv2d_nchwc_f32(const Conv2dParams& p, const float* x, const float* packed_w, const float* bias,
@@ -190,19 +190,19 @@ void depthwise_nchwc_row_avx512(int taps, const int64_t* tap_off, const int32_t*
 // depthwise_nchwc_row_avx512 for a window S columns wide (S = 3 or 5, no dilation across) read at
 // `stride` 1 or 2: `rows` kernel rows, row r's first tap for output o at x[o * stride * 16 +
 // row_off[r]] with the block's filter row_w[r] (its S taps consecutive in both). Each kernel row's
-// inputs are loaded once for its S taps (Note [Kernel rows in registers] in conv_nchwc.cc).
+// inputs are loaded once for its S taps (Note [Kernel rows in registers] in conv_nchwc_depthwise.cc).
 void depthwise_nchwc_kernel_rows_avx512(int s, int stride, int rows, const int64_t* row_off, const int32_t* row_w,
                                         const float* x, const float* w, float* y, int64_t count,
                                         const ConvTileEpilogueF32& ep);
 // The same for a whole output row of a padded input (at stride 2 a 5-wide window only): output o's
 // first input column is o * stride - pad_left of rows `width` columns wide, row r's column 0 at
 // x[row_off[r]], and the columns outside [0, width) read as zeros (Note [Row borders as zeros] in
-// conv_nchwc.cc).
+// conv_nchwc_depthwise.cc).
 void depthwise_nchwc_padded_rows_avx512(int s, int stride, int rows, const int64_t* row_off, const int32_t* row_w,
                                         const float* x, int64_t pad_left, int64_t width, const float* w, float* y,
                                         int64_t count, const ConvTileEpilogueF32& ep);
 // `count` outputs of the blocked depthwise convolution anywhere in a plane under AVX-512 (Note [Small
-// depthwise planes] in conv_nchwc.cc): output i sums x[xoff[i] + tap_off[t]] * the block's filter
+// depthwise planes] in conv_nchwc_depthwise.cc): output i sums x[xoff[i] + tap_off[t]] * the block's filter
 // tap_w[t] over the `taps` listed, finished with ep (bias at the block, residual laid out as y)
 // into y + yoff[i].
 void depthwise_nchwc_pixels_avx512(int taps, const int64_t* tap_off, const int32_t* tap_w, const float* x,

@@ -308,7 +308,7 @@ void nchwc_dense_tiles(const NchwcTileArgs& a) {
 
 // `count` outputs of the blocked depthwise convolution: output o reads x_at(o) + tap_off[t] and is
 // stored (its residual read) y_at(o) floats into y (ep.residual). Note [Blocked depthwise]
-// (conv_nchwc.cc): 8 outputs a step, the taps' filter vectors loaded once per 8 outputs.
+// (conv_nchwc_depthwise.cc): 8 outputs a step, the taps' filter vectors loaded once per 8 outputs.
 template <class XAt, class YAt>
 void depthwise_nchwc_outputs_avx512(int taps, const int64_t* tap_off, const int32_t* tap_w, const float* w, float* y,
                                     int64_t count, const ConvTileEpilogueF32& ep, XAt x_at, YAt y_at) {
@@ -344,7 +344,7 @@ void depthwise_nchwc_outputs_avx512(int taps, const int64_t* tap_off, const int3
 // depthwise_nchwc_kernel_rows_avx512 for a window S wide at stride ST: N outputs a step, a kernel
 // row's (N - 1) ST + S input vectors loaded once and each used by up to S taps (8 outputs of a
 // 5-wide window at stride 2: 19 inputs, 8 accumulators and the filter in 28 registers).
-// Padded (Note [Row borders as zeros] in conv_nchwc.cc): output o's inputs start at column
+// Padded (Note [Row borders as zeros] in conv_nchwc_depthwise.cc): output o's inputs start at column
 // o ST - pad_left of rows `width` columns wide, x at their column 0, and columns outside them are
 // zeros; otherwise at x + o ST 16 with every input present.
 template <int S, int ST, bool Padded>

@@ -171,7 +171,7 @@ template <class Out, class In, class F>
 // x is the tile and y the row; otherwise the reverse. False (nothing run) where the plan is not so.
 // With bands > 1 each tile's middle dim goes in that many bands, outermost: one image's blocked
 // planes split by rows, as its convolutions split them (Note [One image split by rows] in
-// conv_nchwc.cc), instead of by blocks.
+// conv_nchwc_depthwise.cc), instead of by blocks.
 template <class Out, class In, class Tile>
 bool for_each_broadcast_tile(const LoopPlan<3>& p, Tile&& tile, int64_t bands = 1) {
   const size_t nd = p.shape.size();
