@@ -83,6 +83,10 @@ const ConvCase kCases[] = {
     {2, 16, 24, 56, 56, 3, 3, {2, 2}, {1, 1, 1, 1}, {1, 1}},
     {1, 16, 16, 70, 61, 5, 3, {1, 1}, {3, 0, 1, 2}, {2, 1}},
     {1, 40, 32, 48, 48, 3, 3, {1, 1}, {1, 1, 1, 1}, {1, 1}},   // rectangles, a partial last block
+    // Row tiles (Note [Row tiles]) at stride 2: 1x1 (pixels 32 floats apart, a partial block in
+    // and out), 3x3 over panels of 4 and 1 blocks with listed taps on the top row.
+    {1, 24, 72, 20, 30, 1, 1, {2, 2}, {0, 0, 0, 0}, {1, 1}},
+    {1, 32, 80, 30, 34, 3, 3, {2, 2}, {1, 1, 1, 1}, {1, 1}},
 };
 
 kernels::cpu::Conv2dParams params_of(const ConvCase& cc) {
@@ -477,7 +481,11 @@ TEST(Nchwc, StemConvReadsNchwInput) {
                         {1, 1, 16, 6, 5, 3, 1, 1, false},     // one channel
                         {1, 5, 48, 7, 7, 3, 1, 0, true},      // 5 channels, unpadded
                         {1, 2, 33, 9, 11, 5, 1, 2, true},     // 2 channels, a partial block
-                        {1, 16, 16, 8, 8, 3, 1, 1, false}};   // 16 channels: as plain input
+                        {1, 16, 16, 8, 8, 3, 1, 1, false},    // 16 channels: as plain input
+                        // Wide enough for row tiles (Note [Row tiles]): stride 2, 1, 4 channels.
+                        {1, 3, 32, 40, 52, 3, 2, 1, false},
+                        {2, 3, 16, 20, 30, 3, 1, 1, false},
+                        {1, 4, 48, 30, 40, 3, 2, 1, false}};
   int seed = 900;
   for (kernels::cpu::Isa isa : kernels::cpu::supported_isas()) {
     kernels::cpu::IsaOverride on(isa);

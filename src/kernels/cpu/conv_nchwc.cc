@@ -190,8 +190,10 @@ struct Plan {
   std::vector<int32_t> tap_w;    // and filter taps
   int64_t pixels = 0;      // Ho * Wo
   NchwcTiling tiling;
-  int64_t chunk = 0;       // pixels per work item at most: a multiple of every tile's pixels
+  int64_t chunk = 0;       // pixels per work item at most: a multiple of every tile's pixels,
+                           // or whole rows of the first rectangle (row_chunks)
   int64_t panels = 0, chunks = 0;
+  bool row_chunks = false;   // chunks of whole rows of the first rectangle (Note [Row tiles])
   bool panel_inner = false;  // items ordered (image, chunk, panel) instead of (panel, image, chunk)
   int64_t slice_blocks = 0;  // input blocks per slice
 };
@@ -274,13 +276,36 @@ Plan plan(const Conv2dParams& p, NchwcInput input) {
     pl.oy = pl.ox = 0;
     add_rect({0, p.ho, 0, p.r}, {0, p.wo, 0, pl.rows ? 1 : p.s});
   } else {
-    for (const auto& rb : row_bands)
-      for (const auto& cb : col_bands) add_rect(rb, cb);
+    // The largest rectangle first: chunks of its whole rows (Note [Row tiles]).
+    size_t top_rb = 0, top_cb = 0;
+    auto area = [&](size_t i, size_t j) {
+      return (row_bands[i][1] - row_bands[i][0]) * (col_bands[j][1] - col_bands[j][0]);
+    };
+    for (size_t i = 0; i < row_bands.size(); ++i)
+      for (size_t j = 0; j < col_bands.size(); ++j)
+        if (area(i, j) > area(top_rb, top_cb)) top_rb = i, top_cb = j;
+    add_rect(row_bands[top_rb], col_bands[top_cb]);
+    for (size_t i = 0; i < row_bands.size(); ++i)
+      for (size_t j = 0; j < col_bands.size(); ++j)
+        if (i != top_rb || j != top_cb) add_rect(row_bands[i], col_bands[j]);
   }
   // Note [Dense 1x1 tiles]: blocked input, one tap, stride 1 and no padding (one rectangle).
   // Pixel k is then 16 k floats into its input plane and its output plane.
   pl.dense = !pl.plain && pl.taps == 1 && p.stride_h == 1 && p.stride_w == 1 && !pl.copy && pl.rects.size() == 1 &&
              pl.hp == p.ho && pl.wp == p.wo && pl.oy == 0 && pl.ox == 0;
+  // Note [Row tiles]: chunks of whole rows of the first (largest) rectangle where its rows hold
+  // row tiles (at stride 1 or 2, not for a stem's rows), as many rows as leave `want` items.
+  const int64_t row_cols = pl.rects[0].cols;
+  const int row_mr = NchwcTiling{}.pixels(static_cast<int>(std::min<int64_t>(pl.tiling.panel_blocks, pl.gob)));
+  if (!pl.dense && !pl.rows && p.stride_w <= 2 && row_cols >= row_mr && row_cols <= kMaxChunk &&
+      p.n * pl.panels * ((pl.pixels + row_cols - 1) / row_cols) >= want) {
+    for (int64_t rows = kMaxChunk / row_cols; rows >= 1; --rows) {
+      pl.chunk = rows * row_cols;
+      pl.chunks = (pl.pixels + pl.chunk - 1) / pl.chunk;
+      if (p.n * pl.panels * pl.chunks >= want) break;
+    }
+    pl.row_chunks = true;
+  }
   // Note [Panels inside or outside]
   // Items run panel by panel (each panel over every image and chunk) or chunk by chunk (each chunk
   // of each image through every panel). Panel by panel reads the filters once but the input once
@@ -585,6 +610,25 @@ bool conv2d_nchwc_supported(const Conv2dParams& p, NchwcInput input) {
 // 112 x 112 0.080 -> 0.071-0.073 ms, 16 -> 96 0.217-0.221 -> 0.198-0.209; MobileNetV2 at batch 1
 // 3.10-3.21 -> 3.07-3.13 ms on one thread (medians, three alternations), 1.75-1.79 -> 1.72-1.78 on two.
 //
+// Note [Row tiles]
+// Outside a dense layer a tile's pixels carry their own input offsets, so that a tile may run on
+// past a row's end, and the kernel holds them in general registers: the 7- or 12-pixel tile needs
+// more than there are, and GCC reloaded spilled offsets between the broadcasts of each step. On a
+// row of a rectangle the pixels are a fixed distance apart (the stride times 16 floats for a blocked
+// input, the stride for a plain one), so nchwc_row_tiles_f32_avx512 runs whole tiles along it with
+// that distance a constant: a broadcast's address is one base plus a displacement, no offsets, and a
+// run of tiles is one call. Only what is left at a row's end (less than a tile) is listed, in tiles
+// of 1 or 7 pixels where they hold it (a 12-pixel tile costs the same for 3 pixels as for 12). And
+// since what is left is then per row, the largest rectangle comes first and its rows are whole in
+// a chunk: a chunk is as many of its rows as leave `want` items (at most kMaxChunk pixels), and the
+// quarter items (Note [Quarter items at the end]) are multiples of every row tile. MobileNetV4's
+// stem (3 -> 32, 3 x 3 stride 2 on 224 x 224, plain input), one thread: 0.139 -> 0.110 ms (ONNX
+// Runtime 0.097-0.101); its 32 -> 32 3 x 3 stride 2 at 112 x 112 0.244 -> 0.234 (0.240); Medium's
+// 32 -> 128 1.008 -> 0.963 (0.941; per-layer minima of 4-6 alternations). At batch 1 on two threads,
+// against the build before, medians by distance (near): MobileNetV4-Medium 4.574 -> 4.486 ms,
+// MobileNetV3-Large 1.546 -> 1.517, MobileNetV2 1.744 -> 1.732, ResNet-50 16.08 -> 15.99,
+// EfficientNet-B0 even.
+//
 // Note [Blocked tiles]
 // Panels of 4 output blocks run 6-pixel tiles (8 x 48, 12 x 32 and 12 x 16 for a narrower last
 // panel), which split 56 x 56, 28 x 28 and 14 x 14 planes with at most a pixel to spare, but a
@@ -715,9 +759,34 @@ void conv2d_nchwc_f32(const Conv2dParams& p, const float* x, const float* packed
   // batch 1 on 2 threads, alternating with the library before on a noisy Zen 4: a lower median in
   // 6 rounds of 6 (4.05-6.68 ms against 4.51-7.40), ResNet-50 in 4 of 4 (33.97-34.38 against
   // 34.26-39.44); MobileNetV3-Large even.
-  const int64_t tile_lcm = pl.tiling.panel_blocks == 3 ? 7 : pl.gob % 4 == 0 ? 6 : 24;
+  const int64_t tile_lcm = pl.row_chunks ? 24 : pl.tiling.panel_blocks == 3 ? 7 : pl.gob % 4 == 0 ? 6 : 24;
   const int64_t part_px = (pl.chunk + 4 * tile_lcm - 1) / (4 * tile_lcm) * tile_lcm;
   const int64_t parts = (pl.chunk + part_px - 1) / part_px;
+  // The tile kernels for panels of nv blocks, nv = 1 .. 4 (none without AVX-512).
+  struct Kernels {
+    NchwcUkernelF32 all = nullptr, listed = nullptr, dense = nullptr;
+    // Note [Row tiles]: whole tiles along a rectangle's rows, with every tap or listed ones.
+    NchwcUkernelF32 row = nullptr, row_listed = nullptr;
+    int row_mr = 0;
+    // Listed tiles of 1 and 7 pixels, for a rectangle's few pixels left over by row tiles.
+    NchwcUkernelF32 one = nullptr, seven = nullptr;
+  };
+  std::array<Kernels, 5> kernels;
+  for (int nv = 1; avx512 && nv <= 4; ++nv) {
+    Kernels& k = kernels[static_cast<size_t>(nv)];
+    const int mr = pl.tiling.pixels(nv);
+    k.all = nchwc_ukernel_f32_avx512(nv, mr, false);
+    k.listed = nchwc_ukernel_f32_avx512(nv, mr, true);
+    if (pl.dense) {
+      k.dense = nchwc_dense_tiles_f32_avx512(nv, mr);
+      continue;
+    }
+    k.row_mr = NchwcTiling{}.pixels(nv);
+    k.row = nchwc_row_tiles_f32_avx512(nv, k.row_mr, p.stride_w * pl.px, pl.plain, false);
+    k.row_listed = nchwc_row_tiles_f32_avx512(nv, k.row_mr, p.stride_w * pl.px, pl.plain, true);
+    if (mr > 1) k.one = nchwc_ukernel_f32_avx512(nv, 1, true);
+    if (mr > 7) k.seven = nchwc_ukernel_f32_avx512(nv, 7, true);
+  }
   parallel_for(0, items * parts, 1, [&](int64_t u0, int64_t u1) {
     for (int64_t u = u0; u < u1;) {
       // Items in the order Note [Panels inside or outside] chose; parts [part0, part1) of this one.
@@ -725,10 +794,8 @@ void conv2d_nchwc_f32(const Conv2dParams& p, const float* x, const float* packed
       u += part1 - part0;
       const auto [panel, img, chunk] = item_of(item);
       const int nv = panel_width(pl, panel);
-      const NchwcUkernelF32 uk_all = avx512 ? nchwc_ukernel_f32_avx512(nv, pl.tiling.pixels(nv), false) : nullptr;
-      const NchwcUkernelF32 uk_listed = avx512 ? nchwc_ukernel_f32_avx512(nv, pl.tiling.pixels(nv), true) : nullptr;
-      const NchwcUkernelF32 uk_dense = avx512 && pl.dense ? nchwc_dense_tiles_f32_avx512(nv, pl.tiling.pixels(nv)) : nullptr;
-      const int mr = uk_all != nullptr ? pl.tiling.pixels(nv) : 4;
+      const Kernels& uk = kernels[static_cast<size_t>(nv)];
+      const int mr = uk.all != nullptr ? pl.tiling.pixels(nv) : 4, rmr = uk.row_mr;
       const int64_t kblock = panel_block(pl, panel), xblock = panel_input_block(pl, panel);
       const float* wpanel = packed_w + kblock * kChannelBlock * depth;
       const int64_t obase = img * yplane + kblock * pl.pixels * kChannelBlock;
@@ -753,9 +820,15 @@ void conv2d_nchwc_f32(const Conv2dParams& p, const float* x, const float* packed
         const Rect* rect;
       } tiles[kMaxTilePixels / 4];
       int ntiles = 0;
+      // Runs of whole row tiles: the first pixel's input and output offsets, how many tiles.
+      struct Run {
+        int64_t in, out, tiles;
+        const Rect* rect;
+      } runs[kMaxChunk / 6 + 1];
+      int nruns = 0;
       // Note [Dense 1x1 tiles]: the whole tiles from k0 on need no offsets but k0's (16 k0 in and
       // out); only the pixels after them are listed below.
-      const int64_t dense_tiles = uk_dense != nullptr ? (k1 - k0) / mr : 0, k_listed = k0 + dense_tiles * mr;
+      const int64_t dense_tiles = uk.dense != nullptr ? (k1 - k0) / mr : 0, k_listed = k0 + dense_tiles * mr;
       if (k_listed < k1) {
         size_t ri = 0;
         while (pl.rects[ri].first + pl.rects[ri].rows * pl.rects[ri].cols <= k_listed) ++ri;
@@ -772,11 +845,17 @@ void conv2d_nchwc_f32(const Conv2dParams& p, const float* x, const float* packed
           int64_t in = ((rc.oh0 + row) * p.stride_h + pl.oy + rc.dy) * pl.wp * pl.px +
                        ((rc.ow0 + col) * p.stride_w + pl.ox + rc.dx) * pl.px;
           int64_t out = ((rc.oh0 + row) * p.wo + rc.ow0 + col) * kChannelBlock;
-          for (; k < end; ++k, ++n) {
-            poff[n] = in;
-            yoff[n] = out;
-            if (++col == rc.cols) col = 0, in += wrap_in, out += wrap_out;
-            else in += col_step, out += kChannelBlock;
+          const NchwcUkernelF32 uk_run = rc.cols < rmr ? nullptr : rc.taps == pl.taps ? uk.row : uk.row_listed;
+          while (k < end) {
+            // The rest of this row of the rectangle in the range: whole row tiles, then listed pixels.
+            const int64_t row_end = std::min(end, k + rc.cols - col);
+            if (uk_run != nullptr && row_end - k >= rmr) {
+              const int64_t nt = (row_end - k) / rmr;
+              runs[nruns++] = Run{in, out, nt, &rc};
+              k += nt * rmr, col += nt * rmr, in += nt * rmr * col_step, out += nt * rmr * kChannelBlock;
+            }
+            for (; k < row_end; ++k, ++n, ++col, in += col_step, out += kChannelBlock) poff[n] = in, yoff[n] = out;
+            if (col == rc.cols) col = 0, in += wrap_in - col_step, out += wrap_out - kChannelBlock;
           }
           for (int64_t t = start; t < n; t += mr)
             tiles[ntiles++] = Tile{t, static_cast<int>(std::min<int64_t>(mr, n - t)), &rc};
@@ -828,7 +907,22 @@ void conv2d_nchwc_f32(const Conv2dParams& p, const float* x, const float* packed
           args.pix = &first;
           args.yoff = &first;
           args.prefetch = ahead;
-          uk_dense(args);
+          uk.dense(args);
+        }
+        int64_t done = dense_tiles;  // tiles run in this slice (the first nv fetch the next filters)
+        for (int r = 0; r < nruns; ++r) {
+          const Run& run = runs[r];
+          const bool listed = run.rect->taps != pl.taps;
+          args.taps = static_cast<int>(run.rect->taps);
+          args.tap_off = pl.tap_off.data() + run.rect->tap0;
+          args.tap_w = pl.tap_w.data() + run.rect->tap0;
+          args.tiles = run.tiles;
+          args.m = rmr;
+          args.pix = &run.in;
+          args.yoff = &run.out;
+          args.prefetch = ahead != 0 && done < nv ? ahead + static_cast<uintptr_t>(done * steps * 64) : 0;
+          (listed ? uk.row_listed : uk.row)(args);
+          done += run.tiles;
         }
         for (int t = 0; t < ntiles; ++t) {
           const Tile& tl = tiles[t];
@@ -838,12 +932,15 @@ void conv2d_nchwc_f32(const Conv2dParams& p, const float* x, const float* packed
           args.m = tl.m;
           args.pix = poff + tl.at;
           args.yoff = yoff + tl.at;
-          const int64_t index = dense_tiles + t;  // the tile's place among the item's
+          const int64_t index = done + t;  // the tile's place among the item's
           args.prefetch = ahead != 0 && index < nv ? ahead + static_cast<uintptr_t>(index * steps * 64) : 0;
-          // Whole rows with every tap: the plain kernel (outputs in order from yoff[0]).
-          const bool listed = tl.rect->taps != pl.taps || tl.rect->cols != p.wo;
-          if (uk_all != nullptr) (listed ? uk_listed : uk_all)(args);
-          else nchwc_tile_scalar<4>(args, nv);
+          // Whole rows with every tap: the plain kernel (outputs in order from yoff[0]), unless row
+          // tiles took some of them.
+          const bool listed = tl.rect->taps != pl.taps || tl.rect->cols != p.wo || nruns > 0;
+          if (uk.all == nullptr) nchwc_tile_scalar<4>(args, nv);
+          else if (tl.m == 1 && uk.one != nullptr) uk.one(args);
+          else if (tl.m <= 7 && uk.seven != nullptr) uk.seven(args);
+          else (listed ? uk.listed : uk.all)(args);
         }
       }
     }

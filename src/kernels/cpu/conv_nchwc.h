@@ -163,7 +163,7 @@ struct NchwcTileArgs {
   // block's zero lanes, skipped with their zero filters (Note [The last block's real lanes] in
   // conv_nchwc.cc).
   int last_lanes = 16;
-  int64_t tiles = 1;  // consecutive whole tiles (nchwc_dense_tiles_f32_avx512 only)
+  int64_t tiles = 1;  // consecutive whole tiles (nchwc_dense_tiles_f32_avx512, nchwc_row_tiles_f32_avx512)
   bool accumulate = false;
   const ConvTileEpilogueF32* ep = nullptr;
 };
@@ -221,5 +221,11 @@ NchwcUkernelF32 nchwc_ukernel_f32_avx512(int nv, int mr, bool listed);
 // 16 (mr t + i) (Note [Dense 1x1 tiles] in conv_nchwc.cc); nullptr where nchwc_ukernel_f32_avx512
 // has no kernel.
 NchwcUkernelF32 nchwc_dense_tiles_f32_avx512(int nv, int mr);
+// The kernel for args.tiles whole tiles of pixels `pixel_floats` apart in the input (a row of a
+// rectangle: its stride times 16 for blocked input, times 1 for plain), tile t's pixel i read at
+// x + pix[0] + pixel_floats (mr t + i) through the taps (all of them in order, or listed) and its
+// outputs at y + yoff[0] + 16 (mr t + i) (Note [Row tiles] in conv_nchwc.cc); nullptr where there
+// is none for those.
+NchwcUkernelF32 nchwc_row_tiles_f32_avx512(int nv, int mr, int64_t pixel_floats, bool plain, bool listed);
 
 }  // namespace kiln::kernels::cpu

@@ -212,20 +212,30 @@ void nchwc_tile(const NchwcTileArgs& a) {
   });
 }
 
-// a.tiles whole tiles of a 1x1 stride-1 layer on blocked input, pixels consecutive from a.pix[0]
-// and outputs from a.yoff[0] (Note [Dense 1x1 tiles] in conv_nchwc.cc): nchwc_tile's contract
-// otherwise, with taps 1, lanes 16 and ldc 1.
-template <int MR, int NV>
-void nchwc_dense_tiles(const NchwcTileArgs& a) {
+// What a row of tiles reads (nchwc_row_tiles): a 1x1 stride-1 layer's blocked input (one tap at
+// the pixel, Note [Dense 1x1 tiles] in conv_nchwc.cc), blocked input through listed taps, or a
+// plain input's `lanes` channels `ldc` apart through listed taps (Note [Row tiles]).
+enum class RowInput { dense, blocked, plain };
+
+// a.tiles whole tiles of pixels at a fixed distance: pixel i of tile t reads x + pix[0] + PS (MR t
+// + i) and is stored at y + yoff[0] + 16 (MR t + i) (Note [Row tiles] in conv_nchwc.cc);
+// nchwc_tile's contract otherwise, its taps as for a tile of the rectangle (Listed: through tap_w).
+template <int MR, int NV, int PS, RowInput In, bool Listed>
+void nchwc_row_tiles(const NchwcTileArgs& a) {
   static_assert(MR * NV <= 28);
-  const int64_t blocks = a.blocks, xblk = a.xblk, yblk = a.yblk, tiles = a.tiles;
-  const int last_lanes = a.last_lanes;
+  static_assert(In != RowInput::dense || (PS == 16 && !Listed));
+  const int64_t blocks = a.blocks, xblk = a.xblk, yblk = a.yblk, tiles = a.tiles, ldc = a.ldc;
+  const int last_lanes = a.last_lanes, lanes = a.lanes, taps = In == RowInput::dense ? 1 : a.taps;
+  const int64_t* const tap_off = a.tap_off;
+  const int32_t* const tap_w = a.tap_w;
   const bool accumulate = a.accumulate;
   const float* const x0 = a.x + a.pix[0];
   float* const y0 = a.y + a.yoff[0];
   const ConvTileEpilogueF32* const ep = a.ep;
   const float* const res0 = ep != nullptr && ep->residual != nullptr ? ep->residual + a.yoff[0] : nullptr;
-  const int64_t steps = (blocks - 1) * 16 + last_lanes;
+  // Lines of filters a tile's steps read, each fetching one of the next slice's (below).
+  const int64_t steps = In == RowInput::dense ? (blocks - 1) * 16 + last_lanes : blocks * a.block_taps * lanes;
+  const int64_t tap_floats = static_cast<int64_t>(lanes) * 16 * NV;
   // Note [A light tile's epilogue]
   // A light layer's tile is few steps (MobileNetV4's 48 -> 192 at 56 x 56: 48 of 24 multiply-adds),
   // and its epilogue was 18% of the kernel's samples: stores through y may alias the epilogue's
@@ -250,29 +260,44 @@ void nchwc_dense_tiles(const NchwcTileArgs& a) {
       // The first NV tiles fetch the next slice's or panel's filters into L2, a line a step
       // (Note [Filters fetched ahead] in conv_nchwc.cc).
       uintptr_t pf = a.prefetch != 0 && t < NV ? a.prefetch + static_cast<uintptr_t>(t * steps * 64) : 0;
-      const float* x = x0 + t * 16 * MR;
-      const float* w = a.w;
-      auto step = [&](int c) __attribute__((always_inline)) {
+      const float* x = x0 + t * PS * MR;
+      const float* const w0 = a.w;
+      const float* w = w0;
+      // Pixel i's value at xc: PS i floats on, a displacement in the broadcast's address.
+      auto step = [&](const float* xc) __attribute__((always_inline)) {
         if (pf != 0) _mm_prefetch(reinterpret_cast<const char*>(pf), _MM_HINT_T1), pf += 64;
         __m512 wv[NV];
 #pragma GCC unroll 4
         for (int v = 0; v < NV; ++v) wv[v] = _mm512_loadu_ps(w + 16 * v);
 #pragma GCC unroll 16
         for (int i = 0; i < MR; ++i) {
-          const __m512 xi = _mm512_set1_ps(x[16 * i + c]);
+          const __m512 xi = _mm512_set1_ps(xc[PS * i]);
 #pragma GCC unroll 4
           for (int v = 0; v < NV; ++v) acc[i][v] = _mm512_fmadd_ps(xi, wv[v], acc[i][v]);
         }
         w += 16 * NV;
       };
       for (int64_t b = 0; b < blocks; ++b, x += xblk) {
-        const int lanes = b + 1 < blocks ? 16 : last_lanes;
-        // A partial last block: its real channels only (Note [The last block's real lanes]).
-        if (lanes == 16) {
+        for (int tt = 0; tt < taps; ++tt) {
+          const float* const xt = In == RowInput::dense ? x : x + tap_off[tt];
+          if constexpr (Listed) w = w0 + (b * a.block_taps + tap_w[tt]) * tap_floats;
+          if constexpr (In == RowInput::plain) {
+            if (lanes == 3) {
+              step(xt), step(xt + ldc), step(xt + 2 * ldc);
+            } else {
+              for (int c = 0; c < lanes; ++c) step(xt + c * ldc);
+            }
+            continue;
+          }
+          // A partial last block: its real channels only (Note [The last block's real lanes]).
+          const int real = b + 1 < blocks ? 16 : last_lanes;
+          if (real == 16) {
 #pragma GCC unroll 2
-          for (int c = 0; c < 16; ++c) step(c);
-        } else {
-          for (int c = 0; c < lanes; ++c) step(c);
+            for (int c = 0; c < 16; ++c) step(xt + c);
+          } else {
+            for (int c = 0; c < real; ++c) step(xt + c);
+            if constexpr (In == RowInput::blocked && !Listed) w += (16 - real) * 16 * NV;
+          }
         }
       }
       float* const y = y0 + t * 16 * MR;
@@ -626,7 +651,26 @@ NchwcUkernelF32 by_tile(int nv, int mr, Pick&& pick) {
 }  // namespace
 
 NchwcUkernelF32 nchwc_dense_tiles_f32_avx512(int nv, int mr) {
-  return by_tile(nv, mr, []<int MR, int NV>() -> NchwcUkernelF32 { return nchwc_dense_tiles<MR, NV>; });
+  return by_tile(nv, mr, []<int MR, int NV>() -> NchwcUkernelF32 {
+    return nchwc_row_tiles<MR, NV, 16, RowInput::dense, false>;
+  });
+}
+
+NchwcUkernelF32 nchwc_row_tiles_f32_avx512(int nv, int mr, int64_t pixel_floats, bool plain, bool listed) {
+  if (mr == 1 || mr == 7) return nullptr;
+  return by_tile(nv, mr, [&]<int MR, int NV>() -> NchwcUkernelF32 {
+    if (plain) {
+      if (listed) return nullptr;
+      return pixel_floats == 1   ? nchwc_row_tiles<MR, NV, 1, RowInput::plain, false>
+             : pixel_floats == 2 ? nchwc_row_tiles<MR, NV, 2, RowInput::plain, false>
+                                 : nullptr;
+    }
+    if (pixel_floats == 16)
+      return listed ? nchwc_row_tiles<MR, NV, 16, RowInput::blocked, true> : nchwc_row_tiles<MR, NV, 16, RowInput::blocked, false>;
+    if (pixel_floats == 32)
+      return listed ? nchwc_row_tiles<MR, NV, 32, RowInput::blocked, true> : nchwc_row_tiles<MR, NV, 32, RowInput::blocked, false>;
+    return nullptr;
+  });
 }
 
 NchwcUkernelF32 nchwc_ukernel_f32_avx512(int nv, int mr, bool listed) {
