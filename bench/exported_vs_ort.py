@@ -59,21 +59,24 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 VISION = ["resnet18", "resnet50", "mobilenet_v2", "mobilenet_v3_large", "mobilenet_v3_small", "efficientnet_b0",
           "regnet_y_400mf", "vit_b_16", "resnet34", "wide_resnet50_2", "resnext50_32x4d", "mnasnet1_0",
           "mobilenet_v2_w14", "resnet101", "densenet121", "shufflenet_v2_x1_0", "squeezenet1_1", "googlenet",
-          "convnext_tiny", "efficientnet_b1", "mnasnet0_5"]
+          "convnext_tiny", "efficientnet_b1", "mnasnet0_5", "inception_v3", "vgg16", "alexnet", "regnet_x_400mf",
+          "efficientnet_v2_s", "swin_t"]
 # HuggingFace transformers' own models (random weights), exported with their default attention.
 TRANSFORMERS = {"transformers_bert": ("Bert", {}), "transformers_roberta": ("Roberta", {}),
                 "transformers_distilbert": ("DistilBert", {}), "transformers_electra": ("Electra", {}),
                 "transformers_albert": ("Albert", dict(vocab_size=30522, hidden_size=768, num_attention_heads=12,
                                                        intermediate_size=3072)),
                 "transformers_minilm": ("Bert", dict(hidden_size=384, num_hidden_layers=6, num_attention_heads=12,
-                                                     intermediate_size=1536))}
+                                                     intermediate_size=1536)),
+                "transformers_gpt2": ("GPT2", dict(use_cache=False))}
 ENCODERS = ["torch_encoder", "torch_encoder_prenorm", "torch_encoder_512", "hf_bert", "distil_bert", "sdpa_bert",
             "sdpa_bool_bert"] + list(TRANSFORMERS)
 # timm's models (random weights): squeeze-excites that pool with x.mean((2, 3)), ResNet-D's average-pooled
 # shortcuts, TF-ported "same" padding.
 TIMM = ["timm_mobilenetv3_large_100", "timm_mobilenetv3_small_100", "timm_tf_mobilenetv3_large_100",
         "timm_efficientnet_b0", "timm_lcnet_100", "timm_mobilenetv2_100", "timm_resnet50d", "timm_mobilenetv1_100",
-        "timm_mobilenetv4_conv_small", "timm_mobilenetv4_conv_medium", "timm_ghostnet_100"]
+        "timm_mobilenetv4_conv_small", "timm_mobilenetv4_conv_medium", "timm_ghostnet_100",
+        "timm_deit_tiny_patch16_224", "timm_dla34", "timm_repvgg_a0"]
 ALL = VISION + ENCODERS + ["tf_mobilenet_v2"] + TIMM
 SEQ, VOCAB, PADDED = 128, 30522, 28
 
@@ -141,7 +144,7 @@ def transformers_model(name):
     import transformers
     arch, cfg = TRANSFORMERS[name]
     config = getattr(transformers, arch + "Config")(**cfg)
-    extra = {} if arch in ("DistilBert", "Electra") else {"add_pooling_layer": False}
+    extra = {} if arch in ("DistilBert", "Electra", "GPT2") else {"add_pooling_layer": False}
     model = getattr(transformers, arch + "Model")(config, **extra).eval()
 
     class Hidden(torch.nn.Module):

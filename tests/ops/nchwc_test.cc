@@ -87,6 +87,7 @@ const ConvCase kCases[] = {
     // and out), 3x3 over panels of 4 and 1 blocks with listed taps on the top row.
     {1, 24, 72, 20, 30, 1, 1, {2, 2}, {0, 0, 0, 0}, {1, 1}},
     {1, 32, 80, 30, 34, 3, 3, {2, 2}, {1, 1, 1, 1}, {1, 1}},
+    {2, 128, 32, 14, 14, 3, 3, {1, 1}, {1, 1, 1, 1}, {1, 1}},  // rows of 14: two 7-pixel row tiles
 };
 
 kernels::cpu::Conv2dParams params_of(const ConvCase& cc) {

@@ -296,8 +296,7 @@ Plan plan(const Conv2dParams& p, NchwcInput input) {
   // Note [Row tiles]: chunks of whole rows of the first (largest) rectangle where its rows hold
   // row tiles (at stride 1 or 2, not for a stem's rows), as many rows as leave `want` items.
   const int64_t row_cols = pl.rects[0].cols;
-  const int row_mr = NchwcTiling{}.pixels(static_cast<int>(std::min<int64_t>(pl.tiling.panel_blocks, pl.gob)));
-  if (!pl.dense && !pl.rows && p.stride_w <= 2 && row_cols >= row_mr && row_cols <= kMaxChunk &&
+  if (!pl.dense && !pl.rows && p.stride_w <= 2 && row_cols >= 6 && row_cols <= kMaxChunk &&
       p.n * pl.panels * ((pl.pixels + row_cols - 1) / row_cols) >= want) {
     for (int64_t rows = kMaxChunk / row_cols; rows >= 1; --rows) {
       pl.chunk = rows * row_cols;
@@ -336,6 +335,25 @@ Plan plan(const Conv2dParams& p, NchwcInput input) {
   const int64_t slices = std::max<int64_t>(1, (pl.gib * per_block + kSliceDepth - 1) / kSliceDepth);
   pl.slice_blocks = (pl.gib + slices - 1) / slices;
   return pl;
+}
+
+// Note [Row tiles]: the row tile for panels of nv blocks on rows `cols` wide, 7 pixels or the
+// panel's default (NchwcTiling), whichever costs less a row, counting `steps` multiply-add steps a
+// tile (nv MR / 2 cycles each, at least the 4 of an FMA's latency) and its epilogue (~1.5 cycles a
+// vector stored, 20 a call), and what is left at the row's end in a listed tile of 1, 7 or the
+// default's pixels. A 14-pixel row is then two 7-pixel tiles, not a 12-pixel one and 2 pixels in a
+// 7-pixel one, and a stem's 111 (27 steps) nine 12-pixel tiles and a 7-pixel one.
+int row_tile_pixels(int nv, int64_t cols, int64_t steps) {
+  const int wide = NchwcTiling{}.pixels(nv);
+  auto tile = [&](int mr) {
+    return static_cast<double>(steps) * std::max(4.0, 0.5 * nv * mr) + 20.0 + 1.5 * nv * mr;
+  };
+  auto row_cost = [&](int mr) {
+    const int64_t left = cols % mr;
+    const double rest = left == 0 ? 0.0 : left == 1 ? tile(1) : left <= 7 && nv <= 3 ? tile(7) : tile(wide);
+    return static_cast<double>(cols / mr) * tile(mr) + rest;
+  };
+  return nv <= 3 && row_cost(7) < row_cost(wide) ? 7 : wide;
 }
 
 // A panel's output blocks: its first, and how many (a block group's last panel may be narrower).
@@ -387,15 +405,58 @@ const float* padded_input(const Conv2dParams& p, const Plan& pl, const float* x)
 
 }  // namespace
 
+namespace {
+
+// The micro-kernels conv2d_nchwc_f32 calls for panels of nv blocks, nv = 1 .. 4 (none but on
+// AVX-512), looked up once with the plan.
+struct TileKernels {
+  struct Panel {
+    NchwcUkernelF32 all = nullptr, listed = nullptr, dense = nullptr;
+    // Note [Row tiles]: whole tiles along a rectangle's rows, with every tap or listed ones.
+    NchwcUkernelF32 row = nullptr, row_listed = nullptr;
+    int row_mr = 0;
+    // Listed tiles of 1 and 7 pixels, for a rectangle's few pixels left over by row tiles.
+    NchwcUkernelF32 one = nullptr, seven = nullptr;
+  };
+  std::array<Panel, 5> by_nv;
+};
+
+TileKernels tile_kernels_for(const Conv2dParams& p, const Plan& pl, Isa isa) {
+  TileKernels t;
+  for (int nv = 1; isa == Isa::avx512 && nv <= 4; ++nv) {
+    TileKernels::Panel& k = t.by_nv[static_cast<size_t>(nv)];
+    const int mr = pl.tiling.pixels(nv);
+    k.all = nchwc_ukernel_f32_avx512(nv, mr, false);
+    k.listed = nchwc_ukernel_f32_avx512(nv, mr, true);
+    if (pl.dense) {
+      k.dense = nchwc_dense_tiles_f32_avx512(nv, mr);
+      continue;
+    }
+    k.row_mr = row_tile_pixels(nv, pl.rects[0].cols, pl.gib * pl.taps * pl.lanes);
+    k.row = nchwc_row_tiles_f32_avx512(nv, k.row_mr, p.stride_w * pl.px, pl.plain, false);
+    k.row_listed = nchwc_row_tiles_f32_avx512(nv, k.row_mr, p.stride_w * pl.px, pl.plain, true);
+    if (mr > 1) k.one = nchwc_ukernel_f32_avx512(nv, 1, true);
+    if (mr > 7) k.seven = nchwc_ukernel_f32_avx512(nv, 7, true);
+  }
+  return t;
+}
+
+}  // namespace
+
 struct NchwcPlan {
   Plan plan;
+  Isa isa;              // the ISA active when the plan was made
+  TileKernels kernels;  // its kernels for that ISA
 };
 
 std::shared_ptr<const NchwcPlan> conv2d_nchwc_plan(const Conv2dParams& p, NchwcInput input) {
   KILN_CHECK(conv2d_nchwc_supported(p, input), "conv2d_nchwc_plan: needs one group or groups that fill whole blocks",
              input == NchwcInput::plain ? " and at most 16 channels of plain input" : "", ", got C=", p.c, " K=", p.k,
              " groups=", p.groups);
-  return std::make_shared<const NchwcPlan>(NchwcPlan{plan(p, input)});
+  Plan pl = plan(p, input);
+  const Isa isa = active_isa();
+  TileKernels kernels = tile_kernels_for(p, pl, isa);
+  return std::make_shared<const NchwcPlan>(NchwcPlan{std::move(pl), isa, kernels});
 }
 
 void nchw_to_nchwc_f32(int64_t n, int64_t c, int64_t hw, const float* x, float* y) {
@@ -618,13 +679,17 @@ bool conv2d_nchwc_supported(const Conv2dParams& p, NchwcInput input) {
 // input, the stride for a plain one), so nchwc_row_tiles_f32_avx512 runs whole tiles along it with
 // that distance a constant: a broadcast's address is one base plus a displacement, no offsets, and a
 // run of tiles is one call. Only what is left at a row's end (less than a tile) is listed, in tiles
-// of 1 or 7 pixels where they hold it (a 12-pixel tile costs the same for 3 pixels as for 12). And
-// since what is left is then per row, the largest rectangle comes first and its rows are whole in
-// a chunk: a chunk is as many of its rows as leave `want` items (at most kMaxChunk pixels), and the
-// quarter items (Note [Quarter items at the end]) are multiples of every row tile. MobileNetV4's
+// of 1 or 7 pixels where they hold it (a 12-pixel tile costs the same for 3 pixels as for 12), and
+// the row tiles are 7 pixels where that wastes less (row_tile_pixels): rows of 14 as one 12-pixel
+// tile and 2 pixels in a 7-pixel one ran DenseNet's 128 -> 32 3x3 at 14 x 14 (batch 8, two
+// threads) in 0.33 ms against 0.26 before row tiles; as two 7-pixel row tiles 0.24 (ONNX Runtime
+// 0.25), ResNet-50's 256 -> 256 at 14 x 14 0.346 -> 0.293. And since what is left is then per row,
+// the largest rectangle comes first and its rows are whole in a chunk: a chunk is as many of its
+// rows as leave `want` items (at most kMaxChunk pixels), and quarter items (Note [Quarter items at
+// the end]) are whole rows too. MobileNetV4's
 // stem (3 -> 32, 3 x 3 stride 2 on 224 x 224, plain input), one thread: 0.139 -> 0.110 ms (ONNX
-// Runtime 0.097-0.101); its 32 -> 32 3 x 3 stride 2 at 112 x 112 0.244 -> 0.234 (0.240); Medium's
-// 32 -> 128 1.008 -> 0.963 (0.941; per-layer minima of 4-6 alternations). At batch 1 on two threads,
+// Runtime 0.097-0.101); its 32 -> 32 3 x 3 stride 2 at 112 x 112 0.240 -> 0.228 (0.240); Medium's
+// 32 -> 128 0.986 -> 0.937 (0.941; per-layer minima of 4-6 alternations). At batch 1 on two threads,
 // against the build before, medians by distance (near): MobileNetV4-Medium 4.574 -> 4.486 ms,
 // MobileNetV3-Large 1.546 -> 1.517, MobileNetV2 1.744 -> 1.732, ResNet-50 16.08 -> 15.99,
 // EfficientNet-B0 even.
@@ -734,7 +799,6 @@ void conv2d_nchwc_f32(const Conv2dParams& p, const float* x, const float* packed
   // A block's plane (blocked input) or a channel's (plain input), and an image's planes.
   const int64_t plane = pl.hp * pl.wp * pl.px, planes = pl.rows ? 1 : pl.plain ? p.c : pl.cb;
   const float* xr = padded_input(p, pl, x);
-  const bool avx512 = active_isa() == Isa::avx512;
   std::vector<float> bias_storage;
   bias = padded_bias(bias, p.k, bias_storage);
   const int64_t xplane = planes * plane, yplane = pl.kb * pl.pixels * kChannelBlock;
@@ -759,33 +823,16 @@ void conv2d_nchwc_f32(const Conv2dParams& p, const float* x, const float* packed
   // batch 1 on 2 threads, alternating with the library before on a noisy Zen 4: a lower median in
   // 6 rounds of 6 (4.05-6.68 ms against 4.51-7.40), ResNet-50 in 4 of 4 (33.97-34.38 against
   // 34.26-39.44); MobileNetV3-Large even.
-  const int64_t tile_lcm = pl.row_chunks ? 24 : pl.tiling.panel_blocks == 3 ? 7 : pl.gob % 4 == 0 ? 6 : 24;
+  // Row chunks (Note [Row tiles]) go in quarters of whole rows.
+  const int64_t tile_lcm = pl.row_chunks ? pl.rects[0].cols : pl.tiling.panel_blocks == 3 ? 7 : pl.gob % 4 == 0 ? 6 : 24;
   const int64_t part_px = (pl.chunk + 4 * tile_lcm - 1) / (4 * tile_lcm) * tile_lcm;
   const int64_t parts = (pl.chunk + part_px - 1) / part_px;
-  // The tile kernels for panels of nv blocks, nv = 1 .. 4 (none without AVX-512).
-  struct Kernels {
-    NchwcUkernelF32 all = nullptr, listed = nullptr, dense = nullptr;
-    // Note [Row tiles]: whole tiles along a rectangle's rows, with every tap or listed ones.
-    NchwcUkernelF32 row = nullptr, row_listed = nullptr;
-    int row_mr = 0;
-    // Listed tiles of 1 and 7 pixels, for a rectangle's few pixels left over by row tiles.
-    NchwcUkernelF32 one = nullptr, seven = nullptr;
-  };
-  std::array<Kernels, 5> kernels;
-  for (int nv = 1; avx512 && nv <= 4; ++nv) {
-    Kernels& k = kernels[static_cast<size_t>(nv)];
-    const int mr = pl.tiling.pixels(nv);
-    k.all = nchwc_ukernel_f32_avx512(nv, mr, false);
-    k.listed = nchwc_ukernel_f32_avx512(nv, mr, true);
-    if (pl.dense) {
-      k.dense = nchwc_dense_tiles_f32_avx512(nv, mr);
-      continue;
-    }
-    k.row_mr = NchwcTiling{}.pixels(nv);
-    k.row = nchwc_row_tiles_f32_avx512(nv, k.row_mr, p.stride_w * pl.px, pl.plain, false);
-    k.row_listed = nchwc_row_tiles_f32_avx512(nv, k.row_mr, p.stride_w * pl.px, pl.plain, true);
-    if (mr > 1) k.one = nchwc_ukernel_f32_avx512(nv, 1, true);
-    if (mr > 7) k.seven = nchwc_ukernel_f32_avx512(nv, 7, true);
+  // The tile kernels chosen with the plan, unless the ISA changed since (a test's override).
+  TileKernels local;
+  const TileKernels* tile_kernels = &prepared->kernels;
+  if (prepared->isa != active_isa()) {
+    local = tile_kernels_for(p, pl, active_isa());
+    tile_kernels = &local;
   }
   parallel_for(0, items * parts, 1, [&](int64_t u0, int64_t u1) {
     for (int64_t u = u0; u < u1;) {
@@ -794,7 +841,7 @@ void conv2d_nchwc_f32(const Conv2dParams& p, const float* x, const float* packed
       u += part1 - part0;
       const auto [panel, img, chunk] = item_of(item);
       const int nv = panel_width(pl, panel);
-      const Kernels& uk = kernels[static_cast<size_t>(nv)];
+      const TileKernels::Panel& uk = tile_kernels->by_nv[static_cast<size_t>(nv)];
       const int mr = uk.all != nullptr ? pl.tiling.pixels(nv) : 4, rmr = uk.row_mr;
       const int64_t kblock = panel_block(pl, panel), xblock = panel_input_block(pl, panel);
       const float* wpanel = packed_w + kblock * kChannelBlock * depth;

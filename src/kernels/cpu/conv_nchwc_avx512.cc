@@ -657,7 +657,7 @@ NchwcUkernelF32 nchwc_dense_tiles_f32_avx512(int nv, int mr) {
 }
 
 NchwcUkernelF32 nchwc_row_tiles_f32_avx512(int nv, int mr, int64_t pixel_floats, bool plain, bool listed) {
-  if (mr == 1 || mr == 7) return nullptr;
+  if (mr == 1) return nullptr;
   return by_tile(nv, mr, [&]<int MR, int NV>() -> NchwcUkernelF32 {
     if (plain) {
       if (listed) return nullptr;
