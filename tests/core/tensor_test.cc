@@ -283,6 +283,37 @@ TEST(ThreadPool, TwoEndedChunksShrinkTowardsTheEnd) {
   EXPECT_EQ(covered, huge);
 }
 
+// Note [Loops by reference]: a FunctionRef calls the callable it was made from (its state
+// included, results returned), and the pool runs a lambda of many captures through one on every
+// thread, each index once, its captured variables read and written where they are.
+TEST(ThreadPool, FunctionRefCallsTheLambdaItRefersTo) {
+  int calls = 0;
+  auto count = [&calls](int a, int b) { return ++calls * 100 + a * b; };
+  FunctionRef<int(int, int)> f(count);
+  EXPECT_EQ(f(3, 4), 112);
+  FunctionRef<int(int, int)> g = f;  // a copy refers to the same lambda
+  EXPECT_EQ(g(5, 6), 230);
+  EXPECT_EQ(calls, 2);
+  set_num_threads(2);
+  const int64_t n = 1000, offset = 7, scale = 3;
+  const std::string tag = "x";
+  std::vector<int64_t> out(n, -1);
+  std::vector<int> seen(2, 0);
+  std::atomic<int> ranges{0};
+  parallel_for(0, n, 1, [&](int64_t b, int64_t e) {
+    ranges.fetch_add(1);
+    for (int64_t i = b; i < e; ++i) out[static_cast<size_t>(i)] = i * scale + offset + static_cast<int64_t>(tag.size());
+  });
+  for (int64_t i = 0; i < n; ++i) ASSERT_EQ(out[static_cast<size_t>(i)], i * scale + offset + 1) << i;
+  EXPECT_GE(ranges.load(), 1);
+  parallel_run(2, [&](int i, int threads) {
+    EXPECT_EQ(threads, 2);
+    seen[static_cast<size_t>(i)] += 1;
+  });
+  EXPECT_EQ(seen, (std::vector<int>{1, 1}));
+  set_num_threads(available_cores());
+}
+
 // Note [Chunks on lines of their own]: each thread starts at the front of its own share (at a
 // multiple of `min`), then takes from others' when its own is empty; every unit once, no chunk
 // under `min` but one that ends at n, and a thread that stalls after its first chunk has the rest
