@@ -12,7 +12,8 @@ Models (--models, comma-separated; default all that can be built here):
       mobilenet_v3_small, efficientnet_b0, regnet_y_400mf, vit_b_16, resnet34, wide_resnet50_2,
       resnext50_32x4d (grouped 3x3 layers), mnasnet1_0, mobilenet_v2_w14 (width multiplier 1.4),
       resnet101, densenet121, shufflenet_v2_x1_0, squeezenet1_1, googlenet, convnext_tiny,
-      efficientnet_b1, mnasnet0_5
+      efficientnet_b1, mnasnet0_5, inception_v3, vgg16, alexnet, regnet_x_400mf, efficientnet_v2_s,
+      swin_t (shifted-window attention)
   PyTorch modules written here (needs torch): torch_encoder (nn.TransformerEncoder, 12 x 768,
       batch_first, post-norm, GELU; float input [B, 128, 768]), torch_encoder_prenorm,
       torch_encoder_512 (6 x 512, 8 heads, ReLU: the layer's defaults), hf_bert
@@ -25,12 +26,13 @@ Models (--models, comma-separated; default all that can be built here):
       timm_tf_mobilenetv3_large_100, timm_efficientnet_b0, timm_lcnet_100, timm_mobilenetv2_100,
       timm_resnet50d, timm_mobilenetv1_100, timm_mobilenetv4_conv_small, timm_mobilenetv4_conv_medium
       (MobileNetV4's universal inverted bottlenecks: an extra depthwise before the expansion),
-      timm_ghostnet_100
+      timm_ghostnet_100, timm_deit_tiny_patch16_224, timm_dla34, timm_repvgg_a0
   HuggingFace transformers (needs transformers), random weights, default attention (SDPA):
       transformers_bert (BertModel, base), transformers_roberta, transformers_distilbert,
       transformers_minilm (BertModel at all-MiniLM-L6's shape: 6 layers, hidden 384, 12 heads),
       transformers_electra (ElectraModel, small: hidden 256), transformers_albert (AlbertModel,
-      base: shared layers, 128-wide embeddings)
+      base: shared layers, 128-wide embeddings), transformers_gpt2 (GPT2Model: causal attention
+      with the padding mask)
   onnx.helper (no torch): tf_mobilenet_v2 (bench/models.py's MobileNetV2 with an NHWC input,
       batch norms folded into biased convolutions and SAME padding as explicit Pad nodes, as
       tf2onnx writes it)
