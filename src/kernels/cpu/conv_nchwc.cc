@@ -403,10 +403,6 @@ const float* padded_input(const Conv2dParams& p, const Plan& pl, const float* x)
   return xp;
 }
 
-}  // namespace
-
-namespace {
-
 // The micro-kernels conv2d_nchwc_f32 calls for panels of nv blocks, nv = 1 .. 4 (none but on
 // AVX-512), looked up once with the plan.
 struct TileKernels {
@@ -686,13 +682,13 @@ bool conv2d_nchwc_supported(const Conv2dParams& p, NchwcInput input) {
 // 0.25), ResNet-50's 256 -> 256 at 14 x 14 0.346 -> 0.293. And since what is left is then per row,
 // the largest rectangle comes first and its rows are whole in a chunk: a chunk is as many of its
 // rows as leave `want` items (at most kMaxChunk pixels), and quarter items (Note [Quarter items at
-// the end]) are whole rows too. MobileNetV4's
-// stem (3 -> 32, 3 x 3 stride 2 on 224 x 224, plain input), one thread: 0.139 -> 0.110 ms (ONNX
-// Runtime 0.097-0.101); its 32 -> 32 3 x 3 stride 2 at 112 x 112 0.240 -> 0.228 (0.240); Medium's
-// 32 -> 128 0.986 -> 0.937 (0.941; per-layer minima of 4-6 alternations). At batch 1 on two threads,
-// against the build before, medians by distance (near): MobileNetV4-Medium 4.574 -> 4.486 ms,
-// MobileNetV3-Large 1.546 -> 1.517, MobileNetV2 1.744 -> 1.732, ResNet-50 16.08 -> 15.99,
-// EfficientNet-B0 even.
+// the end]) are whole rows too. MobileNetV4's stem (3 -> 32, 3 x 3 stride 2 on 224 x 224, plain
+// input), one thread: 0.139 -> 0.110 ms (ONNX Runtime 0.097-0.101); its 32 -> 32 3 x 3 stride 2 at
+// 112 x 112 0.240 -> 0.228 (0.240); Medium's 32 -> 128 0.986 -> 0.937 (0.941; per-layer minima of
+// 4-6 alternations). At batch 1 on two threads, against the build before, medians by distance
+// (near): MobileNetV4-Medium 4.574 -> 4.486 ms, MobileNetV3-Large 1.546 -> 1.517, MobileNetV2
+// 1.744 -> 1.732, ResNet-50 16.08 -> 15.99, EfficientNet-B0 even (bench/RESULTS.md, 2026-12-06
+// 20:18).
 //
 // Note [Blocked tiles]
 // Panels of 4 output blocks run 6-pixel tiles (8 x 48, 12 x 32 and 12 x 16 for a narrower last
