@@ -295,8 +295,8 @@ Plan plan(const Conv2dParams& p, NchwcInput input) {
              pl.hp == p.ho && pl.wp == p.wo && pl.oy == 0 && pl.ox == 0;
   // Note [Row tiles]: chunks of whole rows of the first (largest) rectangle where its rows hold
   // row tiles (at stride 1 or 2, not for a stem's rows), as many rows as leave `want` items.
-  const int64_t row_cols = pl.rects[0].cols;
-  if (!pl.dense && !pl.rows && p.stride_w <= 2 && row_cols >= 6 && row_cols <= kMaxChunk &&
+  const int64_t row_cols = pl.rects[0].cols, least_row_tile = NchwcTiling{}.pixels(4);  // 6 (nv 4)
+  if (!pl.dense && !pl.rows && p.stride_w <= 2 && row_cols >= least_row_tile && row_cols <= kMaxChunk &&
       p.n * pl.panels * ((pl.pixels + row_cols - 1) / row_cols) >= want) {
     for (int64_t rows = kMaxChunk / row_cols; rows >= 1; --rows) {
       pl.chunk = rows * row_cols;
@@ -650,7 +650,8 @@ bool conv2d_nchwc_supported(const Conv2dParams& p, NchwcInput input) {
 // filters fetched into L1 every step and the next block's lines once a block. A loop of the same
 // steps with pixels at fixed distances ran the 32 -> 16 layer at 56 x 56 in 0.014 ms where the
 // engine's layer took 0.026. At stride 1 with one tap and no padding an item's pixels are
-// consecutive in the input and the output, so its whole tiles go to nchwc_dense_tiles in one call:
+// consecutive in the input and the output, so its whole tiles go to one call of the dense kernel
+// (nchwc_dense_tiles_f32_avx512, the one-tap case of the row tiles, Note [Row tiles]):
 // pixel i of tile t at 16 (MR t + i) floats from the first, no offsets, no fetching ahead into L1
 // (a slice's filters, at most 36 KiB, are read in order, a stream the hardware prefetcher follows;
 // measured on a 48 KiB L1 only), only the next slice's or panel's filters into L2 as before (Note
