@@ -28,7 +28,11 @@ def main():
     ap.add_argument("--kiln-opt", required=True)
     ap.add_argument("--kiln", required=True)
     a = ap.parse_args()
-    tmp = tempfile.mkdtemp(prefix="kir_")
+    with tempfile.TemporaryDirectory(prefix="kir_") as tmp:
+        check(a, tmp)
+
+
+def check(a, tmp):
     subs = {"%kiln-opt": a.kiln_opt, "%kiln": a.kiln, "%s": a.file, "%t": os.path.join(tmp, "t")}
 
     def subst(text):

@@ -24,7 +24,9 @@ std::string tmp_path(const std::string& name) {
 int run_python(const std::string& script, const std::string& arg) {
   std::string py = tmp_path("script.py");
   std::ofstream(py) << script;
-  return std::system(("python3 " + py + " " + arg).c_str());
+  int rc = std::system(("python3 " + py + " " + arg).c_str());
+  std::remove(py.c_str());
+  return rc;
 }
 
 TEST(Safetensors, RoundTripAllDtypesSortedNames) {
