@@ -321,6 +321,56 @@ TEST(Optimize, PerChannelScalesFoldIntoTheConvolution) {
   EXPECT_TRUE(testing::all_close(got[0], want[0], kTol));
 }
 
+// Note [Layer scales fold into the linear layer before them] (bn_fold.cc): ConvNeXt's layer scale
+// after its last Linear (a bias add and a permute back to NCHW between) and a ViT's after a matmul
+// (a divide here) fold into the weights; a scale along another dim, a matmul that something else
+// also reads and a divisor of zero stay. The graph computes the same values before and after, and
+// after the whole -O2 pipeline.
+TEST(Optimize, LayerScalesFoldIntoTheLinearLayerBeforeThem) {
+  ir::Graph g;
+  ir::Value* x = g.add_input("x", ir::ValueType{DType::f32, {ir::Dim::sym("batch"), 5, 3, 8}});
+  ir::Value* r = g.add_input("r", ir::ValueType{DType::f32, {ir::Dim::sym("batch"), 6, 5, 3}});
+  auto w = [&](uint64_t seed) {
+    return g.add_constant("w" + std::to_string(seed), random_tensor({8, 6}, DType::f32, seed, -0.5, 0.5));
+  };
+  auto matmul = [&](uint64_t seed) { return node(g, "matmul", {x, w(seed)}); };
+  const Attrs to_nchw{{"dims", std::vector<int64_t>{0, 3, 1, 2}}};
+  ir::Value* b = g.add_constant("b", random_tensor({6}, DType::f32, 71));
+  ir::Value* gamma = g.add_constant("gamma", random_tensor({6, 1, 1}, DType::f32, 72, 0.5, 1.5));
+  ir::Value* gamma_last = g.add_constant("gamma_last", random_tensor({6}, DType::f32, 73, 0.5, 1.5));
+  ir::Value* along_h = g.add_constant("along_h", random_tensor({5, 1}, DType::f32, 74, 0.5, 1.5));
+  Tensor with_zero = random_tensor({6}, DType::f32, 75, 0.5, 1.5);
+  with_zero.data<float>()[4] = 0.0f;
+  ir::Value* zeros = g.add_constant("zeros", with_zero);
+  ir::Value* convnext = node(
+      g, "add", {node(g, "mul", {gamma, node(g, "permute", {node(g, "add", {matmul(70), b})}, to_nchw)}), r});
+  ir::Value* vit = node(g, "div", {matmul(76), gamma_last});
+  ir::Value* by_rows = node(g, "mul", {node(g, "permute", {matmul(77)}, to_nchw), along_h});
+  ir::Value* shared = matmul(78);
+  ir::Value* also_read = node(g, "mul", {shared, gamma_last});
+  ir::Value* by_zero = node(g, "div", {matmul(79), zeros});
+  for (ir::Value* out : {convnext, vit, by_rows, also_read, shared, by_zero}) g.add_output(out);
+  ir::verify(g);
+  const std::vector<Tensor> in{random_tensor({2, 5, 3, 8}, DType::f32, 80), random_tensor({2, 6, 5, 3}, DType::f32, 81)};
+  const std::vector<Tensor> want = ir::run(g, in);
+  ir::Graph o2 = g.clone();
+  auto reps = compiler::run_passes(g, {"bn_fold", "dce"}, true);
+  EXPECT_NE(reps[0].report.find("bn_fold: folded 2:"), std::string::npos) << reps[0].report;
+  EXPECT_EQ(count_op(g, "mul"), 2) << ir::print(g);  // by_rows, also_read
+  EXPECT_EQ(count_op(g, "div"), 1) << ir::print(g);  // by_zero
+  EXPECT_EQ(count_op(g, "matmul"), 5) << ir::print(g);
+  std::vector<Tensor> got = ir::run(g, in);
+  ASSERT_EQ(got.size(), want.size());
+  for (size_t i = 0; i < got.size(); ++i) EXPECT_TRUE(testing::all_close(got[i], want[i], kTol)) << i;
+  compiler::PassOptions opts;
+  opts.opt_level = 2;
+  opts.verify_each = true;
+  compiler::optimize(o2, opts);
+  got = ir::run(o2, in);
+  ASSERT_EQ(got.size(), want.size());
+  for (size_t i = 0; i < got.size(); ++i) EXPECT_TRUE(testing::all_close(got[i], want[i], kTol)) << "-O2 " << i;
+}
+
 // Every epilogue shape the pass fuses, run before and after on random inputs.
 TEST(Optimize, EpilogueFusionKeepsNumerics) {
   const char* text = R"(graph f(%x: f32[2, 3, 5, 5], %m: f32[7, 6], %res: f32[7, 4], %cres: f32[2, 4, 5, 5]) {
