@@ -26,7 +26,8 @@ Models (--models, comma-separated; default all that can be built here):
       timm_tf_mobilenetv3_large_100, timm_efficientnet_b0, timm_lcnet_100, timm_mobilenetv2_100,
       timm_resnet50d, timm_mobilenetv1_100, timm_mobilenetv4_conv_small, timm_mobilenetv4_conv_medium
       (MobileNetV4's universal inverted bottlenecks: an extra depthwise before the expansion),
-      timm_ghostnet_100, timm_deit_tiny_patch16_224, timm_dla34, timm_repvgg_a0
+      timm_ghostnet_100, timm_deit_tiny_patch16_224, timm_dla34, timm_repvgg_a0,
+      timm_deit3_small_patch16_224 (layer scale after each block's attention and MLP)
   HuggingFace transformers (needs transformers), random weights, default attention (SDPA):
       transformers_bert (BertModel, base), transformers_roberta, transformers_distilbert,
       transformers_minilm (BertModel at all-MiniLM-L6's shape: 6 layers, hidden 384, 12 heads),
@@ -78,7 +79,7 @@ ENCODERS = ["torch_encoder", "torch_encoder_prenorm", "torch_encoder_512", "hf_b
 TIMM = ["timm_mobilenetv3_large_100", "timm_mobilenetv3_small_100", "timm_tf_mobilenetv3_large_100",
         "timm_efficientnet_b0", "timm_lcnet_100", "timm_mobilenetv2_100", "timm_resnet50d", "timm_mobilenetv1_100",
         "timm_mobilenetv4_conv_small", "timm_mobilenetv4_conv_medium", "timm_ghostnet_100",
-        "timm_deit_tiny_patch16_224", "timm_dla34", "timm_repvgg_a0"]
+        "timm_deit_tiny_patch16_224", "timm_dla34", "timm_repvgg_a0", "timm_deit3_small_patch16_224"]
 ALL = VISION + ENCODERS + ["tf_mobilenet_v2"] + TIMM
 SEQ, VOCAB, PADDED = 128, 30522, 28
 
