@@ -93,23 +93,26 @@ class TwoEndedChunks {
 // empties (as in Note [Chunks that shrink], relative to the share); only a thread whose share is
 // empty touches another's line, taking half of what is left there from its back. Unless a thread
 // falls behind, a region's takes never leave their core.
+
+// One thread's share: a cache line of its own.
+struct alignas(64) ChunkShare {
+  std::atomic<uint64_t> range{0};  // slots [front, back): front in the high half
+};
+
 class OwnedChunks {
  public:
   // Units [0, n) for `threads`, in chunks of at least `min` units (unless fewer are left) and at
-  // most 1 / per_thread of a share.
-  OwnedChunks(int64_t n, int64_t min, int threads, int per_thread)
-      : c_(n, min, threads, per_thread),
-        threads_(std::max(1, threads)),
-        shares_(threads_ <= kInline ? inline_ : new Share[static_cast<size_t>(threads_)]) {
+  // most 1 / per_thread of a share, the shares kept in `shares` (at least `threads` of them, used
+  // by nothing else while this lives: the pool's own, Note [Shares that stay put] in
+  // core/thread_pool.cc).
+  OwnedChunks(int64_t n, int64_t min, int threads, int per_thread, ChunkShare* shares)
+      : c_(n, min, threads, per_thread), threads_(std::max(1, threads)), shares_(shares) {
     // Shares start at multiples of `min`, so that only a piece ending at n is ever shorter.
     auto start = [&](int t) {
       return t == threads_ ? c_.slots : c_.slots * t / threads_ / c_.min_slots * c_.min_slots;
     };
     for (int t = 0; t < threads_; ++t)
       shares_[t].range.store(detail::ChunkSlots::pack(start(t), start(t + 1)), std::memory_order_relaxed);
-  }
-  ~OwnedChunks() {
-    if (shares_ != inline_) delete[] shares_;
   }
   OwnedChunks(const OwnedChunks&) = delete;
   OwnedChunks& operator=(const OwnedChunks&) = delete;
@@ -137,14 +140,9 @@ class OwnedChunks {
   }
 
  private:
-  static constexpr int kInline = 4;  // shares held without an allocation
-  struct alignas(64) Share {
-    std::atomic<uint64_t> range{0};  // slots [front, back): front in the high half
-  };
   const detail::ChunkSlots c_;
   const int threads_;
-  Share inline_[kInline];
-  Share* const shares_;
+  ChunkShare* const shares_;
 };
 
 }  // namespace kiln

@@ -17,6 +17,7 @@
 #include <condition_variable>
 #include <cstdlib>
 #include <exception>
+#include <memory>
 #include <mutex>
 #include <optional>
 #include <string>
@@ -61,6 +62,31 @@ inline void pause() {
 #endif
 }
 
+// Note [The caller's frames fetched at once]
+// A worker starting a region reads the task, which is a lambda on the caller's stack; the lambda
+// refers to the chunk queue and to the kernel's own lambda, a frame or two up the same stack, and
+// that one to the kernel's locals. Each is a line the caller wrote last, so each is a miss, and
+// each address comes from the line before it: one trip to the caller's core after another,
+// ~100 ns apiece at the near distance and ~400-800 at the far (Note [One line hands out a job]).
+// So the worker first asks for the kFrameLines lines from the task up (the frames of the loop
+// and of the kernel that called it) all at once, and the chain then finds them on their way. No
+// line below the task: that is where the caller is running its own chunk. The chunk shares moved
+// off the stack for this, into the pool (shares_), since they are the lines of that window the
+// caller keeps writing (taking its chunks): in the window, a worker's read of the caller's share
+// took the line from under the caller's next take. bench/region_bench.cc, an empty loop over 2
+// units and kernel-like loops over 2 and 16 reading their arguments through a struct on the
+// caller's stack, us a region against the build before (medians of 21 rounds): 0.248 / 0.238 /
+// 0.384 -> 0.227 / 0.208 / 0.351 near; 1.07-1.09 / 1.11-1.12 / 1.15-1.17 -> 0.93-0.99 / 1.00-1.07
+// / 1.08-1.13 at ~365 ns. MobileNetV4-Small at batch 1 on two threads, by distance (300 s,
+// `bench/by_distance_vs_ort.py --other-kiln`): 0.927 -> 0.922 ms near (ONNX Runtime 0.926),
+// 1.286 -> 1.266 far (ONNX Runtime 1.278).
+constexpr int kFrameLines = 16;
+
+inline void fetch_frames(const void* task) {
+  const auto* line = reinterpret_cast<const char*>(reinterpret_cast<uintptr_t>(task) & ~uintptr_t{63});
+  for (int i = 0; i < kFrameLines; ++i) __builtin_prefetch(line + 64 * i, 0, 3);
+}
+
 class ThreadPool {
  public:
   explicit ThreadPool(int n) { start(n); }
@@ -81,7 +107,27 @@ class ThreadPool {
       run_inline(n, fn);
       return;
     }
-    n = std::min(n, size_);
+    run_locked(std::min(n, size_), fn);
+  }
+
+  // parallel_for's chunks of [begin, begin + total) for `threads` (> 1) threads, taken from shares
+  // on the pool's own lines (Note [The caller's frames fetched at once]).
+  void loop(int64_t begin, int64_t total, int64_t grain, int threads, FunctionRef<void(int64_t, int64_t)> fn) {
+    std::unique_lock<std::mutex> job(job_mu_, std::try_to_lock);
+    if (!job.owns_lock() || size_ <= 1) {  // the pool (and its shares) busy with another caller's job
+      run_inline(1, [&](int, int) { fn(begin, begin + total); });
+      return;
+    }
+    threads = std::min(threads, size_);
+    OwnedChunks queue(total, grain, threads, 8, shares_.get());
+    run_locked(threads, [&](int i, int) {
+      for (int64_t u0, u1; queue.take(i, u0, u1);) fn(begin + u0, begin + u1);
+    });
+  }
+
+ private:
+  // The job lock held; n > 1.
+  void run_locked(int n, Task fn) {
     done_.pending.store(n - 1, std::memory_order_relaxed);
     publish(fn, n, false);
     call(0, n, fn);
@@ -101,7 +147,6 @@ class ThreadPool {
     if (error) std::rethrow_exception(error);
   }
 
- private:
   void run_inline(int n, Task fn) {
     bool was = t_in_parallel;
     t_in_parallel = true;
@@ -184,6 +229,7 @@ class ThreadPool {
     // Each worker starts from the generation current now, not when its thread first runs: a
     // stop() that bumps the generation before then must still wake it.
     const uint64_t gen = job_.generation.load(std::memory_order_acquire);
+    shares_ = std::make_unique<ChunkShare[]>(static_cast<size_t>(size_));
     for (int i = 1; i < size_; ++i) workers_.emplace_back([this, i, gen] { worker(i, gen); });
   }
 
@@ -252,6 +298,7 @@ class ThreadPool {
       seen = g;
       if (quit) return;
       if (fn_call != nullptr && index < n) {
+        fetch_frames(fn_object);
         // Stored only when it changed, so the caller's read of it stays a local hit.
         const int cpu = sched_getcpu();
         auto& mine = worker_cpu_[static_cast<size_t>(index)];
@@ -266,6 +313,7 @@ class ThreadPool {
   std::vector<std::thread> workers_;
   std::vector<int> cpus_;                     // Note [Workers kept off the caller's CPU]
   std::vector<std::atomic<int>> worker_cpu_;  // the CPU worker i last ran a chunk on (-1: none yet)
+  std::unique_ptr<ChunkShare[]> shares_;      // parallel_for's, one a thread (Note [The caller's frames fetched at once])
   std::mutex job_mu_;  // one job at a time
   // Note [One line hands out a job]: the job, written by the caller, read by the workers.
   struct alignas(64) Job {
@@ -339,10 +387,7 @@ void parallel_for(int64_t begin, int64_t end, int64_t grain, FunctionRef<void(in
   // (Note [Chunks that shrink]), medians by distance: 2.0% faster near and far; MobileNetV4-Small
   // 1.1% near, 2.7% far; MobileNetV3-Large 1.6-2.0%; EfficientNet-B0 1.5% faster near, 0.8%
   // slower far (`bench/by_distance_vs_ort.py --other-kiln`, 200 s each).
-  OwnedChunks queue(total, grain, threads, 8);
-  pool().run(threads, [&](int i, int) {
-    for (int64_t u0, u1; queue.take(i, u0, u1);) fn(begin + u0, begin + u1);
-  });
+  pool().loop(begin, total, grain, threads, fn);
 }
 
 }  // namespace kiln

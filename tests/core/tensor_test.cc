@@ -324,7 +324,8 @@ TEST(ThreadPool, OwnedChunksTakeOwnSharesFirstThenSteal) {
       for (int64_t min : {1, 3, 50})
         for (int slow : {-1, 0}) {  // -1: every thread in turn; 0: thread 0 takes once, then stops
           if (slow == 0 && threads == 1) continue;
-          OwnedChunks q(n, min, threads, 8);
+          std::vector<ChunkShare> shares(static_cast<size_t>(threads));
+          OwnedChunks q(n, min, threads, 8, shares.data());
           std::vector<int> hits(static_cast<size_t>(n), 0);
           std::vector<int64_t> next(static_cast<size_t>(threads), -1);  // the end of t's last chunk (-1: none)
           std::vector<bool> done(static_cast<size_t>(threads), false);
@@ -421,6 +422,31 @@ TEST(ThreadPool, AWorkerOnTheCallersCpuIsMovedOff) {
   EXPECT_NE(worker_cpu.load(), first);
   EXPECT_EQ(sched_getcpu(), first);  // the caller stays where it was put
   ASSERT_EQ(sched_setaffinity(0, sizeof(saved), &saved), 0);
+  set_num_threads(available_cores());
+}
+
+// Note [The caller's frames fetched at once]: parallel_for's chunk shares belong to the pool, so a
+// loop from a second thread while the pool runs another's (run inline) must not take them: two
+// threads loop at once, thousands of times, and each covers its own range exactly once.
+TEST(ThreadPool, TwoCallersLoopingAtOnceEachCoverTheirRangeOnce) {
+  set_num_threads(2);
+  auto loops = [](int seed) {
+    volatile int sink = 0;
+    for (int rep = 0; rep < 3000; ++rep) {
+      const int64_t n = 37 + (rep * 7 + seed * 13) % 200;
+      std::vector<std::atomic<int>> hits(static_cast<size_t>(n));
+      parallel_for(0, n, 1, [&](int64_t b, int64_t e) {
+        for (int64_t i = b; i < e; ++i) {
+          for (int spin = 0; spin < 100; ++spin) sink = spin;  // long enough for the loops to overlap
+          hits[static_cast<size_t>(i)].fetch_add(1);
+        }
+      });
+      for (int64_t i = 0; i < n; ++i) ASSERT_EQ(hits[static_cast<size_t>(i)].load(), 1) << "caller " << seed << " unit " << i;
+    }
+  };
+  std::thread other([&] { loops(1); });
+  loops(0);
+  other.join();
   set_num_threads(available_cores());
 }
 
