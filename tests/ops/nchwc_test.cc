@@ -610,7 +610,7 @@ TEST(Nchwc, MaxPoolMatchesNchwMaxPool) {
 // Note [Blocked average pool]: avg_pool2d_nchwc against avg_pool2d of the float64 NCHW tensor:
 // ResNet-D's 2 x 2 stride-2 ceil-mode pool on an odd plane (its last window hangs past the input),
 // a padded 3 x 3 pool at stride 1 (Inception's branch) and 2, asymmetric padding, padding counted or
-// not, and 40 channels (a partial block's lanes stay zero).
+// not, and 40 channels (a partial block's lanes stay zero); on every ISA this machine has.
 TEST(Nchwc, AvgPoolMatchesFloat64Reference) {
   struct Pool {
     std::vector<int64_t> kernel, stride, padding;
@@ -619,19 +619,23 @@ TEST(Nchwc, AvgPoolMatchesFloat64Reference) {
   const Pool pools[] = {{{2, 2}, {2, 2}, {0, 0, 0, 0}, true, false},  {{3, 3}, {1, 1}, {1, 1, 1, 1}, false, false},
                         {{3, 3}, {1, 1}, {1, 1, 1, 1}, false, true},   {{3, 3}, {2, 2}, {1, 1, 1, 1}, true, true},
                         {{2, 3}, {1, 2}, {0, 1, 1, 0}, true, false},   {{2, 2}, {2, 2}, {0, 0, 0, 0}, false, true}};
-  int seed = 1500;
-  for (const Pool& pp : pools) {
-    SCOPED_TRACE("kernel " + std::to_string(pp.kernel[0]) + "x" + std::to_string(pp.kernel[1]) + " ceil " +
-                 std::to_string(pp.ceil) + " count_include_pad " + std::to_string(pp.count_pad));
-    Tensor x = random_tensor({2, 40, 9, 7}, DType::f32, ++seed);
-    Attrs a{{"kernel", pp.kernel}, {"stride", pp.stride}, {"padding", pp.padding}, {"ceil_mode", pp.ceil},
-            {"count_include_pad", pp.count_pad}};
-    Tensor want = dispatch1(op("avg_pool2d"), {f64(x)}, a);
-    Tensor got = dispatch1(op("avg_pool2d_nchwc"), {to_nchwc(x)}, a);
-    ASSERT_EQ(got.shape(), (Shape{2, 3, want.shape()[2], want.shape()[3], 16}));
-    Tensor tail = got.slice(1, 2, 3).slice(4, 8, 16);
-    EXPECT_TRUE(testing::all_close(tail, full(tail.shape(), 0.0, TensorOptions(DType::f32)), {0, 0}));
-    EXPECT_TRUE(testing::all_close(from_nchwc(got, 40), want, {1e-5, 1e-6}));
+  for (kernels::cpu::Isa isa : kernels::cpu::supported_isas()) {
+    kernels::cpu::IsaOverride on(isa);
+    int seed = 1500;
+    for (const Pool& pp : pools) {
+      SCOPED_TRACE(std::string(kernels::cpu::isa_name(isa)) + " kernel " + std::to_string(pp.kernel[0]) + "x" +
+                   std::to_string(pp.kernel[1]) + " ceil " + std::to_string(pp.ceil) + " count_include_pad " +
+                   std::to_string(pp.count_pad));
+      Tensor x = random_tensor({2, 40, 9, 7}, DType::f32, ++seed);
+      Attrs a{{"kernel", pp.kernel}, {"stride", pp.stride}, {"padding", pp.padding}, {"ceil_mode", pp.ceil},
+              {"count_include_pad", pp.count_pad}};
+      Tensor want = dispatch1(op("avg_pool2d"), {f64(x)}, a);
+      Tensor got = dispatch1(op("avg_pool2d_nchwc"), {to_nchwc(x)}, a);
+      ASSERT_EQ(got.shape(), (Shape{2, 3, want.shape()[2], want.shape()[3], 16}));
+      Tensor tail = got.slice(1, 2, 3).slice(4, 8, 16);
+      EXPECT_TRUE(testing::all_close(tail, full(tail.shape(), 0.0, TensorOptions(DType::f32)), {0, 0}));
+      EXPECT_TRUE(testing::all_close(from_nchwc(got, 40), want, {1e-5, 1e-6}));
+    }
   }
   EXPECT_THROW(dispatch1(op("avg_pool2d_nchwc"), {random_tensor({1, 16, 4, 4}, DType::f32, 1)},
                          Attrs{{"kernel", std::vector<int64_t>{2, 2}}}),

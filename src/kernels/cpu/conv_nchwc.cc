@@ -526,7 +526,13 @@ void max_pool2d_nchwc_f32(const Pool2dParams& p, const float* x, float* y) {
 // Batch 1, two threads, engines of the two builds alternating (the pools now inside the region):
 // timm's resnet50d 35.6-41.3 -> 34.9-39.7 ms (ORT 40.2-44.2), the ONNX zoo's Inception v2 (its 8
 // pools had kept the whole network NCHW) 20.4-20.6 -> 14.8-14.9 (ORT 19.0), DenseNet-121
-// 28.6-28.9 -> 28.0-28.4 (ORT 34.7-35.0).
+// 28.6-28.9 -> 28.0-28.4 (ORT 34.7-35.0). Under AVX-512 a row runs as 16-lane vectors
+// (avg_pool2d_nchwc_rows_avx512, the sums in the same order): this file is built for the baseline
+// ISA, so the lane loop below ran 4 lanes wide, and the pool was bound by its instructions, not
+// its bytes. A 2 x 2 pool of [8, 128, 56, 56] after a 1x1 layer on one thread 1.37 -> 0.89 ms
+// (0.21 -> 0.12 on two threads image by image, Note [Depth-first groups]); DenseNet-121's three
+// transition pools at batch 8 on two threads 0.53 / 0.23 / 0.13 -> 0.38-0.41 / 0.15-0.16 / 0.10-0.11
+// ms; Inception-v3's nine at batch 1 0.34-0.39 -> 0.16-0.25 ms in all.
 void avg_pool2d_nchwc_f32(const Pool2dParams& p, const float* x, float* y) {
   KILN_CHECK(p.dil_h == 1 && p.dil_w == 1, "avg_pool2d_nchwc_f32: dilation ", p.dil_h, "x", p.dil_w);
   std::vector<float> inv(static_cast<size_t>(p.ho * p.wo));
@@ -536,7 +542,9 @@ void avg_pool2d_nchwc_f32(const Pool2dParams& p, const float* x, float* y) {
       inv[static_cast<size_t>(oh * p.wo + ow)] = d > 0 ? 1.0f / static_cast<float>(d) : 0.0f;
     }
   const int64_t grain = std::max<int64_t>(1, 1024 / std::max<int64_t>(1, p.wo * p.kh * p.kw));
+  const bool avx512 = active_isa() == Isa::avx512;
   parallel_for(0, p.planes * p.ho, grain, [&](int64_t r0, int64_t r1) {
+    if (avx512) return avg_pool2d_nchwc_rows_avx512(p, x, inv.data(), y, r0, r1);
     for (int64_t row = r0; row < r1; ++row) {
       const int64_t plane = row / p.ho, oh = row % p.ho;
       const float* xp = x + plane * p.h * p.w * kChannelBlock;

@@ -182,6 +182,10 @@ void winograd_output_avx512(const float* m, int64_t mpos, int64_t ho, int64_t wo
 void interleave3_avx512(const float* c0, const float* c1, const float* c2, float* d, int64_t n);
 // Rows [row0, row1) of max_pool2d_nchwc_f32's output (row = plane * Ho + oh) under AVX-512.
 void max_pool2d_nchwc_rows_avx512(const Pool2dParams& p, const float* x, float* y, int64_t row0, int64_t row1);
+// Rows [row0, row1) of avg_pool2d_nchwc_f32's output under AVX-512, output o of row oh scaled by
+// inv[oh * Wo + o] (Note [Blocked average pool] in conv_nchwc.cc).
+void avg_pool2d_nchwc_rows_avx512(const Pool2dParams& p, const float* x, const float* inv, float* y, int64_t row0,
+                                  int64_t row1);
 // `count` consecutive outputs of a row of the blocked depthwise convolution under AVX-512: output o
 // sums x[o * xstep + tap_off[t]] * the block's filter tap_w[t] over the `taps` listed, finished
 // with ep (bias at the block, residual at the first output) into y + 16 * o.

@@ -616,6 +616,25 @@ void max_pool2d_nchwc_rows_avx512(const Pool2dParams& p, const float* x, float* 
   }
 }
 
+void avg_pool2d_nchwc_rows_avx512(const Pool2dParams& p, const float* x, const float* inv, float* y, int64_t row0,
+                                  int64_t row1) {
+  for (int64_t row = row0; row < row1; ++row) {
+    const int64_t plane = row / p.ho, oh = row % p.ho;
+    const float* xp = x + plane * p.h * p.w * 16;
+    float* yr = y + row * p.wo * 16;
+    const int64_t ih0 = std::max<int64_t>(0, oh * p.stride_h - p.pad_top);
+    const int64_t ih1 = std::min(p.h, oh * p.stride_h - p.pad_top + p.kh);
+    for (int64_t ow = 0; ow < p.wo; ++ow) {
+      const int64_t iw0 = std::max<int64_t>(0, ow * p.stride_w - p.pad_left);
+      const int64_t iw1 = std::min(p.w, ow * p.stride_w - p.pad_left + p.kw);
+      __m512 acc = _mm512_setzero_ps();
+      for (int64_t ih = ih0; ih < ih1; ++ih)
+        for (int64_t iw = iw0; iw < iw1; ++iw) acc = _mm512_add_ps(acc, _mm512_loadu_ps(xp + (ih * p.w + iw) * 16));
+      _mm512_storeu_ps(yr + ow * 16, _mm512_mul_ps(acc, _mm512_set1_ps(inv[oh * p.wo + ow])));
+    }
+  }
+}
+
 namespace {
 
 // pick.operator()<MR, NV>() for the tiles the blocked convolution runs (NchwcTiling): MR pixels by
