@@ -10,6 +10,7 @@
 #include "kiln/ops/dispatch.h"
 #include "kiln/runtime.h"
 #include "ops/tactics.h"
+#include "runtime/tactics.h"
 
 namespace kiln::runtime {
 
@@ -40,6 +41,32 @@ constexpr int64_t kSmallFilterBytes = 256 << 10;
 constexpr int64_t round_up(int64_t x, int64_t to) { return (x + to - 1) / to * to; }
 
 }  // namespace
+
+bool image_by_image(const Engine& e, const EngineStep& st) {
+  if (e.batch.symbol.empty() || !st.op->is_per_sample() || st.op->is_view() || st.outputs.empty()) return false;
+  auto value = [&](int32_t id) -> const EngineValue& { return e.values[static_cast<size_t>(id)]; };
+  int64_t filters = 0, image = 0;
+  for (int32_t id : st.outputs) {
+    const EngineValue& v = value(id);
+    if (v.kind != EngineValue::Kind::arena || !image_rows(v)) return false;
+    image += bytes_at_one(v);
+  }
+  bool cut = false;
+  for (int32_t id : st.inputs) {
+    if (id < 0) continue;
+    const EngineValue& v = value(id);
+    if (!has_batch(v)) {
+      if (v.kind == EngineValue::Kind::constant) filters += bytes_at_one(v);
+      continue;
+    }
+    // (An input that broadcasts with its batch dim against another dim of the output gives an
+    // output with the batch inside: not one image_rows takes.)
+    if (!image_rows(v) || v.kind == EngineValue::Kind::view) return false;
+    image += bytes_at_one(v);
+    cut = true;
+  }
+  return cut && (filters <= image || filters <= kSmallFilterBytes);
+}
 
 Executor::Executor(std::shared_ptr<const Engine> engine) : engine_(std::move(engine)) {
   KILN_CHECK(engine_ != nullptr, "Executor: no engine");
@@ -114,30 +141,7 @@ void Executor::find_groups() {
   }
   for (int32_t id : e.outputs) last[static_cast<size_t>(id)] = steps;
   auto value = [&](int32_t id) -> const EngineValue& { return e.values[static_cast<size_t>(id)]; };
-  auto joins = [&](const EngineStep& st) {
-    if (!st.op->is_per_sample() || st.op->is_view() || st.outputs.empty()) return false;
-    int64_t filters = 0, image = 0;
-    for (int32_t id : st.outputs) {
-      const EngineValue& v = value(id);
-      if (v.kind != EngineValue::Kind::arena || !image_rows(v)) return false;
-      image += bytes_at_one(v);
-    }
-    bool cut = false;
-    for (int32_t id : st.inputs) {
-      if (id < 0) continue;
-      const EngineValue& v = value(id);
-      if (!has_batch(v)) {
-        if (v.kind == EngineValue::Kind::constant) filters += bytes_at_one(v);
-        continue;
-      }
-      // (An input that broadcasts with its batch dim against another dim of the output gives an
-      // output with the batch inside: not one image_rows takes.)
-      if (!image_rows(v) || v.kind == EngineValue::Kind::view) return false;
-      image += bytes_at_one(v);
-      cut = true;
-    }
-    return cut && (filters <= image || filters <= kSmallFilterBytes);
-  };
+  auto joins = [&](const EngineStep& st) { return image_by_image(e, st); };
   auto overlap = [&](const EngineValue& a, const EngineValue& b) {
     return a.offset < b.offset + b.bytes && b.offset < a.offset + a.bytes;
   };

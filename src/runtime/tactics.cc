@@ -232,6 +232,21 @@ std::vector<std::string> candidate_tactics(const Engine& e, const EngineStep& st
   return out;
 }
 
+// Note [Tactics timed as the step runs]
+// At batch 8 a step that a depth-first group takes (Note [Depth-first groups] in executor.cc) runs
+// one image at a time on each thread, its kernel inline; timed on the whole batch split between
+// the threads it was judged on work it never does. DenseNet-121's 128 -> 32 3x3 layers at 14 x 14
+// took Winograd by that timing and ran 0.28-0.29 ms at batch 8 in the engine, where the direct
+// kernel runs 0.25-0.26 (ORT 0.25). So such a step's largest batch is timed as the group runs it:
+// an image on every thread at once, the time scaled by the images a thread runs. Engines compiled
+// so against those compiled before, alternating (`bench/ab_engines.py`, two threads, medians of 5-10
+// rounds): DenseNet-121 40 Winograd steps fewer, 97.2 -> 96.0 ms at batch 8, 13.18 -> 12.86 at
+// batch 1; ResNet-50 121.3 -> 119.7 at batch 8, even at 1; MobileNetV4-Medium 28.44 -> 28.19 at
+// batch 8, even at 1; MobileNetV2 even.
+bool per_image(const Engine& e, const EngineStep& st) {
+  return e.target.threads >= 1 && e.batch.max >= std::max(2, e.target.threads) && image_by_image(e, st);
+}
+
 // The candidates are part of the key: a kiln with a new tactic times the step again instead of
 // reusing a choice made without it.
 std::string cache_key(const Engine& e, const EngineStep& st, const Target& t, const std::vector<std::string>& tactics) {
@@ -258,6 +273,7 @@ std::string cache_key(const Engine& e, const EngineStep& st, const Target& t, co
   os << "|" << t.name() << "|t" << t.threads;
   // Note [Tuning both ends of the batch range]: what is timed depends on the range and the objective.
   if (!e.batch.symbol.empty()) os << "|b" << e.batch.min << ":" << e.batch.max << "|" << objective_name(t.objective);
+  if (per_image(e, st)) os << "|image by image";  // Note [Tactics timed as the step runs]
   os << kBuildMark << kernels_build_id();  // last: load_cache reads it there
   return clean(os.str());
 }
@@ -274,29 +290,42 @@ double elapsed_ms(std::chrono::steady_clock::time_point t0) {
 // while a neighbour was busy lost to one that ran after), and each run starts after another
 // tactic's, with caches as disturbed as between an engine's steps.
 std::vector<double> time_tactics(const Engine& e, const EngineStep& st, const std::vector<std::string>& tactics,
-                                 int64_t batch, int runs, double budget_ms) {
-  std::vector<Tensor> ins;
-  for (int32_t id : st.inputs) {
-    if (id < 0) {
-      ins.emplace_back();
-      continue;
+                                 int64_t batch, int runs, double budget_ms, bool image_each) {
+  // Note [Tactics timed as the step runs]: image_each, one image on every thread at once.
+  const int copies = image_each ? std::max(1, get_num_threads()) : 1;
+  if (image_each) batch = 1;
+  std::vector<OpCall> calls;
+  std::vector<std::vector<Tensor>> outs(static_cast<size_t>(copies));  // one set a thread for all tactics
+  for (int c = 0; c < copies; ++c) {
+    std::vector<Tensor> ins;
+    for (int32_t id : st.inputs) {
+      if (id < 0) {
+        ins.emplace_back();
+        continue;
+      }
+      const EngineValue& v = e.values[static_cast<size_t>(id)];
+      if (v.kind == EngineValue::Kind::constant) ins.push_back(e.constants[static_cast<size_t>(v.index)]);
+      else ins.push_back((rand(max_shape(v, batch), TensorOptions(DType::f32)) + 0.5).to(v.dtype));
     }
-    const EngineValue& v = e.values[static_cast<size_t>(id)];
-    if (v.kind == EngineValue::Kind::constant) ins.push_back(e.constants[static_cast<size_t>(v.index)]);
-    else ins.push_back((rand(max_shape(v, batch), TensorOptions(DType::f32)) + 0.5).to(v.dtype));
+    for (const TensorMeta& m : infer_call(*st.op, ins, st.attrs))
+      outs[static_cast<size_t>(c)].push_back(empty(m.shape, TensorOptions(m.dtype)));
+    calls.push_back(OpCall{*st.op, std::move(ins), st.attrs, KILN_HERE, Tensor(), nullptr});
   }
-  std::vector<TensorMeta> metas = infer_call(*st.op, ins, st.attrs);
-  OpCall call{*st.op, ins, st.attrs, KILN_HERE, Tensor(), nullptr};
-  std::vector<Tensor> outs;  // one set for all (an output per tactic would be tactics x the step's memory)
-  for (const TensorMeta& m : metas) outs.push_back(empty(m.shape, TensorOptions(m.dtype)));
-  for (const std::string& tactic : tactics) run_kernel(call, outs, tactic);  // warm-up
+  auto run = [&](const std::string& tactic) {
+    if (!image_each) {
+      run_kernel(calls[0], outs[0], tactic);
+      return;
+    }
+    parallel_run(copies, [&](int i, int) { run_kernel(calls[static_cast<size_t>(i)], outs[static_cast<size_t>(i)], tactic); });
+  };
+  for (const std::string& tactic : tactics) run(tactic);  // warm-up
   std::vector<double> best(tactics.size(), 1e300);
   const double budget_all = budget_ms * static_cast<double>(tactics.size());
   const auto start = std::chrono::steady_clock::now();
   for (int r = 0; r < std::max(1, runs); ++r) {
     for (size_t t = 0; t < tactics.size(); ++t) {
       const auto t0 = std::chrono::steady_clock::now();
-      run_kernel(call, outs, tactics[t]);
+      run(tactics[t]);
       best[t] = std::min(best[t], elapsed_ms(t0));
     }
     if (elapsed_ms(start) >= budget_all) break;
@@ -502,10 +531,13 @@ TuneReport select_tactics(Engine& e, const CompileOptions& options) {
         // one per batch bucket (Note [Tactics per batch bucket] in runtime/tactics.h). The
         // throughput objective serves full batches: only the largest batch is timed (and tuning
         // takes half as long).
-        std::vector<double> ms = time_tactics(e, st, tactics, e.batch.max, options.tune_runs, options.tune_ms);
+        std::vector<double> ms =
+            time_tactics(e, st, tactics, e.batch.max, options.tune_runs, options.tune_ms, per_image(e, st));
+        if (per_image(e, st))  // the batch's time: each thread's images one after another
+          for (double& m : ms) m *= static_cast<double>((e.batch.max + e.target.threads - 1) / e.target.threads);
         std::vector<double> ms_min;
         if (!e.batch.symbol.empty() && e.batch.min != e.batch.max && e.target.objective == Target::Objective::latency)
-          ms_min = time_tactics(e, st, tactics, e.batch.min, options.tune_runs, options.tune_ms);
+          ms_min = time_tactics(e, st, tactics, e.batch.min, options.tune_runs, options.tune_ms, false);
         rep.ms += elapsed_ms(t0);
         TacticChoice choice = choose_tactics(ms, ms_min, e.batch.min, e.batch.max);
         if (choice.split && !budget_holds_both(tactics[choice.tactic], tactics[choice.small_tactic]))

@@ -35,6 +35,11 @@ struct TacticChoice {
 TacticChoice choose_tactics(const std::vector<double>& ms_max, const std::vector<double>& ms_min, int64_t batch_min,
                             int64_t batch_max, double margin = 0.15);
 
+// Whether a depth-first group may take st, running it image by image on each thread (Note
+// [Depth-first groups] in executor.cc): a per-sample step whose filters are small beside an
+// image's inputs and outputs. Tactic selection times such a step as the group runs it.
+bool image_by_image(const Engine& e, const EngineStep& st);
+
 // Sets EngineStep::tactic for every step whose op has several CPU kernels for its dtype: the
 // timing cache's choice, else the fastest timed one (options.autotune), else none (the op's first
 // kernel), and its small-batch tactic where one tactic does not fit the range. Reads and updates

@@ -11,6 +11,7 @@
 #include <filesystem>
 #include <fstream>
 #include <limits>
+#include <map>
 #include <set>
 #include <sstream>
 
@@ -264,6 +265,43 @@ TEST(Tactics, TheObjectiveDecidesWhichBatchesAreTimed) {
   o.batch_max = 1;
   EXPECT_EQ(timed_at(compile(mlp(), o)), std::set<size_t>{1});
   std::filesystem::remove(cache);
+}
+
+// Note [Tactics timed as the step runs]: small_cnn's convolutions, which a depth-first group runs
+// image by image at batch 4 on two threads, are timed so (their cache entries say it); its GEMM,
+// which no group takes, is timed on the batch; at a fixed batch nothing is. The steps the tuner
+// times image by image are the ones the executor's groups hold.
+TEST(Tactics, StepsInDepthFirstGroupsAreTimedImageByImage) {
+  const int before = get_num_threads();
+  set_num_threads(2);
+  std::string cache = temp_path("image_by_image");
+  auto image_keys = [&] {
+    std::ifstream f(cache);
+    std::map<std::string, int> n;  // op -> entries timed image by image
+    for (std::string line; std::getline(f, line);)
+      if (line.find("|image by image") != std::string::npos) ++n[line.substr(0, line.find('['))];
+    return n;
+  };
+  CompileOptions o = tuned(cache, 0);
+  o.layout = CompileOptions::Layout::nchw;
+  CompileResult r = compile(small_cnn(), o);
+  EXPECT_EQ(r.tuning.misses, 3) << "two convolutions and the gemm";
+  EXPECT_EQ(image_keys(), (std::map<std::string, int>{{"conv2d", 2}}));
+  auto shared = std::make_shared<const Engine>(r.engine);
+  Executor ex(shared);
+  std::set<size_t> grouped, timed;
+  for (const auto& [b, end] : ex.depth_first_groups())
+    for (size_t s = b; s < end; ++s) grouped.insert(s);
+  for (size_t s = 0; s < r.engine.steps.size(); ++s)
+    if (image_by_image(r.engine, r.engine.steps[s])) timed.insert(s);
+  EXPECT_FALSE(timed.empty());
+  EXPECT_EQ(timed, grouped);
+  std::filesystem::remove(cache);
+  o.batch_max = 1;
+  compile(small_cnn(), o);
+  EXPECT_TRUE(image_keys().empty());
+  std::filesystem::remove(cache);
+  set_num_threads(before);
 }
 
 TEST(Tactics, ThreadsAndIsaAreRestoredAfterTuning) {
