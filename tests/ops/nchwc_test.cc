@@ -486,7 +486,11 @@ TEST(Nchwc, StemConvReadsNchwInput) {
                         // Wide enough for row tiles (Note [Row tiles]): stride 2, 1, 4 channels.
                         {1, 3, 32, 40, 52, 3, 2, 1, false},
                         {2, 3, 16, 20, 30, 3, 1, 1, false},
-                        {1, 4, 48, 30, 40, 3, 2, 1, false}};
+                        {1, 4, 48, 30, 40, 3, 2, 1, false},
+                        // Rows wide enough for row tiles: 3 and 4 channels at stride 1 and 2.
+                        {1, 3, 32, 12, 30, 5, 1, 2, true},
+                        {1, 4, 64, 20, 40, 7, 2, 3, true},
+                        {1, 4, 32, 10, 24, 3, 1, 1, true}};
   int seed = 900;
   for (kernels::cpu::Isa isa : kernels::cpu::supported_isas()) {
     kernels::cpu::IsaOverride on(isa);

@@ -294,9 +294,9 @@ Plan plan(const Conv2dParams& p, NchwcInput input) {
   pl.dense = !pl.plain && pl.taps == 1 && p.stride_h == 1 && p.stride_w == 1 && !pl.copy && pl.rects.size() == 1 &&
              pl.hp == p.ho && pl.wp == p.wo && pl.oy == 0 && pl.ox == 0;
   // Note [Row tiles]: chunks of whole rows of the first (largest) rectangle where its rows hold
-  // row tiles (at stride 1 or 2, not for a stem's rows), as many rows as leave `want` items.
+  // row tiles (at stride 1 or 2), as many rows as leave `want` items.
   const int64_t row_cols = pl.rects[0].cols, least_row_tile = NchwcTiling{}.pixels(4);  // 6 (nv 4)
-  if (!pl.dense && !pl.rows && p.stride_w <= 2 && row_cols >= least_row_tile && row_cols <= kMaxChunk &&
+  if (!pl.dense && p.stride_w <= 2 && row_cols >= least_row_tile && row_cols <= kMaxChunk &&
       p.n * pl.panels * ((pl.pixels + row_cols - 1) / row_cols) >= want) {
     for (int64_t rows = kMaxChunk / row_cols; rows >= 1; --rows) {
       pl.chunk = rows * row_cols;
@@ -681,9 +681,9 @@ bool conv2d_nchwc_supported(const Conv2dParams& p, NchwcInput input) {
 // past a row's end, and the kernel holds them in general registers: the 7- or 12-pixel tile needs
 // more than there are, and GCC reloaded spilled offsets between the broadcasts of each step. On a
 // row of a rectangle the pixels are a fixed distance apart (the stride times 16 floats for a blocked
-// input, the stride for a plain one), so nchwc_row_tiles_f32_avx512 runs whole tiles along it with
-// that distance a constant: a broadcast's address is one base plus a displacement, no offsets, and a
-// run of tiles is one call. Only what is left at a row's end (less than a tile) is listed, in tiles
+// input, the stride for a plain one, the stride times C for a stem's rows: Note [Stem rows]), so
+// nchwc_row_tiles_f32_avx512 runs whole tiles along it with that distance a constant: a
+// broadcast's address is one base plus a displacement, no offsets, and a run of tiles is one call. Only what is left at a row's end (less than a tile) is listed, in tiles
 // of 1 or 7 pixels where they hold it (a 12-pixel tile costs the same for 3 pixels as for 12), and
 // the row tiles are 7 pixels where that wastes less (row_tile_pixels): rows of 14 as one 12-pixel
 // tile and 2 pixels in a 7-pixel one ran DenseNet's 128 -> 32 3x3 at 14 x 14 (batch 8, two
@@ -697,7 +697,8 @@ bool conv2d_nchwc_supported(const Conv2dParams& p, NchwcInput input) {
 // 4-6 alternations). At batch 1 on two threads, against the build before, medians by distance
 // (near): MobileNetV4-Medium 4.574 -> 4.486 ms, MobileNetV3-Large 1.546 -> 1.517, MobileNetV2
 // 1.744 -> 1.732, ResNet-50 16.08 -> 15.99, EfficientNet-B0 even (bench/RESULTS.md, 2026-12-06
-// 20:18).
+// 20:18). A stem's rows (3 or 4 channels) took them later: ResNet-50's 7 x 7 stem on one thread
+// 1.01-1.02 -> 0.97-0.98 ms in the engine, ~96% of the FMA peak.
 //
 // Note [Blocked tiles]
 // Panels of 4 output blocks run 6-pixel tiles (8 x 48, 12 x 32 and 12 x 16 for a narrower last

@@ -680,9 +680,17 @@ NchwcUkernelF32 nchwc_row_tiles_f32_avx512(int nv, int mr, int64_t pixel_floats,
   return by_tile(nv, mr, [&]<int MR, int NV>() -> NchwcUkernelF32 {
     if (plain) {
       if (listed) return nullptr;
-      return pixel_floats == 1   ? nchwc_row_tiles<MR, NV, 1, RowInput::plain, false>
-             : pixel_floats == 2 ? nchwc_row_tiles<MR, NV, 2, RowInput::plain, false>
-                                 : nullptr;
+      // A plain input's stride (1 or 2), or a stem's rows' pixel of C values at stride 1 or 2
+      // (Note [Stem rows] in conv_nchwc.cc: 3 or 4 channels).
+      switch (pixel_floats) {
+        case 1: return nchwc_row_tiles<MR, NV, 1, RowInput::plain, false>;
+        case 2: return nchwc_row_tiles<MR, NV, 2, RowInput::plain, false>;
+        case 3: return nchwc_row_tiles<MR, NV, 3, RowInput::plain, false>;
+        case 4: return nchwc_row_tiles<MR, NV, 4, RowInput::plain, false>;
+        case 6: return nchwc_row_tiles<MR, NV, 6, RowInput::plain, false>;
+        case 8: return nchwc_row_tiles<MR, NV, 8, RowInput::plain, false>;
+        default: return nullptr;
+      }
     }
     if (pixel_floats == 16)
       return listed ? nchwc_row_tiles<MR, NV, 16, RowInput::blocked, true> : nchwc_row_tiles<MR, NV, 16, RowInput::blocked, false>;
