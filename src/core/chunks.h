@@ -103,8 +103,8 @@ class OwnedChunks {
  public:
   // Units [0, n) for `threads`, in chunks of at least `min` units (unless fewer are left) and at
   // most 1 / per_thread of a share, the shares kept in `shares` (at least `threads` of them, used
-  // by nothing else while this lives: the pool's own, Note [Shares that stay put] in
-  // core/thread_pool.cc).
+  // by nothing else while this lives: the pool's own, Note [The caller's frames fetched at once]
+  // in core/thread_pool.cc).
   OwnedChunks(int64_t n, int64_t min, int threads, int per_thread, ChunkShare* shares)
       : c_(n, min, threads, per_thread), threads_(std::max(1, threads)), shares_(shares) {
     // Shares start at multiples of `min`, so that only a piece ending at n is ever shorter.
