@@ -141,7 +141,6 @@ void Executor::find_groups() {
   }
   for (int32_t id : e.outputs) last[static_cast<size_t>(id)] = steps;
   auto value = [&](int32_t id) -> const EngineValue& { return e.values[static_cast<size_t>(id)]; };
-  auto joins = [&](const EngineStep& st) { return image_by_image(e, st); };
   auto overlap = [&](const EngineValue& a, const EngineValue& b) {
     return a.offset < b.offset + b.bytes && b.offset < a.offset + a.bytes;
   };
@@ -199,7 +198,7 @@ void Executor::find_groups() {
   };
   for (size_t s = 0; s < steps;) {
     size_t end = s;
-    while (end < steps && joins(e.steps[end])) ++end;
+    while (end < steps && image_by_image(e, e.steps[end])) ++end;
     if (end == s) {
       ++s;
       continue;

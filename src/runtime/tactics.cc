@@ -244,7 +244,7 @@ std::vector<std::string> candidate_tactics(const Engine& e, const EngineStep& st
 // batch 1; ResNet-50 121.3 -> 119.7 at batch 8, even at 1; MobileNetV4-Medium 28.44 -> 28.19 at
 // batch 8, even at 1; MobileNetV2 even.
 bool per_image(const Engine& e, const EngineStep& st) {
-  return e.target.threads >= 1 && e.batch.max >= std::max(2, e.target.threads) && image_by_image(e, st);
+  return e.batch.max >= std::max(2, e.target.threads) && image_by_image(e, st);
 }
 
 // The candidates are part of the key: a kiln with a new tactic times the step again instead of
@@ -291,8 +291,10 @@ double elapsed_ms(std::chrono::steady_clock::time_point t0) {
 // tactic's, with caches as disturbed as between an engine's steps.
 std::vector<double> time_tactics(const Engine& e, const EngineStep& st, const std::vector<std::string>& tactics,
                                  int64_t batch, int runs, double budget_ms, bool image_each) {
-  // Note [Tactics timed as the step runs]: image_each, one image on every thread at once.
+  // Note [Tactics timed as the step runs]: image_each, one image on every thread at once, the
+  // time scaled to the batch's (each thread's images one after another).
   const int copies = image_each ? std::max(1, get_num_threads()) : 1;
+  const double images_a_thread = image_each ? static_cast<double>((batch + copies - 1) / copies) : 1.0;
   if (image_each) batch = 1;
   std::vector<OpCall> calls;
   std::vector<std::vector<Tensor>> outs(static_cast<size_t>(copies));  // one set a thread for all tactics
@@ -330,6 +332,7 @@ std::vector<double> time_tactics(const Engine& e, const EngineStep& st, const st
     }
     if (elapsed_ms(start) >= budget_all) break;
   }
+  for (double& ms : best) ms *= images_a_thread;
   return best;
 }
 
@@ -533,8 +536,6 @@ TuneReport select_tactics(Engine& e, const CompileOptions& options) {
         // takes half as long).
         std::vector<double> ms =
             time_tactics(e, st, tactics, e.batch.max, options.tune_runs, options.tune_ms, per_image(e, st));
-        if (per_image(e, st))  // the batch's time: each thread's images one after another
-          for (double& m : ms) m *= static_cast<double>((e.batch.max + e.target.threads - 1) / e.target.threads);
         std::vector<double> ms_min;
         if (!e.batch.symbol.empty() && e.batch.min != e.batch.max && e.target.objective == Target::Objective::latency)
           ms_min = time_tactics(e, st, tactics, e.batch.min, options.tune_runs, options.tune_ms, false);

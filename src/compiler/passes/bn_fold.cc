@@ -182,18 +182,22 @@ class BnFoldPass : public ir::Pass {
     std::vector<std::string> items;
     bool appended = false;
     auto uses = g.uses();
+    // n's output becomes `result` (under n's name) and the nodes `gone` (n among them) go.
+    auto replace = [&](ir::Node* n, ir::Value* result, const std::vector<ir::Node*>& gone, const std::string& before) {
+      appended = true;
+      const std::string out_name = n->output()->name();
+      g.replace_all_uses(n->output(), result);
+      g.erase_nodes(gone);
+      g.rename(result, out_name);
+      items.push_back(before + " -> " + result->producer()->str());
+      uses = g.uses();
+    };
     for (ir::Node* bn : g.nodes()) {
       std::vector<ir::Node*> replaced;
       if (ir::Value* folded = fold_layer_scale(g, bn, uses, replaced)) {
         std::string before;
         for (auto it = replaced.rbegin(); it != replaced.rend(); ++it) before += (before.empty() ? "" : " + ") + (*it)->str();
-        const std::string out_name = bn->output()->name();
-        g.replace_all_uses(bn->output(), folded);
-        g.erase_nodes(replaced);
-        g.rename(folded, out_name);
-        items.push_back(before + " -> " + folded->producer()->str());
-        appended = true;
-        uses = g.uses();
+        replace(bn, folded, replaced, before);
         continue;
       }
       const bool batch_norm = bn->op().name() == "batch_norm";
@@ -265,13 +269,7 @@ class BnFoldPass : public ir::Pass {
         continue;
       }
       if (!result) continue;
-      appended = true;
-      std::string out_name = bn->output()->name();
-      g.replace_all_uses(bn->output(), result);
-      g.erase_nodes({bn, p});  // the replacement takes the batch_norm's name
-      g.rename(result, out_name);
-      items.push_back(before + " -> " + result->producer()->str());
-      uses = g.uses();
+      replace(bn, result, {bn, p}, before);
     }
     if (appended) topo_reorder(g);
     return report("bn_fold", "folded", items, "no batch_norm or per-channel scale to fold");

@@ -680,25 +680,26 @@ bool conv2d_nchwc_supported(const Conv2dParams& p, NchwcInput input) {
 // Outside a dense layer a tile's pixels carry their own input offsets, so that a tile may run on
 // past a row's end, and the kernel holds them in general registers: the 7- or 12-pixel tile needs
 // more than there are, and GCC reloaded spilled offsets between the broadcasts of each step. On a
-// row of a rectangle the pixels are a fixed distance apart (the stride times 16 floats for a blocked
-// input, the stride for a plain one, the stride times C for a stem's rows: Note [Stem rows]), so
-// nchwc_row_tiles_f32_avx512 runs whole tiles along it with that distance a constant: a
-// broadcast's address is one base plus a displacement, no offsets, and a run of tiles is one call. Only what is left at a row's end (less than a tile) is listed, in tiles
-// of 1 or 7 pixels where they hold it (a 12-pixel tile costs the same for 3 pixels as for 12), and
-// the row tiles are 7 pixels where that wastes less (row_tile_pixels): rows of 14 as one 12-pixel
-// tile and 2 pixels in a 7-pixel one ran DenseNet's 128 -> 32 3x3 at 14 x 14 (batch 8, two
-// threads) in 0.33 ms against 0.26 before row tiles; as two 7-pixel row tiles 0.24 (ONNX Runtime
-// 0.25), ResNet-50's 256 -> 256 at 14 x 14 0.346 -> 0.293. And since what is left is then per row,
-// the largest rectangle comes first and its rows are whole in a chunk: a chunk is as many of its
-// rows as leave `want` items (at most kMaxChunk pixels), and quarter items (Note [Quarter items at
-// the end]) are whole rows too. MobileNetV4's stem (3 -> 32, 3 x 3 stride 2 on 224 x 224, plain
-// input), one thread: 0.139 -> 0.110 ms (ONNX Runtime 0.097-0.101); its 32 -> 32 3 x 3 stride 2 at
-// 112 x 112 0.240 -> 0.228 (0.240); Medium's 32 -> 128 0.986 -> 0.937 (0.941; per-layer minima of
-// 4-6 alternations). At batch 1 on two threads, against the build before, medians by distance
-// (near): MobileNetV4-Medium 4.574 -> 4.486 ms, MobileNetV3-Large 1.546 -> 1.517, MobileNetV2
-// 1.744 -> 1.732, ResNet-50 16.08 -> 15.99, EfficientNet-B0 even (bench/RESULTS.md, 2026-12-06
-// 20:18). A stem's rows (3 or 4 channels) took them later: ResNet-50's 7 x 7 stem on one thread
-// 1.01-1.02 -> 0.97-0.98 ms in the engine, ~96% of the FMA peak.
+// row of a rectangle the pixels are a fixed distance apart (the stride times 16 floats for a
+// blocked input, the stride for a plain one, the stride times C for a stem's rows:
+// Note [Stem rows]), so nchwc_row_tiles_f32_avx512 runs whole tiles along it with that distance a
+// constant: a broadcast's address is one base plus a displacement, no offsets, and a run of tiles
+// is one call. Only what is left at a row's end (less than a tile) is listed, in tiles of 1 or 7
+// pixels where they hold it (a 12-pixel tile costs the same for 3 pixels as for 12), and the row
+// tiles are 7 pixels where that wastes less (row_tile_pixels): rows of 14 as one 12-pixel tile and
+// 2 pixels in a 7-pixel one ran DenseNet's 128 -> 32 3x3 at 14 x 14 (batch 8, two threads) in 0.33
+// ms against 0.26 before row tiles; as two 7-pixel row tiles 0.24 (ONNX Runtime 0.25), ResNet-50's
+// 256 -> 256 at 14 x 14 0.346 -> 0.293. And since what is left is then per row, the largest
+// rectangle comes first and its rows are whole in a chunk: a chunk is as many of its rows as leave
+// `want` items (at most kMaxChunk pixels), and quarter items (Note [Quarter items at the end]) are
+// whole rows too. MobileNetV4's stem (3 -> 32, 3 x 3 stride 2 on 224 x 224, plain input), one
+// thread: 0.139 -> 0.110 ms (ONNX Runtime 0.097-0.101); its 32 -> 32 3 x 3 stride 2 at 112 x 112
+// 0.240 -> 0.228 (0.240); Medium's 32 -> 128 0.986 -> 0.937 (0.941; per-layer minima of 4-6
+// alternations). At batch 1 on two threads, against the build before, medians by distance (near):
+// MobileNetV4-Medium 4.574 -> 4.486 ms, MobileNetV3-Large 1.546 -> 1.517, MobileNetV2 1.744 ->
+// 1.732, ResNet-50 16.08 -> 15.99, EfficientNet-B0 even (bench/RESULTS.md, 2026-12-06 20:18). A
+// stem's rows (3 or 4 channels) took them later: ResNet-50's 7 x 7 stem on one thread 1.01-1.02 ->
+// 0.97-0.98 ms in the engine, ~96% of the FMA peak.
 //
 // Note [Blocked tiles]
 // Panels of 4 output blocks run 6-pixel tiles (8 x 48, 12 x 32 and 12 x 16 for a narrower last
