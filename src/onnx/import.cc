@@ -183,7 +183,9 @@ ir::Value* Importer::symbolic_shape(const std::vector<ir::Dim>& dims) {
   std::vector<int64_t> v;
   for (const auto& d : dims) v.push_back(d.is_symbolic() ? marker_of(d) : d.size);
   ir::Value* c = constant(from_vector(v));
-  symbolic_.insert(c);
+  // (A shape's static part, Shape(x, start, end) of a partly symbolic x, is an ordinary constant:
+  // ops that need its value may read it.)
+  if (std::any_of(dims.begin(), dims.end(), [](const ir::Dim& d) { return d.is_symbolic(); })) symbolic_.insert(c);
   return c;
 }
 

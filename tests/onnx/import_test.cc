@@ -152,6 +152,25 @@ TEST(OnnxImport, SymbolicBatchFlowsThroughShapeArithmetic) {
   }
 }
 
+// The dynamo exporter's position ids in a BERT: Shape(input_ids, start=1, end=2) of [batch, seq]
+// with seq bound (or static) is [seq], an ordinary value Slice may read as its end.
+TEST(OnnxImport, TheStaticPartOfAPartlySymbolicShapeIsAValue) {
+  ModelBuilder b(18);
+  b.input("ids", DType::f32, {ir::Dim::sym("batch"), ir::Dim::sym("seq")}).output("y");
+  b.init("positions", i64({0, 1, 2, 3, 4, 5, 6, 7, 8})).init("zero", i64({0}));
+  auto* shape = b.node("Shape", {"ids"}, {"len"});
+  ModelBuilder::attr_int(shape, "start", 1);
+  ModelBuilder::attr_int(shape, "end", 2);
+  b.node("Slice", {"positions", "zero", "len"}, {"y"}, "positions_of_seq");
+  onnx::ImportOptions opt;
+  opt.dim_values["seq"] = 5;
+  onnx::Model m = b.import(opt);
+  EXPECT_EQ(ir::type_str(m.graph.outputs()[0]->type()), "i64[5]");
+  EXPECT_TRUE(all_close(run(m, {random_tensor({3, 5}, DType::f32, 7)})[0], i64({0, 1, 2, 3, 4})));
+  // Unbound, the slice's end is the symbol itself: an error that names it, not an empty list.
+  EXPECT_KILN_ERROR(b.import(), "'positions_of_seq'", "symbolic dim(s) seq");
+}
+
 TEST(OnnxImport, SymbolicShapeArithmeticIsAnErrorNotAWrongNumber) {
   // batch * batch and batch + 1 are not scale * batch; Max of shape values is not followed at all.
   for (const char* op : {"Mul", "Add", "Max"}) {
