@@ -45,7 +45,11 @@ intra-op threads = --threads, inter-op 1) run alternately in separate processes 
 rounds; the table gives each side's best median and the ratio kiln / ORT.
 
     python3 bench/exported_vs_ort.py --kiln build/tools/kiln --work /tmp/exported \\
-        [--models efficientnet_b0,hf_bert] [--batch 1 8] [--threads 2] [--rounds 3]
+        [--models efficientnet_b0,hf_bert] [--batch 1 8] [--threads 2] [--rounds 3] [--exporter dynamo]
+
+--exporter dynamo exports the PyTorch models with torch.onnx.export(dynamo=True), the default from
+PyTorch 2.9 on (pip install onnxscript): opset 18 or later, LayerNormalization as one node,
+attention and GELU as torch.export decomposes them.
 """
 import argparse
 import json
@@ -86,11 +90,13 @@ SEQ, VOCAB, PADDED = 128, 30522, 28
 
 # ---- exporters ---------------------------------------------------------------------------------
 
-def export_torch(name, path):
+def export_torch(name, path, exporter="torchscript"):
     import torch
     import torchvision
     torch.manual_seed(0)
     dyn = {"input": {0: "batch"}, "output": {0: "batch"}}
+    # torch.export specializes a dim of size 1 whatever dynamic_axes says: an example batch of 2.
+    b = 2 if exporter == "dynamo" else 1
     if name in VISION or name in TIMM:
         if name in TIMM:
             import timm
@@ -106,23 +112,29 @@ def export_torch(name, path):
             for mod in m.modules():
                 if isinstance(mod, torch.nn.Linear) and float(mod.weight.abs().max()) == 0.0:
                     torch.nn.init.normal_(mod.weight, std=0.02)
-        args, names = (torch.randn(1, 3, 224, 224),), ["input"]
+        args, names = (torch.randn(b, 3, 224, 224),), ["input"]
     elif name.startswith("torch_encoder"):
         # torch_encoder_512: a smaller encoder with nn.TransformerEncoderLayer's defaults (ReLU, 8 heads).
         d, heads, ff, layers, act = (512, 8, 2048, 6, "relu") if name.endswith("512") else (768, 12, 3072, 12, "gelu")
         layer = torch.nn.TransformerEncoderLayer(d, heads, ff, dropout=0.0, activation=act, batch_first=True,
                                                  norm_first=name.endswith("prenorm"))
         m = torch.nn.TransformerEncoder(layer, layers, enable_nested_tensor=False).eval()
-        args, names = (torch.randn(1, SEQ, d),), ["input"]
+        args, names = (torch.randn(b, SEQ, d),), ["input"]
     else:
         m = transformers_model(name) if name in TRANSFORMERS else bert(name).eval()
-        args = (torch.randint(0, VOCAB, (1, SEQ)), torch.ones(1, SEQ, dtype=torch.int64))
+        args = (torch.randint(0, VOCAB, (b, SEQ)), torch.ones(b, SEQ, dtype=torch.int64))
         names = ["input_ids", "attention_mask"]
         dyn = {"input_ids": {0: "batch", 1: "seq"}, "attention_mask": {0: "batch", 1: "seq"},
                "output": {0: "batch", 1: "seq"}}
     # Not under no_grad: there nn.MultiheadAttention takes its fused fast path, which has no ONNX form.
-    torch.onnx.export(m, args, path, input_names=names, output_names=["output"], dynamic_axes=dyn, opset_version=17,
-                      dynamo=False)
+    if exporter == "dynamo":
+        # torch.export's graph through onnxscript (the default exporter from PyTorch 2.9 on): its own
+        # opset (18 or later) and decompositions.
+        torch.onnx.export(m, args, path, input_names=names, output_names=["output"], dynamic_axes=dyn, dynamo=True,
+                          external_data=False)
+    else:
+        torch.onnx.export(m, args, path, input_names=names, output_names=["output"], dynamic_axes=dyn,
+                          opset_version=17, dynamo=False)
 
 
 def have_timm():
@@ -297,6 +309,9 @@ def main():
     ap.add_argument("--batch", type=int, nargs="+", default=[1, 8])
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--exporter", choices=["torchscript", "dynamo"], default="torchscript",
+                    help="torch.onnx.export(dynamo=False, opset 17), or dynamo=True (needs onnxscript); "
+                         "dynamo's files are named MODEL__dynamo")
     ap.add_argument("--json")
     a = ap.parse_args()
     os.makedirs(a.work, exist_ok=True)
@@ -309,8 +324,9 @@ def main():
     rows = []
     print(f"{'model':24} {'batch':>5} {'kiln ms':>9} {'ORT ms':>9} {'kiln/ORT':>8}  check")
     for name in a.models.split(","):
-        onnx_path = os.path.join(a.work, name + ".onnx")
-        engine = os.path.join(a.work, name + ".kiln")
+        stem = name + ("__dynamo" if a.exporter == "dynamo" and name != "tf_mobilenet_v2" else "")
+        onnx_path = os.path.join(a.work, stem + ".onnx")
+        engine = os.path.join(a.work, stem + ".kiln")
         if not os.path.exists(onnx_path):
             if name == "tf_mobilenet_v2":
                 export_tf_mobilenet_v2(onnx_path)
@@ -324,20 +340,20 @@ def main():
                 print(f"{name:24} skipped: needs timm (pip install timm)")
                 continue
             else:
-                export_torch(name, onnx_path)
+                export_torch(name, onnx_path, a.exporter)
         extra = ["--dim", f"seq={SEQ}"] if name in ENCODERS and not name.startswith("torch_encoder") else []
         subprocess.run([a.kiln, "compile", onnx_path, "-o", engine, "--batch", "1:8", "--threads", str(a.threads)]
                        + extra, check=True, stdout=subprocess.DEVNULL)
         session = ort_session(onnx_path, a.threads)
         for batch in a.batch:
             feeds = inputs_for(session, batch)
-            feed_file = os.path.join(a.work, f"{name}_b{batch}.npz")
+            feed_file = os.path.join(a.work, f"{stem}_b{batch}.npz")
             np.savez(feed_file, **feeds)
             in_args = []
             for k, v in feeds.items():
-                np.save(os.path.join(a.work, f"{name}_b{batch}_{k}.npy"), v)
-                in_args += ["-i", f"{k}={os.path.join(a.work, f'{name}_b{batch}_{k}.npy')}"]
-            out_dir = os.path.join(a.work, f"{name}_b{batch}_out")
+                np.save(os.path.join(a.work, f"{stem}_b{batch}_{k}.npy"), v)
+                in_args += ["-i", f"{k}={os.path.join(a.work, f'{stem}_b{batch}_{k}.npy')}"]
+            out_dir = os.path.join(a.work, f"{stem}_b{batch}_out")
             subprocess.run([a.kiln, "run", engine, "-o", out_dir] + in_args, check=True, stdout=subprocess.DEVNULL)
             got = np.load(os.path.join(out_dir, os.listdir(out_dir)[0]))
             want = session.run(None, feeds)[0]
@@ -355,8 +371,8 @@ def main():
                                     feed_file], check=True, capture_output=True, text=True)
                 ort_ms.append(float(r.stdout))
             k, o = min(kiln_ms), min(ort_ms)
-            rows.append({"model": name, "batch": batch, "kiln_ms": k, "ort_ms": o, "ratio": k / o, "check": check})
-            print(f"{name:24} {batch:>5} {k:>9.3f} {o:>9.3f} {k / o:>8.2f}  {check}", flush=True)
+            rows.append({"model": stem, "batch": batch, "kiln_ms": k, "ort_ms": o, "ratio": k / o, "check": check})
+            print(f"{stem:24} {batch:>5} {k:>9.3f} {o:>9.3f} {k / o:>8.2f}  {check}", flush=True)
     if a.json:
         with open(a.json, "w") as f:
             json.dump(rows, f, indent=1)
