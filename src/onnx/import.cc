@@ -237,6 +237,11 @@ ir::Value* Importer::symbolic_arith(const std::string& op_type, ir::Value* a, ir
       else refuse();
     } else if (op_type == "Div" && x.is_symbolic() && !y.is_symbolic() && y.size > 0 && x.scale % y.size == 0) {
       out.push_back(ir::Dim::sym(x.symbol, x.scale / y.size));
+    } else if (op_type == "Div" && x.is_symbolic() && y.is_symbolic() && x.symbol == y.symbol && y.scale > 0 &&
+               x.scale % y.scale == 0) {
+      out.emplace_back(x.scale / y.scale);  // GPT-2's dynamo export: mask.numel() // batch, (seq * batch) / batch
+    } else if (op_type == "Sub" && x.is_symbolic() && x == y) {
+      out.emplace_back(0);
     } else if ((op_type == "Add" || op_type == "Sub") && !y.is_symbolic() && y.size == 0) {
       out.push_back(x);
     } else if (op_type == "Add" && !x.is_symbolic() && x.size == 0) {
