@@ -321,7 +321,7 @@ def main():
         have_torch = True
     except ImportError:
         have_torch = False
-    rows = []
+    rows, failed = [], []
     print(f"{'model':24} {'batch':>5} {'kiln ms':>9} {'ORT ms':>9} {'kiln/ORT':>8}  check")
     for name in a.models.split(","):
         stem = name + ("__dynamo" if a.exporter == "dynamo" and name != "tf_mobilenet_v2" else "")
@@ -340,10 +340,18 @@ def main():
                 print(f"{name:24} skipped: needs timm (pip install timm)")
                 continue
             else:
-                export_torch(name, onnx_path, a.exporter)
+                try:
+                    export_torch(name, onnx_path, a.exporter)
+                except Exception as e:  # the exporter's failure, not kiln's: say so and go on
+                    print(f"{stem:24} export failed: {(str(e).strip().splitlines() or [type(e).__name__])[0][:160]}")
+                    continue
         extra = ["--dim", f"seq={SEQ}"] if name in ENCODERS and not name.startswith("torch_encoder") else []
-        subprocess.run([a.kiln, "compile", onnx_path, "-o", engine, "--batch", "1:8", "--threads", str(a.threads)]
-                       + extra, check=True, stdout=subprocess.DEVNULL)
+        r = subprocess.run([a.kiln, "compile", onnx_path, "-o", engine, "--batch", "1:8", "--threads", str(a.threads)]
+                           + extra, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+        if r.returncode != 0:
+            print(f"{stem:24} kiln compile FAILED: {(r.stderr.strip().splitlines() or ['?'])[-1]}", flush=True)
+            failed.append(stem)
+            continue
         session = ort_session(onnx_path, a.threads)
         for batch in a.batch:
             feeds = inputs_for(session, batch)
@@ -376,6 +384,8 @@ def main():
     if a.json:
         with open(a.json, "w") as f:
             json.dump(rows, f, indent=1)
+    if failed:
+        sys.exit(f"kiln could not compile: {', '.join(failed)}")
 
 
 if __name__ == "__main__":
