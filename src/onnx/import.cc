@@ -115,6 +115,8 @@ class Importer {
   bool is_symbolic_shape(const ir::Value* v) const { return symbolic_.count(v) != 0; }
   std::vector<ir::Dim> decode_dims(const Tensor& t) const;
   std::string symbols_in(const ir::Value* v) const;
+  // Where the graph's inputs carry several symbols (batch, height, width): which to bind, and how.
+  std::string unbound_symbols_hint() const;
   // Note [Symbolic shape arithmetic]
   ir::Value* symbolic_arith(const std::string& op_type, ir::Value* a, ir::Value* b);
   // Note [Symbolic shape selection]
@@ -401,6 +403,18 @@ std::string Importer::symbols_in(const ir::Value* v) const {
   std::string s;
   for (const auto& n : names) s += (s.empty() ? "" : ", ") + n;
   return s;
+}
+
+std::string Importer::unbound_symbols_hint() const {
+  std::vector<std::string> names;
+  for (const ir::Value* v : g_.inputs())
+    for (const ir::Dim& d : v->type().shape)
+      if (d.is_symbolic() && std::find(names.begin(), names.end(), d.symbol) == names.end()) names.push_back(d.symbol);
+  if (names.size() < 2) return "";
+  std::string list;
+  for (const auto& n : names) list += (list.empty() ? "" : ", ") + n;
+  return " (the graph's inputs have symbolic dims " + list + "; kiln keeps one symbol, the batch, free: give the "
+         "others sizes, e.g. `kiln compile --dim " + names[1] + "=SIZE`, ImportOptions::dim_values)";
 }
 
 // ---- values -------------------------------------------------------------------------------------
@@ -697,7 +711,7 @@ void Importer::convert_node(const ::onnx::NodeProto& n, int index, int depth, co
   } catch (const Error& e) {
     std::string msg = e.what();
     if (msg.rfind("node #", 0) == 0) throw;
-    KILN_FAIL(node_label(n, index), ": ", msg);
+    KILN_FAIL(node_label(n, index), ": ", msg, msg.find("symbolic") != std::string::npos ? unbound_symbols_hint() : "");
   } catch (const std::out_of_range&) {
     // A converter read element k of a constant (a scalar k, ratio, depth, ...) that has fewer.
     KILN_FAIL(node_label(n, index), ": a constant input or attribute holds fewer values than the operator reads");

@@ -202,6 +202,24 @@ TEST(OnnxImport, ASymbolicDimOverItsOwnSymbolIsANumber) {
   }
 }
 
+// An image model exported with dynamic height and width: a stride-2 convolution's output is
+// (h - 1) / 2 + 1, no multiple of h. The error names the inputs' symbols and how to bind them;
+// bound, the model imports with the batch alone symbolic.
+TEST(OnnxImport, UnboundImageDimsAreNamedWithTheFlagThatBindsThem) {
+  ModelBuilder b;
+  b.input("x", DType::f32, {ir::Dim::sym("batch"), 3, ir::Dim::sym("h"), ir::Dim::sym("w")}).output("y");
+  b.init("W", random_tensor({8, 3, 3, 3}, DType::f32, 9));
+  auto* conv = b.node("Conv", {"x", "W"}, {"y"}, "stem");
+  ModelBuilder::attr_ints(conv, "kernel_shape", {3, 3});
+  ModelBuilder::attr_ints(conv, "strides", {2, 2});
+  ModelBuilder::attr_ints(conv, "pads", {1, 1, 1, 1});
+  EXPECT_KILN_ERROR(b.import(), "'stem'", "symbolic dims batch, h, w", "--dim h=SIZE");
+  onnx::ImportOptions opt;
+  opt.dim_values = {{"h", 9}, {"w", 7}};
+  onnx::Model m = b.import(opt);
+  EXPECT_EQ(ir::type_str(m.graph.outputs()[0]->type()), "f32[batch, 8, 5, 4]");
+}
+
 TEST(OnnxImport, SymbolicShapeArithmeticIsAnErrorNotAWrongNumber) {
   // batch * batch and batch + 1 are not scale * batch; Max of shape values is not followed at all.
   for (const char* op : {"Mul", "Add", "Max"}) {
