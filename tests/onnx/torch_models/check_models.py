@@ -3,7 +3,8 @@
 MODEL.onnx`, the reference executor) against the outputs PyTorch computed (numpy only, no torch).
 
 Each case directory (written by export_models.py) holds model.onnx, inputs and PyTorch outputs as
-.npy and meta.json. A dynamic-batch case is also run at a second batch (alt_*.npy). An output
+.npy and meta.json. A dynamic-batch case is also run at a second batch (alt_*.npy); symbolic dims
+besides the batch (meta.json's "dims", a sequence exported dynamic) are bound with --dim. An output
 passes when every element satisfies |kiln - torch| <= atol * scale + rtol * |torch|, scale being
 max(1, max |torch|) of that output (float32 tolerances: rtol 1e-4, atol 1e-5 by default); the
 table reports the max-norm relative error max |kiln - torch| / max(1, max |torch|).
@@ -69,6 +70,8 @@ def run_case(args, case, case_dir, work):
     runs = [("main", meta["inputs"], meta["outputs"])]
     if meta.get("alt"):
         runs.append(("b{}".format(meta["alt"]["batch"]), meta["alt"]["inputs"], meta["alt"]["outputs"]))
+    # Symbolic dims besides the batch (a sequence exported dynamic) get the size the case was run at.
+    dims = [a for k, v in sorted(meta.get("dims", {}).items()) for a in ("--dim", "{}={}".format(k, v))]
     targets = [("O{}".format(n), n) for n in args.levels]
     if args.reference:
         targets.append(("ref", None))
@@ -76,7 +79,7 @@ def run_case(args, case, case_dir, work):
     for label, level in targets:
         if level is not None:
             engine = os.path.join(work, "O{}.kiln".format(level))
-            cmd = [args.kiln, "compile", model, "-o", engine, "-O", str(level)]
+            cmd = [args.kiln, "compile", model, "-o", engine, "-O", str(level)] + dims
             if meta.get("dynamic_batch") and args.batch:
                 cmd += ["--batch", args.batch]  # default: kiln compile's own range (1..64)
             rc, text = run(cmd, args.timeout)
@@ -89,7 +92,7 @@ def run_case(args, case, case_dir, work):
         for run_label, inputs, outputs in runs:
             out_dir = os.path.join(work, "{}_{}".format(label, run_label))
             shutil.rmtree(out_dir, ignore_errors=True)
-            cmd = [args.kiln, "run", runnable, "-o", out_dir]
+            cmd = [args.kiln, "run", runnable, "-o", out_dir] + (dims if level is None else [])
             for i in inputs:
                 cmd += ["-i", "{}={}".format(i["name"], os.path.join(case_dir, i["file"]))]
             rc, text = run(cmd, args.timeout)

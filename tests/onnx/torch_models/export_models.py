@@ -240,12 +240,15 @@ def encoder_input(d, seq, batch_first, mask):
     return make, axes
 
 
-def bert_input(vocab, seq):
+def bert_input(vocab, seq, dynamic_seq=False):
     def make(batch, g):
         ids = torch.randint(0, vocab, (batch, seq), generator=g)
         lengths = torch.randint(2, seq + 1, (batch,), generator=g)
         mask = (torch.arange(seq)[None, :] < lengths[:, None]).to(torch.int64)
         return {"ids": ids, "attention_mask": mask}
+    # A third entry: axes exported as a symbolic "seq" (bound to seq when the case is checked).
+    if dynamic_seq:
+        return make, {"ids": 0, "attention_mask": 0}, ({"ids": 1, "attention_mask": 1}, seq)
     return make, {"ids": 0, "attention_mask": 0}
 
 
@@ -268,6 +271,12 @@ def models():
     table["encoder_sf_pre_gelu_causal"] = ("small", _encoder(32, 4, 64, 2, False, True, "gelu", "causal"),
                                            encoder_input(32, 6, False, "causal"))
     table["bert"] = ("small", lambda: Bert(), bert_input(50, 8))
+    # HuggingFace's own GPT-2 (when transformers is installed): its causal mask and position ids as
+    # transformers writes them, with the sequence exported dynamic as well: under dynamo its length
+    # is then attention_mask.numel() // batch, and its position ids a Slice to Shape(ids)[1:2].
+    table["hf_gpt2"] = ("small", _hf_gpt2, bert_input(50, 8, dynamic_seq=True))
+    # ...and its BertModel, whose position ids are a slice of a buffer to the sequence's length.
+    table["hf_bert"] = ("small", _hf_bert, bert_input(50, 8, dynamic_seq=True))
     # Full size, local only.
     table["resnet18"] = ("full", lambda: tvm.resnet18(), image_input(224))
     table["mobilenet_v2"] = ("full", lambda: tvm.mobilenet_v2(), image_input(224))
@@ -293,6 +302,28 @@ def _small_mobilenet(tvm):
                                           activation_layer=nn.ReLU6)
     m.classifier[1] = nn.Linear(96, 10)
     return m
+
+
+class _LastHidden(nn.Module):
+    def __init__(self, model):
+        super().__init__()
+        self.model = model
+
+    def forward(self, ids, attention_mask):
+        return self.model(input_ids=ids, attention_mask=attention_mask).last_hidden_state
+
+
+def _hf_gpt2():
+    import transformers
+    cfg = transformers.GPT2Config(vocab_size=50, n_positions=16, n_embd=32, n_layer=2, n_head=4, use_cache=False)
+    return _LastHidden(transformers.GPT2Model(cfg))
+
+
+def _hf_bert():
+    import transformers
+    cfg = transformers.BertConfig(vocab_size=50, hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
+                                  intermediate_size=64, max_position_embeddings=16)
+    return _LastHidden(transformers.BertModel(cfg, add_pooling_layer=False))
 
 
 def _encoder(d, heads, ff, layers, bf, nf, act, mask):
@@ -334,7 +365,8 @@ def save_case(case_dir, model, inputs, alt_inputs, meta):
 
 def export_case(out_dir, name, builder, inputs_spec, exporter, kwargs, dynamic, seed):
     import onnx
-    make_inputs, batch_axes = inputs_spec
+    make_inputs, batch_axes = inputs_spec[:2]
+    seq_axes, seq = inputs_spec[2] if len(inputs_spec) > 2 and dynamic else ({}, 0)
     case = "{}__{}__{}".format(name, exporter, "dyn" if dynamic else "static")
     case_dir = os.path.join(out_dir, case)
     shutil.rmtree(case_dir, ignore_errors=True)
@@ -350,7 +382,14 @@ def export_case(out_dir, name, builder, inputs_spec, exporter, kwargs, dynamic, 
         warnings.simplefilter("ignore")
         if kwargs["dynamo"]:
             extra = {}
-            if dynamic:
+            if dynamic and seq_axes:
+                # As users write it (dynamic_axes, which the exporter turns into its own dims): with
+                # explicit Dims torch.export knows numel = batch * seq and simplifies it away.
+                extra["input_names"] = list(inputs)
+                extra["dynamic_axes"] = {n: {a: "batch"} for n, a in batch_axes.items()}
+                for n, a in seq_axes.items():
+                    extra["dynamic_axes"][n][a] = "seq"
+            elif dynamic:
                 batch = torch.export.Dim("batch", min=1, max=1024)
                 extra["dynamic_shapes"] = {n: {a: batch} for n, a in batch_axes.items()}
             prog = torch.onnx.export(model, args, dynamo=True, verbose=False, **extra)
@@ -359,6 +398,8 @@ def export_case(out_dir, name, builder, inputs_spec, exporter, kwargs, dynamic, 
             extra = {}
             if dynamic:
                 extra["dynamic_axes"] = {n: {a: "batch"} for n, a in batch_axes.items()}
+                for n, a in seq_axes.items():
+                    extra["dynamic_axes"][n][a] = "seq"
             torch.onnx.export(model, args, path, dynamo=False, opset_version=kwargs["opset_version"],
                               input_names=list(inputs), output_names=None, **extra)
     m = onnx.load(path)
@@ -367,6 +408,8 @@ def export_case(out_dir, name, builder, inputs_spec, exporter, kwargs, dynamic, 
             "dynamic_batch": dynamic, "export_batch": EXPORT_BATCH,
             "onnx_inputs": [i.name for i in m.graph.input if i.name not in inits],
             "onnx_outputs": [o.name for o in m.graph.output], "torch": torch.__version__}
+    if seq_axes:
+        meta["dims"] = {"seq": seq}
     save_case(case_dir, model, inputs, alt_inputs, meta)
     with open(os.path.join(case_dir, "meta.json"), "w") as f:
         json.dump(meta, f, indent=1)
