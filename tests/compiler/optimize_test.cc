@@ -371,6 +371,48 @@ TEST(Optimize, LayerScalesFoldIntoTheLinearLayerBeforeThem) {
   for (size_t i = 0; i < got.size(); ++i) EXPECT_TRUE(testing::all_close(got[i], want[i], kTol)) << "-O2 " << i;
 }
 
+// Note [Batch norms and activations through a concat]: MixNet's mixed convolutions (a split, a
+// 3x3 and a 5x5 convolution, a concat, then batch norm and SiLU) fold into the two convolutions;
+// a concat whose branch is also read elsewhere, or that joins along another dim, keeps them.
+TEST(Optimize, BatchNormsAndActivationsMoveIntoAConcatsConvolutions) {
+  ir::Graph g;
+  ir::Value* x = g.add_input("x", ir::ValueType{DType::f32, {ir::Dim::sym("batch"), 6, 9, 7}});
+  auto conv = [&](ir::Value* in, int64_t cin, int64_t cout, int64_t k, uint64_t seed) {
+    ir::Value* w = g.add_constant("w" + std::to_string(seed), random_tensor({cout, cin, k, k}, DType::f32, seed, -0.5, 0.5));
+    ir::Value* b = g.add_constant("b" + std::to_string(seed), random_tensor({cout}, DType::f32, seed + 1, -0.5, 0.5));
+    return node(g, "conv2d", {in, w, b}, {{"padding", std::vector<int64_t>{k / 2, k / 2, k / 2, k / 2}}});
+  };
+  ir::Node* split = g.add_node(op("split"), {x}, {{"axis", int64_t{1}}, {"sizes", std::vector<int64_t>{2, 4}}});
+  const Attrs by_channel{{"axis", int64_t{1}}};
+  ir::Value* mixed = node(g, "concat", {conv(split->outputs()[0], 2, 5, 3, 90), conv(split->outputs()[1], 4, 3, 5, 92)}, by_channel);
+  ir::Value* act = node(g, "silu", {bn(g, mixed, 8, 94)});
+  // A branch read elsewhere too (by a node, not as a graph output).
+  ir::Value* shared = conv(x, 6, 4, 1, 98);
+  ir::Value* with_shared = node(g, "relu", {bn(g, node(g, "concat", {shared, conv(x, 6, 4, 3, 100)}, by_channel), 8, 102)});
+  // Joined along the height.
+  ir::Value* tall = node(g, "concat", {conv(x, 6, 4, 3, 106), conv(x, 6, 4, 1, 108)}, {{"axis", int64_t{2}}});
+  ir::Value* by_rows = node(g, "relu", {tall});
+  ir::Value* elsewhere = node(g, "neg", {shared});
+  for (ir::Value* out : {act, with_shared, elsewhere, by_rows}) g.add_output(out);
+  ir::verify(g);
+  const std::vector<Tensor> in{random_tensor({3, 6, 9, 7}, DType::f32, 110)};
+  const std::vector<Tensor> want = ir::run(g, in);
+  compiler::PassOptions opts;
+  opts.opt_level = 2;
+  opts.verify_each = true;
+  compiler::optimize(g, opts);
+  EXPECT_EQ(count_op(g, "batch_norm"), 1) << ir::print(g);  // with_shared's
+  EXPECT_EQ(count_op(g, "silu"), 0) << ir::print(g);
+  EXPECT_EQ(count_op(g, "relu"), 2) << ir::print(g);        // with_shared's, by_rows'
+  int silu_epilogues = 0;
+  for (const ir::Node* n : g.nodes())
+    silu_epilogues += n->op().name() == "fused_conv2d" && n->attrs().get_string("activation") == "silu";
+  EXPECT_EQ(silu_epilogues, 2) << ir::print(g);
+  const std::vector<Tensor> got = ir::run(g, in);
+  ASSERT_EQ(got.size(), want.size());
+  for (size_t i = 0; i < got.size(); ++i) EXPECT_TRUE(testing::all_close(got[i], want[i], kTol)) << i;
+}
+
 // Every epilogue shape the pass fuses, run before and after on random inputs.
 TEST(Optimize, EpilogueFusionKeepsNumerics) {
   const char* text = R"(graph f(%x: f32[2, 3, 5, 5], %m: f32[7, 6], %res: f32[7, 4], %cres: f32[2, 4, 5, 5]) {

@@ -17,8 +17,11 @@
 // no blocked kernel).
 // Note [Layer scales fold into the linear layer before them]: a per-channel scale after a matmul
 // by constant weights folds into the weights' columns, through a bias add and a permute between.
+// Note [Batch norms and activations through a concat]: a batch norm, then an activation, after a
+// channel concat of convolutions' outputs move into the branches, where both fold.
 #include "compiler/passes/common.h"
 
+#include <functional>
 #include <numeric>
 
 namespace kiln::compiler::passes {
@@ -175,6 +178,55 @@ ir::Value* fold_layer_scale(ir::Graph& g, ir::Node* n, const std::map<const ir::
   return nullptr;
 }
 
+// Note [Batch norms and activations through a concat]
+// MixNet's mixed convolutions split the channels, convolve each part with its own kernel size
+// and concatenate, then normalize and activate the concat: BN(concat(conv_i(x_i))) and
+// act(concat(...)). Left there, the batch norm and the activation are each a pass over every
+// activation of the network (timm's MixNet-S at batch 1 on two threads: 34 batch norms and 19
+// SiLUs, 1.8 of 5.4 ms, where ONNX Runtime took 4.8 in all). Both are per channel, so they commute
+// with the concat: BN's scale and shift split by the branches' channels (as a mul and an add per
+// branch, which the fold below then takes into the convolution), and an activation copied onto each
+// branch joins that convolution's epilogue. Only where every branch is a convolution that nothing
+// else reads: elsewhere (DenseNet's concat of earlier layers' outputs, which later layers read too)
+// the work would only move.
+
+// The concat along dim 1 that v is (4-D, static channels), its only reader being `reader`, whose
+// every input is a conv2d's output with constant weights and no other reader; or nullptr.
+ir::Node* concat_of_convs(const ir::Graph& g, const ir::Value* v, const std::map<const ir::Value*, std::vector<ir::Use>>& uses) {
+  ir::Node* c = v->producer();
+  if (!c || c->op().name() != "concat" || c->outputs().size() != 1 || use_count(uses, v) != 1 || is_graph_output(g, v))
+    return nullptr;
+  const ir::ValueType& t = v->type();
+  if (t.shape.size() != 4 || t.shape[1].is_symbolic() || !is_floating(t.dtype)) return nullptr;
+  const int64_t axis = c->attrs().get_int("axis");
+  if (axis != 1 && axis != -3) return nullptr;
+  for (const ir::Value* x : c->inputs()) {
+    const ir::Node* p = x ? x->producer() : nullptr;
+    if (!p || p->op().name() != "conv2d" || use_count(uses, x) != 1 || is_graph_output(g, x) ||
+        !floating_const(p->inputs()[1]) || x->type().shape.size() != 4 || x->type().shape[1].is_symbolic())
+      return nullptr;
+  }
+  return c;
+}
+
+// Rewrites n(concat(x_i)) as concat(branch(x_i, c0, c1)) for the concat c, where branch makes the
+// part of n for channels [c0, c1) of the concat; n's output keeps its name.
+void into_branches(ir::Graph& g, ir::Node* n, ir::Node* c,
+                   const std::function<ir::Value*(ir::Value*, int64_t, int64_t)>& branch) {
+  std::vector<ir::Value*> parts;
+  int64_t c0 = 0;
+  for (ir::Value* x : c->inputs()) {
+    const int64_t ch = x->type().shape[1].size;
+    parts.push_back(branch(x, c0, c0 + ch));
+    c0 += ch;
+  }
+  ir::Node* joined = g.add_node(c->op(), parts, c->attrs());
+  const std::string name = n->output()->name();
+  g.replace_all_uses(n->output(), joined->output());
+  g.erase_nodes({n, c});
+  g.rename(joined->output(), name);
+}
+
 class BnFoldPass : public ir::Pass {
  public:
   std::string name() const override { return "bn_fold"; }
@@ -192,6 +244,29 @@ class BnFoldPass : public ir::Pass {
       items.push_back(before + " -> " + result->producer()->str());
       uses = g.uses();
     };
+    // Note [Batch norms and activations through a concat]: the batch norms first (their parts
+    // fold in the loop below), ...
+    for (ir::Node* bn : g.nodes()) {
+      if (bn->op().name() != "batch_norm") continue;
+      ir::Node* c = concat_of_convs(g, bn->inputs()[0], uses);
+      if (!c) continue;
+      auto bp = batch_norm_affine(bn, bn->inputs()[0]->type().shape[1].size);
+      if (!bp) continue;
+      const std::string before = bn->str();
+      const size_t branches = c->inputs().size();
+      const DType dt = bn->output()->type().dtype;
+      into_branches(g, bn, c, [&](ir::Value* x, int64_t c0, int64_t c1) {
+        const auto slice = [&](const std::vector<double>& v) {
+          return std::vector<double>(v.begin() + c0, v.begin() + c1);
+        };
+        ir::Value* s = g.add_constant(g.fresh_name("bn_scale"), tensor_from(slice(bp->scale), {1, c1 - c0, 1, 1}, dt));
+        ir::Value* t = g.add_constant(g.fresh_name("bn_shift"), tensor_from(slice(bp->shift), {1, c1 - c0, 1, 1}, dt));
+        return g.add_node(kiln::op("add"), {g.add_node(kiln::op("mul"), {x, s}, {})->output(), t}, {})->output();
+      });
+      appended = true;
+      items.push_back(before + " -> into the " + std::to_string(branches) + " branches of its concat");
+      uses = g.uses();
+    }
     for (ir::Node* bn : g.nodes()) {
       std::vector<ir::Node*> replaced;
       if (ir::Value* folded = fold_layer_scale(g, bn, uses, replaced)) {
@@ -270,6 +345,23 @@ class BnFoldPass : public ir::Pass {
       }
       if (!result) continue;
       replace(bn, result, {bn, p}, before);
+    }
+    // ... then an activation after a concat of (by now folded) convolutions, which the epilogue
+    // pass takes into each. (In order again first: a concat made above lies after its readers.)
+    if (appended) {
+      topo_reorder(g);
+      uses = g.uses();
+    }
+    for (ir::Node* a : g.nodes()) {
+      if (!activation_of(a) || a->inputs().size() != 1) continue;
+      ir::Node* c = concat_of_convs(g, a->inputs()[0], uses);
+      if (!c) continue;
+      const std::string before = a->str();
+      const size_t branches = c->inputs().size();
+      into_branches(g, a, c, [&](ir::Value* x, int64_t, int64_t) { return g.add_node(a->op(), {x}, a->attrs())->output(); });
+      appended = true;
+      items.push_back(before + " -> into the " + std::to_string(branches) + " branches of its concat");
+      uses = g.uses();
     }
     if (appended) topo_reorder(g);
     return report("bn_fold", "folded", items, "no batch_norm or per-channel scale to fold");
