@@ -413,6 +413,59 @@ TEST(Optimize, BatchNormsAndActivationsMoveIntoAConcatsConvolutions) {
   for (size_t i = 0; i < got.size(); ++i) EXPECT_TRUE(testing::all_close(got[i], want[i], kTol)) << i;
 }
 
+// Note [Parallel branches merge]: MobileOne's depthwise block (two 3x3 branches, a 1x1 one, each
+// with its batch norm, and a batch norm of the input), RepVGG's strided block (3x3 + 1x1) and a
+// plain input added to a convolution of it become one convolution each; a branch also read
+// elsewhere, a sum of convolutions of different inputs and a dilated branch stay as they are.
+TEST(Optimize, ParallelBranchesMergeIntoOneConvolution) {
+  ir::Graph g;
+  ir::Value* x = g.add_input("x", ir::ValueType{DType::f32, {ir::Dim::sym("batch"), 8, 9, 7}});
+  ir::Value* y = g.add_input("y", ir::ValueType{DType::f32, {ir::Dim::sym("batch"), 8, 9, 7}});
+  auto conv = [&](ir::Value* in, int64_t cout, int64_t k, int64_t stride, int64_t groups, uint64_t seed,
+                  int64_t dilation = 1) {
+    const int64_t cin = in->type().shape[1].size / groups, pad = k / 2 * dilation;
+    ir::Value* w = g.add_constant("w" + std::to_string(seed), random_tensor({cout, cin, k, k}, DType::f32, seed, -0.5, 0.5));
+    return node(g, "conv2d", {in, w},
+                {{"padding", std::vector<int64_t>{pad, pad, pad, pad}}, {"stride", std::vector<int64_t>{stride, stride}},
+                 {"groups", groups}, {"dilation", std::vector<int64_t>{dilation, dilation}}});
+  };
+  auto sum = [&](std::vector<ir::Value*> vs) {
+    ir::Value* acc = vs[0];
+    for (size_t i = 1; i < vs.size(); ++i) acc = node(g, "add", {acc, vs[i]});
+    return acc;
+  };
+  ir::Value* mobileone = node(g, "relu", {sum({bn(g, conv(x, 8, 1, 1, 8, 120), 8, 121), bn(g, x, 8, 125),
+                                               bn(g, conv(x, 8, 3, 1, 8, 130), 8, 131),
+                                               bn(g, conv(x, 8, 3, 1, 8, 135), 8, 136)})});
+  ir::Value* repvgg = sum({bn(g, conv(x, 12, 3, 2, 1, 140), 12, 141), bn(g, conv(x, 12, 1, 2, 1, 145), 12, 146)});
+  ir::Value* plain = sum({conv(x, 8, 5, 1, 1, 150), x});
+  ir::Value* shared = conv(x, 8, 1, 1, 1, 155);
+  ir::Value* with_shared = sum({conv(x, 8, 3, 1, 1, 160), shared});
+  ir::Value* elsewhere = node(g, "neg", {shared});
+  ir::Value* two_inputs = sum({conv(x, 8, 3, 1, 1, 165), conv(y, 8, 3, 1, 1, 170)});
+  ir::Value* dilated = sum({conv(x, 8, 3, 1, 1, 175), conv(x, 8, 3, 1, 1, 180, 2)});
+  for (ir::Value* out : {mobileone, repvgg, plain, with_shared, elsewhere, two_inputs, dilated}) g.add_output(out);
+  ir::verify(g);
+  const std::vector<Tensor> in{random_tensor({2, 8, 9, 7}, DType::f32, 185), random_tensor({2, 8, 9, 7}, DType::f32, 186)};
+  const std::vector<Tensor> want = ir::run(g, in);
+  ir::Graph merged = g.clone();
+  auto reps = compiler::run_passes(merged, {"bn_fold", "branch_merge", "dce"}, true);
+  EXPECT_NE(reps[1].report.find("branch_merge: merged 3"), std::string::npos) << reps[1].report;
+  // One convolution each for mobileone, repvgg and plain; two each for the three sums that stay.
+  EXPECT_EQ(count_op(merged, "conv2d"), 3 + 2 * 3) << ir::print(merged);
+  EXPECT_EQ(count_op(merged, "batch_norm"), 0) << ir::print(merged);
+  std::vector<Tensor> got = ir::run(merged, in);
+  ASSERT_EQ(got.size(), want.size());
+  for (size_t i = 0; i < got.size(); ++i) EXPECT_TRUE(testing::all_close(got[i], want[i], kTol)) << i;
+  compiler::PassOptions opts;
+  opts.opt_level = 3;
+  opts.verify_each = true;
+  compiler::optimize(g, opts);
+  got = ir::run(g, in);
+  ASSERT_EQ(got.size(), want.size());
+  for (size_t i = 0; i < got.size(); ++i) EXPECT_TRUE(testing::all_close(got[i], want[i], kTol)) << "-O3 " << i;
+}
+
 // Every epilogue shape the pass fuses, run before and after on random inputs.
 TEST(Optimize, EpilogueFusionKeepsNumerics) {
   const char* text = R"(graph f(%x: f32[2, 3, 5, 5], %m: f32[7, 6], %res: f32[7, 4], %cres: f32[2, 4, 5, 5]) {
