@@ -38,6 +38,10 @@ TEST(Nchwc, ConversionsRoundTripAndZeroThePaddedLanes) {
     want = want.reshape({2, blocks, 16, 5, 3}).permute({0, 1, 3, 4, 2});
     EXPECT_TRUE(testing::all_close(b, want, {0, 0}));
     EXPECT_TRUE(testing::all_close(from_nchwc(b, c), x, {0, 0}));
+    // The same image as a channels-last view (an attention output permuted back): blocked by pixel.
+    Tensor nhwc = x.permute({0, 2, 3, 1}).contiguous();
+    EXPECT_TRUE(testing::all_close(to_nchwc(nhwc.permute({0, 3, 1, 2})), want, {0, 0}));
+    EXPECT_TRUE(testing::all_close(to_nchwc(nhwc.slice(0, 1, 2).permute({0, 3, 1, 2})), want.slice(0, 1, 2), {0, 0}));
   }
 }
 

@@ -476,6 +476,23 @@ void nchw_to_nchwc_f32(int64_t n, int64_t c, int64_t hw, const float* x, float* 
   });
 }
 
+void nhwc_to_nchwc_f32(int64_t n, int64_t c, int64_t hw, const float* x, float* y) {
+  const int64_t cb = nchwc_blocks(c);
+  parallel_for(0, n * cb, 1, [&](int64_t b0, int64_t b1) {
+    for (int64_t nb = b0; nb < b1; ++nb) {
+      const int64_t img = nb / cb, blk = nb % cb;
+      const int64_t lanes = std::min(kChannelBlock, c - blk * kChannelBlock);
+      const float* xs = x + img * hw * c + blk * kChannelBlock;
+      float* yd = y + nb * hw * kChannelBlock;
+      // A pixel's block is `lanes` consecutive floats of its channels.
+      for (int64_t q = 0; q < hw; ++q) {
+        std::memcpy(yd + q * kChannelBlock, xs + q * c, static_cast<size_t>(lanes) * sizeof(float));
+        std::fill(yd + q * kChannelBlock + lanes, yd + (q + 1) * kChannelBlock, 0.0f);
+      }
+    }
+  });
+}
+
 void nchwc_to_nchw_f32(int64_t n, int64_t c, int64_t hw, const float* x, float* y) {
   const int64_t cb = nchwc_blocks(c);
   parallel_for(0, n * cb, 1, [&](int64_t b0, int64_t b1) {

@@ -34,6 +34,8 @@ inline std::pair<int64_t, int64_t> nchwc_inside_columns(int64_t out, int64_t str
 
 // [n, c, hw] -> [n, ceil(c / 16), hw, 16]; lanes past c are written as zeros.
 void nchw_to_nchwc_f32(int64_t n, int64_t c, int64_t hw, const float* x, float* y);
+// [n, hw, c] (channels last) -> [n, ceil(c / 16), hw, 16]; lanes past c are written as zeros.
+void nhwc_to_nchwc_f32(int64_t n, int64_t c, int64_t hw, const float* x, float* y);
 // [n, ceil(c / 16), hw, 16] -> [n, c, hw] (lanes past c are dropped).
 void nchwc_to_nchw_f32(int64_t n, int64_t c, int64_t hw, const float* x, float* y);
 
