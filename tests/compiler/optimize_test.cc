@@ -466,6 +466,51 @@ TEST(Optimize, ParallelBranchesMergeIntoOneConvolution) {
   for (size_t i = 0; i < got.size(); ++i) EXPECT_TRUE(testing::all_close(got[i], want[i], kTol)) << "-O3 " << i;
 }
 
+// Note [Scalars fold through views]: attention's query scale after the projection is split into
+// heads (a conv2d, reshaped and permuted, times a number; a matmul reshaped, divided by one) folds
+// into the weights; a view read elsewhere, a scalar that broadcasts the value bigger, a division by
+// zero and a tensor of values stay.
+TEST(Optimize, ScalarsFoldThroughViewsIntoTheWeights) {
+  ir::Graph g;
+  ir::Value* x = g.add_input("x", ir::ValueType{DType::f32, {ir::Dim::sym("batch"), 8, 7, 7}});
+  ir::Value* t = g.add_input("t", ir::ValueType{DType::f32, {ir::Dim::sym("batch"), 49, 8}});
+  auto conv = [&](uint64_t seed) {
+    ir::Value* w = g.add_constant("w" + std::to_string(seed), random_tensor({16, 8, 1, 1}, DType::f32, seed, -0.5, 0.5));
+    ir::Value* b = g.add_constant("b" + std::to_string(seed), random_tensor({16}, DType::f32, seed + 1, -0.5, 0.5));
+    return node(g, "conv2d", {x, w, b});
+  };
+  auto heads = [&](ir::Value* v) {  // [B, 16, 7, 7] -> [B, 4, 49, 4]
+    return node(g, "permute", {node(g, "reshape", {v}, {{"shape", std::vector<int64_t>{-1, 4, 4, 49}}})},
+                {{"dims", std::vector<int64_t>{0, 1, 3, 2}}});
+  };
+  auto number = [&](const std::string& name, double v, Shape shape = {}) {
+    return g.add_constant(name, full(shape, v, TensorOptions(DType::f32)));
+  };
+  ir::Value* query = node(g, "mul", {heads(conv(190)), number("scale", 0.35)});
+  ir::Value* w = g.add_constant("wm", random_tensor({8, 12}, DType::f32, 192, -0.5, 0.5));
+  ir::Value* linear = node(g, "div", {node(g, "reshape", {node(g, "matmul", {t, w})}, {{"shape", std::vector<int64_t>{-1, 49, 3, 4}}}),
+                                      number("root", 2.0)});
+  ir::Value* split = heads(conv(194));
+  ir::Value* read_too = node(g, "mul", {number("twice", 2.0), split});
+  ir::Value* wider = node(g, "mul", {heads(conv(196)), number("wide", 1.5, {1, 1, 1, 1, 1})});
+  ir::Value* by_zero = node(g, "div", {heads(conv(198)), number("zero", 0.0)});
+  ir::Value* values = node(g, "mul", {heads(conv(200)), g.add_constant("vals", random_tensor({4, 49, 4}, DType::f32, 202))});
+  for (ir::Value* out : {query, linear, read_too, split, wider, by_zero, values}) g.add_output(out);
+  ir::verify(g);
+  const std::vector<Tensor> in{random_tensor({2, 8, 7, 7}, DType::f32, 204), random_tensor({2, 49, 8}, DType::f32, 205)};
+  const std::vector<Tensor> want = ir::run(g, in);
+  auto reps = compiler::run_passes(g, {"bn_fold", "dce"}, true);
+  EXPECT_NE(reps[0].report.find("bn_fold: folded 2:"), std::string::npos) << reps[0].report;
+  EXPECT_EQ(count_op(g, "mul"), 3) << ir::print(g);  // read_too, wider, values
+  EXPECT_EQ(count_op(g, "div"), 1) << ir::print(g);  // by_zero
+  const std::vector<Tensor> got = ir::run(g, in);
+  ASSERT_EQ(got.size(), want.size());
+  for (size_t i = 0; i < got.size(); ++i) {
+    if (i == 5) continue;  // (x / 0: infinities and NaNs)
+    EXPECT_TRUE(testing::all_close(got[i], want[i], kTol)) << i;
+  }
+}
+
 // Every epilogue shape the pass fuses, run before and after on random inputs.
 TEST(Optimize, EpilogueFusionKeepsNumerics) {
   const char* text = R"(graph f(%x: f32[2, 3, 5, 5], %m: f32[7, 6], %res: f32[7, 4], %cres: f32[2, 4, 5, 5]) {
