@@ -27,7 +27,11 @@ Models (--models, comma-separated; default all that can be built here):
       timm_resnet50d, timm_mobilenetv1_100, timm_mobilenetv4_conv_small, timm_mobilenetv4_conv_medium
       (MobileNetV4's universal inverted bottlenecks: an extra depthwise before the expansion),
       timm_ghostnet_100, timm_deit_tiny_patch16_224, timm_dla34, timm_repvgg_a0,
-      timm_deit3_small_patch16_224 (layer scale after each block's attention and MLP)
+      timm_deit3_small_patch16_224 (layer scale after each block's attention and MLP), timm_mixnet_s
+      (mixed kernel sizes: split, convolve, concat, then batch norm), timm_mobileone_s0, timm_fastvit_t8
+      and timm_repghostnet_100 (training-time parallel branches, not re-parameterized),
+      timm_mobilenetv4_hybrid_medium (multi-query attention between the convolutions),
+      timm_efficientvit_b0 (linear attention), timm_mobilevit_s (transformer blocks on unfolded patches)
   HuggingFace transformers (needs transformers), random weights, default attention (SDPA):
       transformers_bert (BertModel, base), transformers_roberta, transformers_distilbert,
       transformers_minilm (BertModel at all-MiniLM-L6's shape: 6 layers, hidden 384, 12 heads),
@@ -83,7 +87,9 @@ ENCODERS = ["torch_encoder", "torch_encoder_prenorm", "torch_encoder_512", "hf_b
 TIMM = ["timm_mobilenetv3_large_100", "timm_mobilenetv3_small_100", "timm_tf_mobilenetv3_large_100",
         "timm_efficientnet_b0", "timm_lcnet_100", "timm_mobilenetv2_100", "timm_resnet50d", "timm_mobilenetv1_100",
         "timm_mobilenetv4_conv_small", "timm_mobilenetv4_conv_medium", "timm_ghostnet_100",
-        "timm_deit_tiny_patch16_224", "timm_dla34", "timm_repvgg_a0", "timm_deit3_small_patch16_224"]
+        "timm_deit_tiny_patch16_224", "timm_dla34", "timm_repvgg_a0", "timm_deit3_small_patch16_224",
+        "timm_mixnet_s", "timm_mobileone_s0", "timm_fastvit_t8", "timm_mobilenetv4_hybrid_medium",
+        "timm_repghostnet_100", "timm_efficientvit_b0", "timm_mobilevit_s"]
 ALL = VISION + ENCODERS + ["tf_mobilenet_v2"] + TIMM
 SEQ, VOCAB, PADDED = 128, 30522, 28
 
