@@ -414,8 +414,9 @@ TEST(Optimize, BatchNormsAndActivationsMoveIntoAConcatsConvolutions) {
 }
 
 // Note [Parallel branches merge]: MobileOne's depthwise block (two 3x3 branches, a 1x1 one, each
-// with its batch norm, and a batch norm of the input), RepVGG's strided block (3x3 + 1x1) and a
-// plain input added to a convolution of it become one convolution each; a branch also read
+// with its batch norm, and a batch norm of the input), RepVGG's strided block (3x3 + 1x1), a plain
+// input added to a convolution of it and FastViT's RepMixer (a difference, scaled per channel, added
+// to the input) become one convolution each; a branch also read
 // elsewhere, a sum of convolutions of different inputs and a dilated branch stay as they are.
 TEST(Optimize, ParallelBranchesMergeIntoOneConvolution) {
   ir::Graph g;
@@ -439,21 +440,26 @@ TEST(Optimize, ParallelBranchesMergeIntoOneConvolution) {
                                                bn(g, conv(x, 8, 3, 1, 8, 135), 8, 136)})});
   ir::Value* repvgg = sum({bn(g, conv(x, 12, 3, 2, 1, 140), 12, 141), bn(g, conv(x, 12, 1, 2, 1, 145), 12, 146)});
   ir::Value* plain = sum({conv(x, 8, 5, 1, 1, 150), x});
+  // FastViT's RepMixer: x + layer_scale * (mixer(x) - norm(x)).
+  ir::Value* scale = g.add_constant("layer_scale", random_tensor({8, 1, 1}, DType::f32, 152, 0.5, 1.5));
+  ir::Value* repmixer =
+      node(g, "add", {x, node(g, "mul", {scale, node(g, "sub", {bn(g, conv(x, 8, 3, 1, 8, 153), 8, 154), bn(g, x, 8, 158)})})});
   ir::Value* shared = conv(x, 8, 1, 1, 1, 155);
   ir::Value* with_shared = sum({conv(x, 8, 3, 1, 1, 160), shared});
   ir::Value* elsewhere = node(g, "neg", {shared});
   ir::Value* two_inputs = sum({conv(x, 8, 3, 1, 1, 165), conv(y, 8, 3, 1, 1, 170)});
   ir::Value* dilated = sum({conv(x, 8, 3, 1, 1, 175), conv(x, 8, 3, 1, 1, 180, 2)});
-  for (ir::Value* out : {mobileone, repvgg, plain, with_shared, elsewhere, two_inputs, dilated}) g.add_output(out);
+  for (ir::Value* out : {mobileone, repvgg, plain, repmixer, with_shared, elsewhere, two_inputs, dilated}) g.add_output(out);
   ir::verify(g);
   const std::vector<Tensor> in{random_tensor({2, 8, 9, 7}, DType::f32, 185), random_tensor({2, 8, 9, 7}, DType::f32, 186)};
   const std::vector<Tensor> want = ir::run(g, in);
   ir::Graph merged = g.clone();
   auto reps = compiler::run_passes(merged, {"bn_fold", "branch_merge", "dce"}, true);
-  EXPECT_NE(reps[1].report.find("branch_merge: merged 3"), std::string::npos) << reps[1].report;
-  // One convolution each for mobileone, repvgg and plain; two each for the three sums that stay.
-  EXPECT_EQ(count_op(merged, "conv2d"), 3 + 2 * 3) << ir::print(merged);
+  EXPECT_NE(reps[1].report.find("branch_merge: merged 4"), std::string::npos) << reps[1].report;
+  // One convolution each for mobileone, repvgg, plain and repmixer; two each for the three sums that stay.
+  EXPECT_EQ(count_op(merged, "conv2d"), 4 + 2 * 3) << ir::print(merged);
   EXPECT_EQ(count_op(merged, "batch_norm"), 0) << ir::print(merged);
+  EXPECT_EQ(count_op(merged, "sub"), 0) << ir::print(merged);
   std::vector<Tensor> got = ir::run(merged, in);
   ASSERT_EQ(got.size(), want.size());
   for (size_t i = 0; i < got.size(); ++i) EXPECT_TRUE(testing::all_close(got[i], want[i], kTol)) << i;

@@ -1,5 +1,6 @@
-// Branch merging: a sum of convolutions of one input, and of per-channel affine maps of that input
-// itself (a batch norm of it, or the input as it is), becomes one convolution:
+// Branch merging: a linear combination (adds, subs, per-channel scales) of convolutions of one
+// input and of per-channel affine maps of that input itself (a batch norm of it, or the input as it
+// is) becomes one convolution:
 //   conv(x, W1, b1) + conv(x, W2, b2) + bn(x)  ->  conv(x, W1 (+) W2 (+) diag(s), b1 + b2 + t)
 // where (+) adds the kernels centred in the largest one. See Note [Parallel branches merge].
 #include <algorithm>
@@ -23,8 +24,10 @@ namespace {
 // affine map of x (stride 1, as many channels out as in) is the centre tap of a kernel that maps
 // each channel to itself. bn_fold runs first, so each branch's batch norm is in its weights.
 //
-// The sum is an add tree (its inner adds read by nothing else) whose leaves are such branches, at
-// least one of them a convolution; every branch must be read by the sum alone.
+// FastViT's RepMixer is such a combination too, x + layer_scale * (mixer(x) - norm(x)): the sum is
+// a tree of adds, subs and muls by a constant per channel (or one number), each inner value read by
+// the next alone, whose leaves are such branches, each with a factor per output channel; at least
+// one is a convolution, and every branch is read by the combination alone.
 
 struct Branch {
   ir::Value* x = nullptr;
@@ -72,35 +75,77 @@ class BranchMergePass : public ir::Pass {
     std::set<const ir::Node*> erased;
     auto uses = g.uses();
     for (ir::Node* n : g.nodes()) {
-      if (erased.count(n) || n->op().name() != "add" || n->inputs().size() != 2) continue;
+      const std::string& op = n->op().name();
+      if (erased.count(n) || (op != "add" && op != "sub") || n->inputs().size() != 2) continue;
       const ir::ValueType type = n->output()->type();
       if (type.shape.size() != 4 || type.shape[1].is_symbolic() || !is_floating(type.dtype)) continue;
-      // An add inside a larger tree (a sum the tree's root reads alone), and that tree's leaves.
-      auto inner = [&](const ir::Value* v) {
-        const ir::Node* p = v->producer();
-        return p && p->op().name() == "add" && p->inputs().size() == 2 && use_count(uses, v) == 1 &&
-               !is_graph_output(g, v) && v->type() == type;
-      };
-      const auto& readers = uses[n->output()];
-      if (inner(n->output()) && readers.size() == 1 && readers[0].node && readers[0].node->op().name() == "add") continue;
-      std::vector<ir::Value*> leaves;
-      std::vector<ir::Node*> adds{n};
-      for (size_t i = 0; i < adds.size(); ++i)
-        for (ir::Value* v : adds[i]->inputs()) {
-          if (inner(v)) adds.push_back(v->producer());
-          else leaves.push_back(v);
+      const int64_t ch = type.shape[1].size;
+      // The per-channel factor of a mul by a constant ([C, 1, 1], [1, C, 1, 1] or one number) of a
+      // value of n's type, and that value; or nullopt.
+      auto channel_scale = [&](const ir::Node* p) -> std::optional<std::pair<ir::Value*, std::vector<double>>> {
+        if (p->op().name() != "mul" || p->inputs().size() != 2) return std::nullopt;
+        for (size_t i : {size_t{0}, size_t{1}}) {
+          ir::Value* v = p->inputs()[i];
+          const ir::Value* c = p->inputs()[1 - i];
+          if (!v || !(v->type() == type) || !is_const(c) || !is_floating(c->type().dtype)) continue;
+          if (c->constant().numel() == 1) return std::make_pair(v, std::vector<double>(static_cast<size_t>(ch), const_values(c)[0]));
+          if (auto k = per_channel_values(c, ch, true)) return std::make_pair(v, *k);
         }
+        return std::nullopt;
+      };
+      // A node of the linear combination: an add or sub of two values of n's type, or a per-channel scale.
+      auto linear = [&](const ir::Node* p) {
+        if (!p) return false;
+        const std::string& o = p->op().name();
+        if ((o == "add" || o == "sub") && p->inputs().size() == 2)
+          return p->inputs()[0]->type() == type && p->inputs()[1]->type() == type;
+        return channel_scale(p).has_value();
+      };
+      auto inner = [&](const ir::Value* v) {
+        return linear(v->producer()) && use_count(uses, v) == 1 && !is_graph_output(g, v) && v->type() == type;
+      };
+      // Only from the root of a combination: not an inner value another linear node reads.
+      const auto& readers = uses[n->output()];
+      if (inner(n->output()) && readers.size() == 1 && readers[0].node && linear(readers[0].node)) continue;
+      // Its leaves, each with a factor per output channel; the linear nodes it replaces.
+      std::vector<std::pair<ir::Value*, std::vector<double>>> leaves;
+      std::vector<ir::Node*> nodes;
+      std::vector<std::pair<ir::Value*, std::vector<double>>> todo{{n->output(), std::vector<double>(static_cast<size_t>(ch), 1.0)}};
+      while (!todo.empty()) {
+        auto [v, f] = std::move(todo.back());
+        todo.pop_back();
+        if (v != n->output() && !inner(v)) {
+          leaves.emplace_back(v, std::move(f));
+          continue;
+        }
+        ir::Node* p = v->producer();
+        nodes.push_back(p);
+        if (auto sc = channel_scale(p)) {
+          for (size_t c = 0; c < f.size(); ++c) f[c] *= sc->second[c];
+          todo.emplace_back(sc->first, std::move(f));
+          continue;
+        }
+        std::vector<double> second = f;
+        if (p->op().name() == "sub")
+          for (double& c : second) c = -c;
+        todo.emplace_back(p->inputs()[0], std::move(f));
+        todo.emplace_back(p->inputs()[1], std::move(second));
+      }
       if (leaves.size() < 2) continue;
       // The input every branch reads: a convolution's.
       ir::Value* x = nullptr;
-      for (ir::Value* v : leaves)
+      for (const auto& [v, f] : leaves)
         if (auto b = branch_of(v, nullptr); b && b->conv) x = b->x;
       if (!x) continue;
       std::vector<Branch> branches;
-      for (ir::Value* v : leaves) {
+      std::vector<std::vector<double>> factors;
+      std::set<const ir::Value*> seen;
+      for (const auto& [v, f] : leaves) {
         auto b = branch_of(v, x);
-        if (!b || b->x != x || (v != x && (use_count(uses, v) != 1 || is_graph_output(g, v))) || !(v->type() == type)) break;
+        if (!b || b->x != x || !(v->type() == type)) break;
+        if (v != x && (use_count(uses, v) != 1 || is_graph_output(g, v) || !seen.insert(v).second)) break;
         branches.push_back(std::move(*b));
+        factors.push_back(f);
       }
       if (branches.size() != leaves.size()) continue;
       // One stride, groups and filter shape but for the kernel's extent; the largest extent.
@@ -132,11 +177,13 @@ class BranchMergePass : public ir::Pass {
       if (!ok) continue;
       std::vector<double> w(static_cast<size_t>(k * cpg * rmax * smax), 0.0), bias(static_cast<size_t>(k), 0.0);
       auto at = [&](int64_t o, int64_t c, int64_t r, int64_t s) { return static_cast<size_t>(((o * cpg + c) * rmax + r) * smax + s); };
-      for (const Branch& b : branches) {
+      for (size_t bi = 0; bi < branches.size(); ++bi) {
+        const Branch& b = branches[bi];
+        const std::vector<double>& f = factors[bi];
         if (!b.conv) {
           for (int64_t o = 0; o < k; ++o) {
-            w[at(o, o % cpg, rmax / 2, smax / 2)] += b.scale[static_cast<size_t>(o)];
-            bias[static_cast<size_t>(o)] += b.shift[static_cast<size_t>(o)];
+            w[at(o, o % cpg, rmax / 2, smax / 2)] += f[static_cast<size_t>(o)] * b.scale[static_cast<size_t>(o)];
+            bias[static_cast<size_t>(o)] += f[static_cast<size_t>(o)] * b.shift[static_cast<size_t>(o)];
           }
           continue;
         }
@@ -147,10 +194,12 @@ class BranchMergePass : public ir::Pass {
           for (int64_t c = 0; c < cpg; ++c)
             for (int64_t r = 0; r < bs[2]; ++r)
               for (int64_t s = 0; s < bs[3]; ++s)
-                w[at(o, c, r0 + r, s0 + s)] += bw[static_cast<size_t>(((o * cpg + c) * bs[2] + r) * bs[3] + s)];
+                w[at(o, c, r0 + r, s0 + s)] +=
+                    f[static_cast<size_t>(o)] * bw[static_cast<size_t>(((o * cpg + c) * bs[2] + r) * bs[3] + s)];
         if (const ir::Value* bb = input_at(b.conv, 2)) {
           const std::vector<double> bv = const_values(bb);
-          for (int64_t o = 0; o < k; ++o) bias[static_cast<size_t>(o)] += bv[bv.size() == 1 ? 0 : static_cast<size_t>(o)];
+          for (int64_t o = 0; o < k; ++o)
+            bias[static_cast<size_t>(o)] += f[static_cast<size_t>(o)] * bv[bv.size() == 1 ? 0 : static_cast<size_t>(o)];
         }
       }
       const DType dt = first->inputs()[1]->type().dtype;
@@ -163,8 +212,8 @@ class BranchMergePass : public ir::Pass {
         g.erase_nodes({merged});
         continue;
       }
-      std::vector<ir::Node*> gone(adds.begin(), adds.end());
-      for (const ir::Value* v : leaves)
+      std::vector<ir::Node*> gone(nodes.begin(), nodes.end());
+      for (const auto& [v, f] : leaves)
         if (v != x) gone.push_back(v->producer());
       const std::string name = n->output()->name();
       g.replace_all_uses(n->output(), merged->output());
