@@ -1,5 +1,8 @@
 // Binary ops against the float64 reference: every dtype each op claims, odd sizes, broadcasting,
 // non-contiguous views, type promotion, and error cases.
+#include <bit>
+#include <cmath>
+
 #include "support/testing.h"
 
 namespace kiln {
@@ -130,6 +133,32 @@ TEST(Binary, IntegerDivisionAndModSemantics) {
   Tensor fa = from_vector<float>({7.5f, -7.5f}), fb = from_vector<float>({2.f, 2.f});
   EXPECT_TRUE(all_close(mod(fa, fb), from_vector<double>({1.5, 0.5})));
   EXPECT_KILN_ERROR(div(a, from_vector<int32_t>({1, 0, 1, 1})), "div", "division by zero");
+}
+
+// Note [Squares as products]: a scalar exponent of 2 runs as a * a, which must give pow's bits:
+// special values, a non-contiguous base, an exponent broadcast from [1, 1], f32 and f64; any other
+// exponent (2.5, a 2 that is not a scalar) still goes through std::pow.
+TEST(Binary, PowOfTwoIsTheSquareBitForBit) {
+  for (DType t : {DType::f32, DType::f64}) {
+    Tensor specials = from_vector<double>({0.0, -0.0, INFINITY, -INFINITY, NAN, 1e-30, -3e20, 1e200, 0.1}).to(t);
+    Tensor x = random_tensor({33, 7}, t, 11, -30, 30);
+    for (const Tensor& base : {specials, x, noncontiguous(x), x.t()}) {
+      for (const Tensor& two : {full({}, 2.0, TensorOptions(t)), full({1, 1}, 2.0, TensorOptions(t))}) {
+        Tensor got = pow(base, two).to(DType::f64).contiguous(), b64 = base.to(DType::f64).contiguous();
+        ASSERT_EQ(got.numel(), b64.numel());
+        for (int64_t i = 0; i < got.numel(); ++i) {
+          const double v = b64.data<double>()[i], g = got.data<double>()[i];
+          const double w = t == DType::f32 ? static_cast<double>(std::pow(static_cast<float>(v), 2.0f)) : std::pow(v, 2.0);
+          if (std::isnan(w)) EXPECT_TRUE(std::isnan(g)) << i;
+          else EXPECT_EQ(std::bit_cast<uint64_t>(g), std::bit_cast<uint64_t>(w)) << dtype_name(t) << " " << i;
+        }
+      }
+    }
+    Tensor half_more = full({}, 2.5, TensorOptions(t)), twos = full({7}, 2.0, TensorOptions(t));
+    Tensor pos = random_tensor({33, 7}, t, 12, 0.5, 3);
+    EXPECT_TRUE(all_close(pow(pos, half_more), ref::binary("pow", pos, half_more)));
+    EXPECT_TRUE(all_close(pow(pos, twos), ref::binary("pow", pos, twos)));
+  }
 }
 
 TEST(Binary, NaNPropagatesThroughMaxMin) {
