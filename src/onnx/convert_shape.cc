@@ -224,7 +224,39 @@ V expand(ConvertCtx& c) {
   return {c.emit("expand", {c.in(0)}, {{"shape", shape}})};
 }
 
-V tile(ConvertCtx& c) { return {c.emit("tile", {c.in(0)}, {{"repeats", c.const_ints(1, "repeats")}})}; }
+// Note [Tiling by the batch]
+// DeBERTa repeats its relative-position keys for every image, Tile(pos_key [heads, 2k, d],
+// [batch * heads / heads, 1, 1]) as exported: a repeat count that is the batch symbol. Tiling axis i
+// r times is x with a new axis of r before axis i, broadcast, and that axis merged into axis i (the
+// repeat index the outer part): unsqueeze, broadcast_to_dims, reshape (-1 for the merged size).
+// One symbolic repeat, on an input of static shape.
+V tile(ConvertCtx& c) {
+  if (!c.is_symbolic_value(1)) return {c.emit("tile", {c.in(0)}, {{"repeats", c.const_ints(1, "repeats")}})};
+  const std::vector<ir::Dim> reps = c.shape_dims(1, "repeats");
+  const auto& in = c.type(0).shape;
+  if (reps.size() != in.size()) c.fail("repeats has " + std::to_string(reps.size()) + " entries for an input of rank " + std::to_string(in.size()));
+  int64_t axis = -1;
+  std::vector<int64_t> fixed, dims;
+  for (size_t i = 0; i < reps.size(); ++i) {
+    if (in[i].is_symbolic()) c.fail("a symbolic repeat count needs an input of static shape, got " + ir::shape_str(in));
+    if (reps[i].is_symbolic()) {
+      if (axis >= 0) c.fail("more than one symbolic repeat count (" + ir::shape_str(reps) + ") is not supported");
+      axis = static_cast<int64_t>(i);
+    }
+    fixed.push_back(reps[i].is_symbolic() ? 1 : reps[i].size);
+    dims.push_back(in[i].size * fixed.back());
+  }
+  ir::Value* v = c.in(0);
+  if (std::any_of(fixed.begin(), fixed.end(), [](int64_t r) { return r != 1; })) v = c.emit("tile", {v}, {{"repeats", fixed}});
+  v = c.emit("unsqueeze", {v}, {{"dims", std::vector<int64_t>{axis}}});
+  std::vector<ir::Dim> target;
+  for (int64_t d : dims) target.emplace_back(d);
+  target.insert(target.begin() + axis, reps[static_cast<size_t>(axis)]);
+  v = c.broadcast_to_dims(v, target);
+  std::vector<int64_t> merged = dims;
+  merged[static_cast<size_t>(axis)] = -1;
+  return {c.emit("reshape", {v}, {{"shape", merged}})};
+}
 
 V pad(ConvertCtx& c) {
   std::string mode = c.attr_string("mode", "constant");

@@ -165,7 +165,7 @@ bool is_marker(int64_t v) { return v <= kSymbolMarker && v > kSymbolMarker - (in
 bool accepts_symbolic_shape(const std::string& op_type) {
   static const std::set<std::string> ops{"Gather", "Slice", "Concat", "Unsqueeze", "Squeeze", "Cast", "Identity",
                                          "Reshape", "Expand", "Flatten", "ConstantOfShape", "Range", "Resize",
-                                         "Shape", "Size"};
+                                         "Shape", "Size", "Tile"};
   return ops.count(op_type) != 0;
 }
 bool is_shape_arith(const std::string& op_type) {
@@ -678,8 +678,8 @@ void Importer::convert_node(const ::onnx::NodeProto& n, int index, int depth, co
                  node_label(n, index), ": input '", in, "' is a shape computed from symbolic dim(s) ", symbols_in(v),
                  "; ", n.op_type(),
                  " on it is not supported (kiln follows symbolic shapes through Shape, Gather, Slice, Concat, "
-                 "(Un)Squeeze, Cast, Mul, Div, Add, Sub, Equal, Where into Reshape, Expand, ConstantOfShape, Range "
-                 "and Resize). Bind the dims (ImportOptions::dim_values, `kiln run --dim NAME=SIZE`)");
+                 "(Un)Squeeze, Cast, Mul, Div, Add, Sub, Equal, Where into Reshape, Expand, ConstantOfShape, Range, "
+                 "Resize and Tile). Bind the dims (ImportOptions::dim_values, `kiln run --dim NAME=SIZE`)");
     }
   }
   try {

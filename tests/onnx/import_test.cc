@@ -220,6 +220,33 @@ TEST(OnnxImport, UnboundImageDimsAreNamedWithTheFlagThatBindsThem) {
   EXPECT_EQ(ir::type_str(m.graph.outputs()[0]->type()), "f32[batch, 8, 5, 4]");
 }
 
+// Note [Tiling by the batch]: DeBERTa's relative-position keys, Tile(pos [3, 2, 4], [batch, 1, 1])
+// with the count from Shape(x): [3 * batch, 2, 4], each batch index a copy of pos. Two symbolic
+// counts, or a symbolic input, are refused by name.
+TEST(OnnxImport, TileByTheBatchRepeatsForEveryImage) {
+  auto model = [](bool twice) {
+    ModelBuilder b(17);
+    b.input("x", DType::f32, {ir::Dim::sym("batch"), 5}).output("y");
+    b.init("pos", random_tensor({3, 2, 4}, DType::f32, 13)).init("i0", full({}, 0, TensorOptions(DType::i64)));
+    b.init("ax", i64({0})).init("one", i64({1}));
+    b.node("Shape", {"x"}, {"s"});
+    ModelBuilder::attr_int(b.node("Gather", {"s", "i0"}, {"n"}), "axis", 0);
+    b.node("Unsqueeze", {"n", "ax"}, {"nu"});
+    ModelBuilder::attr_int(b.node("Concat", {"nu", twice ? "nu" : "one", "one"}, {"reps"}), "axis", 0);
+    b.node("Tile", {"pos", "reps"}, {"y"}, "repeat_keys");
+    return b;
+  };
+  onnx::Model m = model(false).import();
+  EXPECT_EQ(ir::type_str(m.graph.outputs()[0]->type()), "f32[3*batch, 2, 4]");
+  Tensor pos = random_tensor({3, 2, 4}, DType::f32, 13);
+  for (int64_t batch : {1, 3}) {
+    Tensor y = run(m, {random_tensor({batch, 5}, DType::f32, 14)})[0];
+    ASSERT_EQ(y.shape(), (Shape{3 * batch, 2, 4}));
+    for (int64_t r = 0; r < batch; ++r) EXPECT_TRUE(all_close(y.slice(0, 3 * r, 3 * r + 3), pos, {0, 0})) << r;
+  }
+  EXPECT_KILN_ERROR(model(true).import(), "'repeat_keys'", "more than one symbolic repeat count");
+}
+
 TEST(OnnxImport, SymbolicShapeArithmeticIsAnErrorNotAWrongNumber) {
   // batch * batch and batch + 1 are not scale * batch; Max of shape values is not followed at all.
   for (const char* op : {"Mul", "Add", "Max"}) {
