@@ -109,6 +109,17 @@ TEST(GatherElements, MatchesReferenceOnEveryDTypeAndAxis) {
   Tensor idx = random_indices({1023, 2}, 1000, DType::i64, 10);
   EXPECT_TRUE(all_close(gather_elements(x, idx, 0), ref::gather_elements(x, idx, 0)));
   EXPECT_TRUE(all_close(gather_elements(x.t(), idx.t(), 1), ref::gather_elements(x.t(), idx.t(), 1)));
+  // Note [Gathering along rows]: DeBERTa's relative-position gather, one [q, k] table of indices
+  // expanded over the heads (stride 0), rows of 2k scores; and an index read down a column.
+  for (DType it : {DType::i32, DType::i64}) {
+    Tensor scores = rnd({12, 33, 14}, DType::f32, 11);
+    Tensor table = random_indices({1, 33, 7}, 14, it, 12);
+    Tensor expanded = table.expand({12, 33, 7});
+    EXPECT_TRUE(all_close(gather_elements(scores, expanded, -1), ref::gather_elements(scores, expanded, -1)));
+    Tensor cols = random_indices({7, 33}, 14, it, 13).t();  // [33, 7], its last dim 33 apart
+    Tensor rows = rnd({33, 14}, DType::f32, 14);
+    EXPECT_TRUE(all_close(gather_elements(rows, cols, 1), ref::gather_elements(rows, cols, 1)));
+  }
   // torch.gather's documented example.
   Tensor m = from_vector<int32_t>({1, 2, 3, 4}, Shape{2, 2});
   EXPECT_TRUE(all_close(gather_elements(m, from_vector<int64_t>({0, 0, 1, 0}, Shape{2, 2}), 1),

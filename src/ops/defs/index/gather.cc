@@ -2,6 +2,7 @@
 // (ONNX GatherElements / torch.gather: one element per index position) and index_select (gather
 // with a 1-D index). Kernels move elements by size, not by dtype (movement.h).
 #include <algorithm>
+#include <atomic>
 #include <cstring>
 
 #include "kiln/ops/index.h"
@@ -84,11 +85,68 @@ std::vector<TensorMeta> infer_gather_elements(const InferCtx& c) {
   return {{x.dtype, idx.shape}};
 }
 
+// Note [Gathering along rows]
+// DeBERTa's disentangled attention picks, for every query row, the relative-position scores at the
+// keys' offsets: gather_elements(scores [B*H, q, 2k], index [B*H, q, k] along the last axis), with
+// the index one [q, k] table expanded over B*H. The general loop below first copies and checks
+// every index (the expanded ones too) on one thread, then walks the output with a rank-deep offset
+// sum an element: 0.47 ms for each of a 6-layer DeBERTa-v3's 12 such gathers ([12, 128, 128] at
+// batch 1), 5.7 of its 40 ms. Along the last axis a row of the output reads one row of x through
+// one row of the index, whatever the index's strides (an expanded one re-reads its table): rows
+// split between the threads, the indices checked as they are read. An index out of range leaves
+// the work to the general loop, whose error names it.
+template <class U, class I>
+bool gather_rows(const Tensor& out, const Tensor& x, const Tensor& index) {
+  const Shape& shape = out.shape();
+  const size_t rank = shape.size();
+  const int64_t cols = shape.back(), size = x.shape().back(), rows = cols == 0 ? 0 : out.numel() / cols;
+  const Strides& xs = x.strides();
+  const Strides& is = index.strides();
+  const U* src = static_cast<const U*>(x.data_ptr());
+  const I* ip = static_cast<const I*>(index.data_ptr());
+  U* dst = static_cast<U*>(out.data_ptr());
+  std::atomic<bool> bad{false};
+  parallel_for(0, rows, std::max<int64_t>(1, kernels::cpu::kGrain / std::max<int64_t>(cols, 1)), [&](int64_t r0, int64_t r1) {
+    std::vector<int64_t> pos = defs::unravel(r0, Shape(shape.begin(), shape.end() - 1));
+    for (int64_t r = r0; r < r1; ++r) {
+      int64_t xo = 0, io = 0;
+      for (size_t d = 0; d + 1 < rank; ++d) xo += pos[d] * xs[d], io += pos[d] * is[d];
+      const U* xrow = src + xo;
+      const I* irow = ip + io;
+      U* orow = dst + r * cols;
+      bool ok = true;
+      for (int64_t j = 0; j < cols; ++j) {
+        int64_t v = static_cast<int64_t>(irow[j * is[rank - 1]]);
+        v += v < 0 ? size : 0;
+        ok &= v >= 0 && v < size;
+        orow[j] = xrow[std::clamp<int64_t>(v, 0, size - 1) * xs[rank - 1]];
+      }
+      if (!ok) bad.store(true, std::memory_order_relaxed);
+      for (size_t d = rank - 1; d-- > 0;) {
+        if (++pos[d] < shape[d]) break;
+        pos[d] = 0;
+      }
+    }
+  });
+  return !bad.load();
+}
+
 void gather_elements_kernel(const KernelCall& k) {
   const Tensor& out = k.out(0);
   KILN_ASSERT(out.numel() == 0 || out.is_contiguous(), "gather_elements: output must be contiguous");
   const Tensor& x = k.in(0);
   const size_t axis = static_cast<size_t>(normalize_axis(k.attrs.get_int("axis"), x.dim(), "gather_elements"));
+  // Note [Gathering along rows]
+  if (axis + 1 == static_cast<size_t>(x.dim()) && x.shape().back() > 0 && out.numel() > 0 &&
+      (x.dtype() == DType::f32 || x.dtype() == DType::i32) &&
+      (k.in(1).dtype() == DType::i64 || k.in(1).dtype() == DType::i32)) {
+    const bool i64 = k.in(1).dtype() == DType::i64;
+    const bool done = x.dtype() == DType::f32
+                          ? (i64 ? gather_rows<float, int64_t>(out, x, k.in(1)) : gather_rows<float, int32_t>(out, x, k.in(1)))
+                          : (i64 ? gather_rows<int32_t, int64_t>(out, x, k.in(1))
+                                 : gather_rows<int32_t, int32_t>(out, x, k.in(1)));
+    if (done) return;
+  }
   const std::vector<int64_t> idx = read_indices("gather_elements", "index", k.in(1), x.shape()[axis],
                                                 axis_what(static_cast<int64_t>(axis), x.shape()));
   const Shape& shape = out.shape();
