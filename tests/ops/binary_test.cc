@@ -173,6 +173,11 @@ TEST(Binary, WhereMatchesReference) {
     Tensor a = random_tensor({7, 33}, t, 4), b = random_tensor({33}, t, 5);
     EXPECT_TRUE(all_close(where(c, a, b), ref::where(c, a, b))) << dtype_name(t);
     EXPECT_TRUE(all_close(where(noncontiguous(c), noncontiguous(a), b), ref::where(c, a, b))) << dtype_name(t);
+    // The same tensor on both sides (how the ONNX importer broadcasts to a symbolic shape): a copy
+    // of it broadcast, contiguous runs or not.
+    Tensor cond = random_tensor({5, 7, 33}, DType::boolean, 6);
+    for (const Tensor& v : {b, a, noncontiguous(a), a.slice(0, 2, 3)})
+      EXPECT_TRUE(all_close(where(cond, v, v), ref::where(cond, v, v))) << dtype_name(t) << " " << shape_str(v.shape());
   }
   EXPECT_EQ(where(ones({2}, DType::boolean), ones({2}, DType::i32), ones({2}, DType::f32)).dtype(), DType::f32);
 }
