@@ -37,7 +37,9 @@ Models (--models, comma-separated; default all that can be built here):
       transformers_minilm (BertModel at all-MiniLM-L6's shape: 6 layers, hidden 384, 12 heads),
       transformers_electra (ElectraModel, small: hidden 256), transformers_albert (AlbertModel,
       base: shared layers, 128-wide embeddings), transformers_gpt2 (GPT2Model: causal attention
-      with the padding mask)
+      with the padding mask), transformers_t5_encoder (T5EncoderModel at t5-small's shape: RMS norms,
+      relative position buckets, no biases), transformers_deberta_v3 (DebertaV2Model at deberta-v3-base's
+      shape with 6 of its 12 layers: disentangled relative attention, 256 position buckets)
   onnx.helper (no torch): tf_mobilenet_v2 (bench/models.py's MobileNetV2 with an NHWC input,
       batch norms folded into biased convolutions and SAME padding as explicit Pad nodes, as
       tf2onnx writes it)
@@ -79,7 +81,13 @@ TRANSFORMERS = {"transformers_bert": ("Bert", {}), "transformers_roberta": ("Rob
                                                        intermediate_size=3072)),
                 "transformers_minilm": ("Bert", dict(hidden_size=384, num_hidden_layers=6, num_attention_heads=12,
                                                      intermediate_size=1536)),
-                "transformers_gpt2": ("GPT2", dict(use_cache=False))}
+                "transformers_gpt2": ("GPT2", dict(use_cache=False)),
+                "transformers_t5_encoder": ("T5Encoder", dict(d_model=512, d_ff=2048, num_layers=6, num_heads=8)),
+                "transformers_deberta_v3": ("DebertaV2", dict(
+                    vocab_size=128100, hidden_size=768, num_hidden_layers=6, num_attention_heads=12,
+                    intermediate_size=3072, relative_attention=True, pos_att_type=["p2c", "c2p"],
+                    position_buckets=256, max_relative_positions=-1, norm_rel_ebd="layer_norm",
+                    share_att_key=True))}
 ENCODERS = ["torch_encoder", "torch_encoder_prenorm", "torch_encoder_512", "hf_bert", "distil_bert", "sdpa_bert",
             "sdpa_bool_bert"] + list(TRANSFORMERS)
 # timm's models (random weights): squeeze-excites that pool with x.mean((2, 3)), ResNet-D's average-pooled
@@ -164,8 +172,8 @@ def transformers_model(name):
     import torch
     import transformers
     arch, cfg = TRANSFORMERS[name]
-    config = getattr(transformers, arch + "Config")(**cfg)
-    extra = {} if arch in ("DistilBert", "Electra", "GPT2") else {"add_pooling_layer": False}
+    config = getattr(transformers, arch.removesuffix("Encoder") + "Config")(**cfg)
+    extra = {} if arch in ("DistilBert", "Electra", "GPT2", "T5Encoder", "DebertaV2") else {"add_pooling_layer": False}
     model = getattr(transformers, arch + "Model")(config, **extra).eval()
 
     class Hidden(torch.nn.Module):
