@@ -234,7 +234,8 @@ V tile(ConvertCtx& c) {
   if (!c.is_symbolic_value(1)) return {c.emit("tile", {c.in(0)}, {{"repeats", c.const_ints(1, "repeats")}})};
   const std::vector<ir::Dim> reps = c.shape_dims(1, "repeats");
   const auto& in = c.type(0).shape;
-  if (reps.size() != in.size()) c.fail("repeats has " + std::to_string(reps.size()) + " entries for an input of rank " + std::to_string(in.size()));
+  if (reps.size() != in.size())
+    c.fail("repeats has " + std::to_string(reps.size()) + " entries for an input of rank " + std::to_string(in.size()));
   int64_t axis = -1;
   std::vector<int64_t> fixed, dims;
   for (size_t i = 0; i < reps.size(); ++i) {
@@ -247,7 +248,8 @@ V tile(ConvertCtx& c) {
     dims.push_back(in[i].size * fixed.back());
   }
   ir::Value* v = c.in(0);
-  if (std::any_of(fixed.begin(), fixed.end(), [](int64_t r) { return r != 1; })) v = c.emit("tile", {v}, {{"repeats", fixed}});
+  if (std::any_of(fixed.begin(), fixed.end(), [](int64_t r) { return r != 1; }))
+    v = c.emit("tile", {v}, {{"repeats", fixed}});
   v = c.emit("unsqueeze", {v}, {{"dims", std::vector<int64_t>{axis}}});
   std::vector<ir::Dim> target;
   for (int64_t d : dims) target.emplace_back(d);

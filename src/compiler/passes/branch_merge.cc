@@ -63,7 +63,8 @@ std::optional<Branch> branch_of(ir::Value* v, const ir::Value* x) {
     if (!bp) return std::nullopt;
     return Branch{p->inputs()[0], nullptr, bp->scale, bp->shift};
   }
-  if (v == x) return Branch{v, nullptr, std::vector<double>(static_cast<size_t>(ch), 1.0), std::vector<double>(static_cast<size_t>(ch), 0.0)};
+  const size_t n = static_cast<size_t>(ch);
+  if (v == x) return Branch{v, nullptr, std::vector<double>(n, 1.0), std::vector<double>(n, 0.0)};
   return std::nullopt;
 }
 

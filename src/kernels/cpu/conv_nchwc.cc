@@ -455,55 +455,53 @@ std::shared_ptr<const NchwcPlan> conv2d_nchwc_plan(const Conv2dParams& p, NchwcI
   return std::make_shared<const NchwcPlan>(NchwcPlan{std::move(pl), isa, kernels});
 }
 
-void nchw_to_nchwc_f32(int64_t n, int64_t c, int64_t hw, const float* x, float* y) {
+namespace {
+// The blocks of n images of c channels, split between the threads: fn(img, blk, lanes, nb) for
+// each, nb = img * blocks + blk, lanes its real channels.
+template <class F>
+void for_each_channel_block(int64_t n, int64_t c, F fn) {
   const int64_t cb = nchwc_blocks(c);
   parallel_for(0, n * cb, 1, [&](int64_t b0, int64_t b1) {
-    for (int64_t nb = b0; nb < b1; ++nb) {
-      const int64_t img = nb / cb, blk = nb % cb;
-      const int64_t lanes = std::min(kChannelBlock, c - blk * kChannelBlock);
-      const float* xs = x + (img * c + blk * kChannelBlock) * hw;
-      float* yd = y + nb * hw * kChannelBlock;
-      // 64 pixels at a time: the 16 source runs stay in L1 while the block's lines are written.
-      for (int64_t p0 = 0; p0 < hw; p0 += 64) {
-        const int64_t p1 = std::min(hw, p0 + 64);
-        for (int64_t q = p0; q < p1; ++q) {
-          float* d = yd + q * kChannelBlock;
-          for (int64_t l = 0; l < lanes; ++l) d[l] = xs[l * hw + q];
-          for (int64_t l = lanes; l < kChannelBlock; ++l) d[l] = 0.0f;
-        }
+    for (int64_t nb = b0; nb < b1; ++nb)
+      fn(nb / cb, nb % cb, std::min(kChannelBlock, c - nb % cb * kChannelBlock), nb);
+  });
+}
+}  // namespace
+
+void nchw_to_nchwc_f32(int64_t n, int64_t c, int64_t hw, const float* x, float* y) {
+  for_each_channel_block(n, c, [&](int64_t img, int64_t blk, int64_t lanes, int64_t nb) {
+    const float* xs = x + (img * c + blk * kChannelBlock) * hw;
+    float* yd = y + nb * hw * kChannelBlock;
+    // 64 pixels at a time: the 16 source runs stay in L1 while the block's lines are written.
+    for (int64_t p0 = 0; p0 < hw; p0 += 64) {
+      const int64_t p1 = std::min(hw, p0 + 64);
+      for (int64_t q = p0; q < p1; ++q) {
+        float* d = yd + q * kChannelBlock;
+        for (int64_t l = 0; l < lanes; ++l) d[l] = xs[l * hw + q];
+        for (int64_t l = lanes; l < kChannelBlock; ++l) d[l] = 0.0f;
       }
     }
   });
 }
 
 void nhwc_to_nchwc_f32(int64_t n, int64_t c, int64_t hw, const float* x, float* y) {
-  const int64_t cb = nchwc_blocks(c);
-  parallel_for(0, n * cb, 1, [&](int64_t b0, int64_t b1) {
-    for (int64_t nb = b0; nb < b1; ++nb) {
-      const int64_t img = nb / cb, blk = nb % cb;
-      const int64_t lanes = std::min(kChannelBlock, c - blk * kChannelBlock);
-      const float* xs = x + img * hw * c + blk * kChannelBlock;
-      float* yd = y + nb * hw * kChannelBlock;
-      // A pixel's block is `lanes` consecutive floats of its channels.
-      for (int64_t q = 0; q < hw; ++q) {
-        std::memcpy(yd + q * kChannelBlock, xs + q * c, static_cast<size_t>(lanes) * sizeof(float));
-        std::fill(yd + q * kChannelBlock + lanes, yd + (q + 1) * kChannelBlock, 0.0f);
-      }
+  for_each_channel_block(n, c, [&](int64_t img, int64_t blk, int64_t lanes, int64_t nb) {
+    const float* xs = x + img * hw * c + blk * kChannelBlock;
+    float* yd = y + nb * hw * kChannelBlock;
+    // A pixel's block is `lanes` consecutive floats of its channels.
+    for (int64_t q = 0; q < hw; ++q) {
+      std::memcpy(yd + q * kChannelBlock, xs + q * c, static_cast<size_t>(lanes) * sizeof(float));
+      std::fill(yd + q * kChannelBlock + lanes, yd + (q + 1) * kChannelBlock, 0.0f);
     }
   });
 }
 
 void nchwc_to_nchw_f32(int64_t n, int64_t c, int64_t hw, const float* x, float* y) {
-  const int64_t cb = nchwc_blocks(c);
-  parallel_for(0, n * cb, 1, [&](int64_t b0, int64_t b1) {
-    for (int64_t nb = b0; nb < b1; ++nb) {
-      const int64_t img = nb / cb, blk = nb % cb;
-      const int64_t lanes = std::min(kChannelBlock, c - blk * kChannelBlock);
-      const float* xs = x + nb * hw * kChannelBlock;
-      float* yd = y + (img * c + blk * kChannelBlock) * hw;
-      for (int64_t l = 0; l < lanes; ++l)
-        for (int64_t q = 0; q < hw; ++q) yd[l * hw + q] = xs[q * kChannelBlock + l];
-    }
+  for_each_channel_block(n, c, [&](int64_t img, int64_t blk, int64_t lanes, int64_t nb) {
+    const float* xs = x + nb * hw * kChannelBlock;
+    float* yd = y + (img * c + blk * kChannelBlock) * hw;
+    for (int64_t l = 0; l < lanes; ++l)
+      for (int64_t q = 0; q < hw; ++q) yd[l * hw + q] = xs[q * kChannelBlock + l];
   });
 }
 

@@ -106,7 +106,8 @@ bool gather_rows(const Tensor& out, const Tensor& x, const Tensor& index) {
   const I* ip = static_cast<const I*>(index.data_ptr());
   U* dst = static_cast<U*>(out.data_ptr());
   std::atomic<bool> bad{false};
-  parallel_for(0, rows, std::max<int64_t>(1, kernels::cpu::kGrain / std::max<int64_t>(cols, 1)), [&](int64_t r0, int64_t r1) {
+  const int64_t grain = std::max<int64_t>(1, kernels::cpu::kGrain / std::max<int64_t>(cols, 1));
+  parallel_for(0, rows, grain, [&](int64_t r0, int64_t r1) {
     std::vector<int64_t> pos = defs::unravel(r0, Shape(shape.begin(), shape.end() - 1));
     for (int64_t r = r0; r < r1; ++r) {
       int64_t xo = 0, io = 0;
