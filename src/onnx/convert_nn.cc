@@ -399,7 +399,16 @@ V batch_norm(ConvertCtx& c) {
   return {y, blend(c.in(3), mean), blend(c.in(4), var)};
 }
 
+// (x - mean) / sqrt(var + eps) over `axes` (population variance). Trailing axes, as instance and
+// group norms' are, go through layer_norm without weights: its statistics in one pass of its own
+// kernel, where mean, var, sub and mul were four passes and their temporaries (timm's GroupNorm
+// ResNet-50 at batch 1: 53 norms, ~5 of its 25.7 ms, against ONNX Runtime's 25.4 in all).
 ir::Value* normalize(ConvertCtx& c, ir::Value* x, const Ints& axes, double eps) {
+  const int64_t r = static_cast<int64_t>(x->type().shape.size());
+  bool trailing = !axes.empty() && axes.back() == r - 1;
+  for (size_t i = 1; i < axes.size() && trailing; ++i) trailing = axes[i] == axes[i - 1] + 1;
+  if (trailing && is_floating(x->type().dtype))
+    return c.emit("layer_norm", {x, nullptr, nullptr}, {{"axis", axes.front()}, {"eps", eps}});
   ir::Value* mean = c.emit("mean", {x}, {{"axes", axes}, {"keepdim", true}});
   ir::Value* var = c.emit("var", {x}, {{"axes", axes}, {"correction", int64_t{0}}, {"keepdim", true}});
   ir::Value* inv = c.emit("rsqrt", {c.emit("add", {var, c.scalar(eps, x->type().dtype)})});

@@ -4,6 +4,7 @@
 #include <onnx/onnx_pb.h>
 
 #include <algorithm>
+#include <cmath>
 #include <fstream>
 
 #include "kiln/onnx.h"
@@ -245,6 +246,44 @@ TEST(OnnxImport, TileByTheBatchRepeatsForEveryImage) {
     for (int64_t r = 0; r < batch; ++r) EXPECT_TRUE(all_close(y.slice(0, 3 * r, 3 * r + 3), pos, {0, 0})) << r;
   }
   EXPECT_KILN_ERROR(model(true).import(), "'repeat_keys'", "more than one symbolic repeat count");
+}
+
+// Instance and group norms normalize over trailing axes: one layer_norm (no weights) each, not
+// mean, var, sub and mul, with the per-channel affine after it; numerics against float64 by hand.
+TEST(OnnxImport, InstanceAndGroupNormsNormalizeThroughLayerNorm) {
+  for (const char* kind : {"InstanceNormalization", "GroupNormalization"}) {
+    const bool group = std::string(kind) == "GroupNormalization";
+    ModelBuilder b(group ? 18 : 17);
+    b.input("x", DType::f32, {ir::Dim::sym("batch"), 6, 5, 7}).output("y");
+    b.init("scale", random_tensor({group ? 3 : 6}, DType::f32, 15)).init("bias", random_tensor({group ? 3 : 6}, DType::f32, 16));
+    auto* n = b.node(kind, {"x", "scale", "bias"}, {"y"});
+    ModelBuilder::attr_float(n, "epsilon", 1e-3f);
+    if (group) ModelBuilder::attr_int(n, "num_groups", 3);
+    onnx::Model m = b.import();
+    int norms = 0, stats = 0;
+    for (const ir::Node* nd : m.graph.nodes()) {
+      norms += nd->op().name() == "layer_norm";
+      stats += nd->op().name() == "var" || nd->op().name() == "mean";
+    }
+    EXPECT_EQ(norms, 1) << kind;
+    EXPECT_EQ(stats, 0) << kind;
+    Tensor x = random_tensor({2, 6, 5, 7}, DType::f32, 17);
+    Tensor got = run(m, {x})[0].to(DType::f64).contiguous();
+    Tensor x64 = x.to(DType::f64).contiguous(), w = random_tensor({group ? 3 : 6}, DType::f32, 15).to(DType::f64);
+    Tensor bb = random_tensor({group ? 3 : 6}, DType::f32, 16).to(DType::f64);
+    const int64_t per = group ? 2 * 35 : 35;  // values a statistic covers
+    for (int64_t i = 0; i < 2 * 6 * 35; i += per) {
+      const double* v = x64.data<double>() + i;
+      double mean = 0, var = 0;
+      for (int64_t j = 0; j < per; ++j) mean += v[j] / static_cast<double>(per);
+      for (int64_t j = 0; j < per; ++j) var += (v[j] - mean) * (v[j] - mean) / static_cast<double>(per);
+      for (int64_t j = 0; j < per; ++j) {
+        const int64_t ch = (i + j) / 35 % 6, p = group ? ch / 2 : ch;
+        const double want = (v[j] - mean) / std::sqrt(var + 1e-3) * w.data<double>()[p] + bb.data<double>()[p];
+        EXPECT_NEAR(got.data<double>()[i + j], want, 1e-4 * (1 + std::abs(want))) << kind << " " << i + j;
+      }
+    }
+  }
 }
 
 TEST(OnnxImport, SymbolicShapeArithmeticIsAnErrorNotAWrongNumber) {
