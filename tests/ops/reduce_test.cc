@@ -106,6 +106,19 @@ TEST(Reduce, ManyRowsTakeTheParallelPath) {
   EXPECT_TRUE(all_close(sum(x, {0}), ref::reduce("sum", x, ref_attrs({0}, false))));
 }
 
+// Note [Sums across slices]: split attention's x.sum(dim=1) over [B, radix, C, H, W], and one axis
+// in the middle or first with an inner block longer than a chunk, keepdim or not.
+TEST(Reduce, SumsAcrossSlices) {
+  const std::vector<std::pair<Shape, Axes>> cases = {
+      {{1, 2, 16, 9, 9}, {1}}, {{2, 4, 5, 33}, {1}}, {{3, 2, 1100}, {1}}, {{5, 7, 70}, {0}}, {{2, 3, 5, 33}, {-3}}};
+  for (const auto& [shape, axes] : cases)
+    for (bool keepdim : {false, true}) {
+      Tensor x = random_tensor(shape, DType::f32, 62);
+      EXPECT_TRUE(all_close(call("sum", x, axes, keepdim), ref::reduce("sum", x, ref_attrs(axes, keepdim))))
+          << shape_str(shape) << " keepdim " << keepdim;
+    }
+}
+
 TEST(Reduce, ResultDTypes) {
   EXPECT_EQ(sum(ones({3}, DType::i32)).dtype(), DType::i64);
   EXPECT_EQ(sum(ones({3}, DType::u8)).dtype(), DType::i64);
