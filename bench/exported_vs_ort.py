@@ -31,7 +31,9 @@ Models (--models, comma-separated; default all that can be built here):
       (mixed kernel sizes: split, convolve, concat, then batch norm), timm_mobileone_s0, timm_fastvit_t8
       and timm_repghostnet_100 (training-time parallel branches, not re-parameterized),
       timm_mobilenetv4_hybrid_medium (multi-query attention between the convolutions),
-      timm_efficientvit_b0 (linear attention), timm_mobilevit_s (transformer blocks on unfolded patches)
+      timm_efficientvit_b0 (linear attention), timm_mobilevit_s (transformer blocks on unfolded patches),
+      timm_resnet50_gn and timm_resnetv2_50x1_bit (GroupNorm), timm_skresnet18 and timm_resnest14d
+      (split attention), timm_ecaresnet50d, timm_levit_128s (BatchNorm1d after its Linear layers)
   HuggingFace transformers (needs transformers), random weights, default attention (SDPA):
       transformers_bert (BertModel, base), transformers_roberta, transformers_distilbert,
       transformers_minilm (BertModel at all-MiniLM-L6's shape: 6 layers, hidden 384, 12 heads),
@@ -97,7 +99,8 @@ TIMM = ["timm_mobilenetv3_large_100", "timm_mobilenetv3_small_100", "timm_tf_mob
         "timm_mobilenetv4_conv_small", "timm_mobilenetv4_conv_medium", "timm_ghostnet_100",
         "timm_deit_tiny_patch16_224", "timm_dla34", "timm_repvgg_a0", "timm_deit3_small_patch16_224",
         "timm_mixnet_s", "timm_mobileone_s0", "timm_fastvit_t8", "timm_mobilenetv4_hybrid_medium",
-        "timm_repghostnet_100", "timm_efficientvit_b0", "timm_mobilevit_s"]
+        "timm_repghostnet_100", "timm_efficientvit_b0", "timm_mobilevit_s", "timm_resnet50_gn",
+        "timm_resnetv2_50x1_bit", "timm_skresnet18", "timm_resnest14d", "timm_ecaresnet50d", "timm_levit_128s"]
 ALL = VISION + ENCODERS + ["tf_mobilenet_v2"] + TIMM
 SEQ, VOCAB, PADDED = 128, 30522, 28
 
