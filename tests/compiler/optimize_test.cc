@@ -517,6 +517,40 @@ TEST(Optimize, ScalarsFoldThroughViewsIntoTheWeights) {
   }
 }
 
+// Note [Batch norms after a flattened linear layer]: LeViT's Linear + BatchNorm1d over the tokens
+// flattened into the batch folds into the matmul (a bias add after it, the reshape after that);
+// a flatten that splits the channels, and a matmul read elsewhere too, keep their norms.
+TEST(Optimize, BatchNormsAfterAFlattenedLinearLayerFold) {
+  ir::Graph g;
+  ir::Value* x = g.add_input("x", ir::ValueType{DType::f32, {ir::Dim::sym("batch"), 5, 8}});
+  auto linear = [&](uint64_t seed) {
+    return node(g, "matmul", {x, g.add_constant("w" + std::to_string(seed), random_tensor({8, 6}, DType::f32, seed, -0.5, 0.5))});
+  };
+  auto flat = [&](ir::Value* v, int64_t c) { return node(g, "reshape", {v}, {{"shape", std::vector<int64_t>{-1, c}}}); };
+  auto back = [&](ir::Value* v) { return node(g, "reshape", {v}, {{"shape", std::vector<int64_t>{-1, 5, 6}}}); };
+  ir::Value* levit = back(bn(g, flat(linear(210), 6), 6, 211));
+  ir::Value* split = node(g, "reshape", {bn(g, flat(linear(215), 3), 3, 216)}, {{"shape", std::vector<int64_t>{-1, 5, 6}}});
+  ir::Value* shared = linear(220);
+  ir::Value* read_too = back(bn(g, flat(shared, 6), 6, 221));
+  for (ir::Value* out : {levit, split, read_too, shared}) g.add_output(out);
+  ir::verify(g);
+  const std::vector<Tensor> in{random_tensor({3, 5, 8}, DType::f32, 225)};
+  const std::vector<Tensor> want = ir::run(g, in);
+  ir::Graph o3 = g.clone();
+  auto reps = compiler::run_passes(g, {"bn_fold", "dce"}, true);
+  EXPECT_NE(reps[0].report.find("bn_fold: folded 1:"), std::string::npos) << reps[0].report;
+  EXPECT_EQ(count_op(g, "batch_norm"), 2) << ir::print(g);
+  std::vector<Tensor> got = ir::run(g, in);
+  ASSERT_EQ(got.size(), want.size());
+  for (size_t i = 0; i < got.size(); ++i) EXPECT_TRUE(testing::all_close(got[i], want[i], kTol)) << i;
+  compiler::PassOptions opts;
+  opts.opt_level = 3;
+  opts.verify_each = true;
+  compiler::optimize(o3, opts);
+  got = ir::run(o3, in);
+  for (size_t i = 0; i < got.size(); ++i) EXPECT_TRUE(testing::all_close(got[i], want[i], kTol)) << "-O3 " << i;
+}
+
 // Every epilogue shape the pass fuses, run before and after on random inputs.
 TEST(Optimize, EpilogueFusionKeepsNumerics) {
   const char* text = R"(graph f(%x: f32[2, 3, 5, 5], %m: f32[7, 6], %res: f32[7, 4], %cres: f32[2, 4, 5, 5]) {
