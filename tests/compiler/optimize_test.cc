@@ -37,6 +37,23 @@ ir::Value* bn(ir::Graph& g, ir::Value* x, int64_t c, uint64_t seed) {
               {{"eps", 1e-5}});
 }
 
+// Every output of g on `in` agrees with `want` to kTol; `what` names the graph in a failure.
+void expect_outputs(const ir::Graph& g, const std::vector<Tensor>& in, const std::vector<Tensor>& want,
+                    const std::string& what) {
+  const std::vector<Tensor> got = ir::run(g, in);
+  ASSERT_EQ(got.size(), want.size()) << what;
+  for (size_t i = 0; i < got.size(); ++i) EXPECT_TRUE(testing::all_close(got[i], want[i], kTol)) << what << " " << i;
+}
+
+// g through the whole pipeline at -O`level`, verified after each pass, still gives `want`.
+void expect_optimized_outputs(ir::Graph g, int level, const std::vector<Tensor>& in, const std::vector<Tensor>& want) {
+  compiler::PassOptions opts;
+  opts.opt_level = level;
+  opts.verify_each = true;
+  compiler::optimize(g, opts);
+  expect_outputs(g, in, want, "-O" + std::to_string(level));
+}
+
 // conv-bn-relu, conv-bn + residual add, relu, flatten through a reshape chain, a linear head
 // whose weight is transposed by a constant permute, and a no-op reshape.
 ir::Graph make_cnn() {
@@ -359,16 +376,8 @@ TEST(Optimize, LayerScalesFoldIntoTheLinearLayerBeforeThem) {
   EXPECT_EQ(count_op(g, "mul"), 2) << ir::print(g);  // by_rows, also_read
   EXPECT_EQ(count_op(g, "div"), 1) << ir::print(g);  // by_zero
   EXPECT_EQ(count_op(g, "matmul"), 5) << ir::print(g);
-  std::vector<Tensor> got = ir::run(g, in);
-  ASSERT_EQ(got.size(), want.size());
-  for (size_t i = 0; i < got.size(); ++i) EXPECT_TRUE(testing::all_close(got[i], want[i], kTol)) << i;
-  compiler::PassOptions opts;
-  opts.opt_level = 2;
-  opts.verify_each = true;
-  compiler::optimize(o2, opts);
-  got = ir::run(o2, in);
-  ASSERT_EQ(got.size(), want.size());
-  for (size_t i = 0; i < got.size(); ++i) EXPECT_TRUE(testing::all_close(got[i], want[i], kTol)) << "-O2 " << i;
+  expect_outputs(g, in, want, "bn_fold");
+  expect_optimized_outputs(std::move(o2), 2, in, want);
 }
 
 // Note [Batch norms and activations through a concat]: MixNet's mixed convolutions (a split, a
@@ -408,9 +417,7 @@ TEST(Optimize, BatchNormsAndActivationsMoveIntoAConcatsConvolutions) {
   for (const ir::Node* n : g.nodes())
     silu_epilogues += n->op().name() == "fused_conv2d" && n->attrs().get_string("activation") == "silu";
   EXPECT_EQ(silu_epilogues, 2) << ir::print(g);
-  const std::vector<Tensor> got = ir::run(g, in);
-  ASSERT_EQ(got.size(), want.size());
-  for (size_t i = 0; i < got.size(); ++i) EXPECT_TRUE(testing::all_close(got[i], want[i], kTol)) << i;
+  expect_outputs(g, in, want, "-O2");
 }
 
 // Note [Parallel branches merge]: MobileOne's depthwise block (two 3x3 branches, a 1x1 one, each
@@ -460,16 +467,8 @@ TEST(Optimize, ParallelBranchesMergeIntoOneConvolution) {
   EXPECT_EQ(count_op(merged, "conv2d"), 4 + 2 * 3) << ir::print(merged);
   EXPECT_EQ(count_op(merged, "batch_norm"), 0) << ir::print(merged);
   EXPECT_EQ(count_op(merged, "sub"), 0) << ir::print(merged);
-  std::vector<Tensor> got = ir::run(merged, in);
-  ASSERT_EQ(got.size(), want.size());
-  for (size_t i = 0; i < got.size(); ++i) EXPECT_TRUE(testing::all_close(got[i], want[i], kTol)) << i;
-  compiler::PassOptions opts;
-  opts.opt_level = 3;
-  opts.verify_each = true;
-  compiler::optimize(g, opts);
-  got = ir::run(g, in);
-  ASSERT_EQ(got.size(), want.size());
-  for (size_t i = 0; i < got.size(); ++i) EXPECT_TRUE(testing::all_close(got[i], want[i], kTol)) << "-O3 " << i;
+  expect_outputs(merged, in, want, "branch_merge");
+  expect_optimized_outputs(std::move(g), 3, in, want);
 }
 
 // Note [Scalars fold through views]: attention's query scale after the projection is split into
@@ -540,15 +539,8 @@ TEST(Optimize, BatchNormsAfterAFlattenedLinearLayerFold) {
   auto reps = compiler::run_passes(g, {"bn_fold", "dce"}, true);
   EXPECT_NE(reps[0].report.find("bn_fold: folded 1:"), std::string::npos) << reps[0].report;
   EXPECT_EQ(count_op(g, "batch_norm"), 2) << ir::print(g);
-  std::vector<Tensor> got = ir::run(g, in);
-  ASSERT_EQ(got.size(), want.size());
-  for (size_t i = 0; i < got.size(); ++i) EXPECT_TRUE(testing::all_close(got[i], want[i], kTol)) << i;
-  compiler::PassOptions opts;
-  opts.opt_level = 3;
-  opts.verify_each = true;
-  compiler::optimize(o3, opts);
-  got = ir::run(o3, in);
-  for (size_t i = 0; i < got.size(); ++i) EXPECT_TRUE(testing::all_close(got[i], want[i], kTol)) << "-O3 " << i;
+  expect_outputs(g, in, want, "bn_fold");
+  expect_optimized_outputs(std::move(o3), 3, in, want);
 }
 
 // Every epilogue shape the pass fuses, run before and after on random inputs.

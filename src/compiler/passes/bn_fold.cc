@@ -33,6 +33,15 @@ namespace {
 
 bool floating_const(const ir::Value* v) { return is_const(v) && is_floating(v->type().dtype); }
 
+// A constant of w [K, N] with column j times scale[j] (a matmul's output channels): the weights a
+// batch norm of that matmul's output folds into.
+ir::Value* columns_scaled(ir::Graph& g, const ir::Value* w, const std::vector<double>& scale) {
+  const Shape ws = w->constant().shape();
+  std::vector<double> wv = const_values(w);
+  for (size_t i = 0; i < wv.size(); ++i) wv[i] *= scale[i % static_cast<size_t>(ws[1])];
+  return g.add_constant(g.fresh_name(w->name() + "_bn"), tensor_from(wv, ws, w->type().dtype));
+}
+
 // Appends op(x, w, bias) with attrs (x: the producer's first input unless given), or nullptr when
 // its type would differ from `want`. Appending (not editing in place) also covers producers whose
 // optional bias slot is absent in the text IR.
@@ -194,8 +203,8 @@ ir::Value* fold_layer_scale(ir::Graph& g, ir::Node* n, const std::map<const ir::
 // else reads: elsewhere (DenseNet's concat of earlier layers' outputs, which later layers read too)
 // the work would only move.
 
-// The concat along dim 1 that v is (4-D, static channels), its only reader being `reader`, whose
-// every input is a conv2d's output with constant weights and no other reader; or nullptr.
+// The concat along dim 1 that v is (4-D, static channels, v read once and not a graph output),
+// whose every input is a conv2d's output with constant weights and no other reader; or nullptr.
 ir::Node* concat_of_convs(const ir::Graph& g, const ir::Value* v, const std::map<const ir::Value*, std::vector<ir::Use>>& uses) {
   ir::Node* c = v->producer();
   if (!c || c->op().name() != "concat" || c->outputs().size() != 1 || use_count(uses, v) != 1 || is_graph_output(g, v))
@@ -308,13 +317,8 @@ ir::Value* fold_batch_norm_through_flatten(ir::Graph& g, ir::Node* n,
     return nullptr;
   auto bp = batch_norm_affine(n, ch);
   if (!bp) return nullptr;
-  const ir::Value* w = p->inputs()[1];
-  const Shape ws = w->constant().shape();
-  std::vector<double> wv = const_values(w);
-  for (size_t i = 0; i < wv.size(); ++i) wv[i] *= bp->scale[i % static_cast<size_t>(ws[1])];
-  const DType dt = w->type().dtype;
-  ir::Node* mm = g.add_node(p->op(), {p->inputs()[0], g.add_constant(g.fresh_name(w->name() + "_bn"), tensor_from(wv, ws, dt))},
-                            p->attrs());
+  const DType dt = p->inputs()[1]->type().dtype;
+  ir::Node* mm = g.add_node(p->op(), {p->inputs()[0], columns_scaled(g, p->inputs()[1], bp->scale)}, p->attrs());
   ir::Node* add = g.add_node(kiln::op("add"), {mm->output(), g.add_constant(g.fresh_name("bias_bn"), tensor_from(bp->shift, {ch}, dt))});
   ir::Node* back = g.add_node(reshape->op(), {add->output()}, reshape->attrs());
   if (!(add->output()->type() == v->type()) || !(back->output()->type() == n->output()->type())) {
@@ -433,12 +437,8 @@ class BnFoldPass : public ir::Pass {
                       g.add_constant(g.fresh_name("bias_bn"), tensor_from(cv, cs, dt)), a, x->type());
       } else if (op == "matmul" && x->type().shape.size() == 2 && p->inputs()[0]->type().shape.size() == 2 &&
                  floating_const(p->inputs()[1]) && p->inputs()[1]->type().shape.size() == 2) {
-        const ir::Value* w = p->inputs()[1];
-        Shape ws = w->constant().shape();
-        auto wv = const_values(w);
-        for (size_t i = 0; i < wv.size(); ++i) wv[i] *= bp->scale[i % static_cast<size_t>(ws[1])];
-        DType dt = w->type().dtype;
-        ir::Value* nw = g.add_constant(g.fresh_name(w->name() + "_bn"), tensor_from(wv, ws, dt));
+        DType dt = p->inputs()[1]->type().dtype;
+        ir::Value* nw = columns_scaled(g, p->inputs()[1], bp->scale);
         ir::Value* nc = g.add_constant(g.fresh_name("bias_bn"), tensor_from(bp->shift, {ch}, dt));
         result = emit(g, kiln::op("gemm"), nw, nc, {}, x->type(), p->inputs()[0]);
       } else {

@@ -111,10 +111,10 @@ class BranchMergePass : public ir::Pass {
       // Its leaves, each with a factor per output channel; the linear nodes it replaces.
       std::vector<std::pair<ir::Value*, std::vector<double>>> leaves;
       std::vector<ir::Node*> nodes;
-      std::vector<std::pair<ir::Value*, std::vector<double>>> todo{{n->output(), std::vector<double>(static_cast<size_t>(ch), 1.0)}};
-      while (!todo.empty()) {
-        auto [v, f] = std::move(todo.back());
-        todo.pop_back();
+      std::vector<std::pair<ir::Value*, std::vector<double>>> pending{{n->output(), std::vector<double>(static_cast<size_t>(ch), 1.0)}};
+      while (!pending.empty()) {
+        auto [v, f] = std::move(pending.back());
+        pending.pop_back();
         if (v != n->output() && !inner(v)) {
           leaves.emplace_back(v, std::move(f));
           continue;
@@ -123,14 +123,14 @@ class BranchMergePass : public ir::Pass {
         nodes.push_back(p);
         if (auto sc = channel_scale(p)) {
           for (size_t c = 0; c < f.size(); ++c) f[c] *= sc->second[c];
-          todo.emplace_back(sc->first, std::move(f));
+          pending.emplace_back(sc->first, std::move(f));
           continue;
         }
         std::vector<double> second = f;
         if (p->op().name() == "sub")
           for (double& c : second) c = -c;
-        todo.emplace_back(p->inputs()[0], std::move(f));
-        todo.emplace_back(p->inputs()[1], std::move(second));
+        pending.emplace_back(p->inputs()[0], std::move(f));
+        pending.emplace_back(p->inputs()[1], std::move(second));
       }
       if (leaves.size() < 2) continue;
       // The input every branch reads: a convolution's.

@@ -92,6 +92,11 @@ KernelFn arith_kernel(kernels::cpu::VmathBinOp op, F f) {
   };
 }
 
+// mul's CPU kernel (pow's square too, Note [Squares as products]).
+KernelFn mul_kernel() {
+  return arith_kernel(kernels::cpu::VmathBinOp::mul, [](auto a, auto b) { return static_cast<decltype(a)>(a * b); });
+}
+
 template <class C>
 C int_pow(C base, C exp) {
   if constexpr (std::is_same_v<C, bool>) {
@@ -219,8 +224,7 @@ void register_binary_arith_ops(OpRegistry& r) {
       .writes_over(0)
       .doc("a - b");
   binary_def(r, "mul(Tensor a, Tensor b) -> Tensor", "Mul", 7)
-      .kernel(DeviceType::cpu, DTypeSet::all(),
-              arith_kernel(kernels::cpu::VmathBinOp::mul, [](auto a, auto b) { return static_cast<decltype(a)>(a * b); }))
+      .kernel(DeviceType::cpu, DTypeSet::all(), mul_kernel())
       .vjp(binary_rule({0, 1}, [](const Tensor& g, const VjpCtx& c) { return g * c.inputs[1]; }, [](const Tensor& g, const VjpCtx& c) { return g * c.inputs[0]; }))
       .writes_over(0)
       .doc("a * b (bool: logical and)");
@@ -244,9 +248,7 @@ void register_binary_arith_ops(OpRegistry& r) {
         // each of its 13 norms over [1, 128, 512] (3.2 of 15.3 ms, where ONNX Runtime took 13.8 in
         // all). A float raised to exactly 2 is x * x, correctly rounded as pow's is (and so for
         // infinities, NaNs and signed zeros): a scalar exponent of 2 runs as mul(a, a).
-        static const KernelFn square = arith_kernel(kernels::cpu::VmathBinOp::mul, [](auto a, auto b) {
-          return static_cast<decltype(a)>(a * b);
-        });
+        static const KernelFn square = mul_kernel();
         const Tensor& b = k.in(1);
         if (b.numel() == 1 && b.dtype() == k.in(0).dtype() && (b.dtype() == DType::f32 || b.dtype() == DType::f64) &&
             (b.dtype() == DType::f32 ? *static_cast<const float*>(b.data_ptr()) == 2.0f
