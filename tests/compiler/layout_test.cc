@@ -249,6 +249,60 @@ TEST(Layout, SqueezeExciteRunsBlocked) {
   EXPECT_TRUE(testing::all_close(ex.run({xin})[0], ir::run(g, {xin})[0], {1e-4, 1e-4}));
 }
 
+// timm's ECA gate, x * gate.expand_as(x): the pooled [N, C] goes through an op outside any region
+// (its 1-d convolution across channels; a matmul here), a sigmoid and a reshape to [N, C, 1, 1],
+// and is expanded to x's shape before the mul. The identity pass lets the mul broadcast the gate
+// itself (Note [Expands the broadcast does]), so the mul and the residual add run blocked and only
+// the [N, C, 1, 1] gate is converted, not a full [N, C, H, W] plane. An expand that no other
+// operand's shape covers stays.
+TEST(Layout, ExpandedGateRunsBlocked) {
+  Builder b;
+  b.g.name = "eca";
+  ir::Value* x = b.g.add_input("x", ir::ValueType{DType::f32, {ir::Dim::sym("batch"), 32, 9, 9}});
+  ir::Value* c = b.conv(b.relu(b.conv(x, 32, 3, 1, "c1")), 32, 1, 1, "c2");
+  ir::Value* m = b.g.add_node(op("mean"), {c}, {{"axes", std::vector<int64_t>{2, 3}}, {"keepdim", false}})->output();
+  ir::Value* gate = b.unary("sigmoid", b.g.add_node(op("matmul"), {m, b.cst("mix", {32, 32})})->output());
+  gate = b.g.add_node(op("reshape"), {gate}, {{"shape", std::vector<int64_t>{-1, 32, 1, 1}}})->output();
+  gate = b.g.add_node(op("expand"), {gate}, {{"shape", std::vector<int64_t>{-1, 32, 9, 9}}})->output();
+  ir::Value* y = b.relu(b.add(b.binary("mul", c, gate), x));
+  b.g.add_output(b.conv(y, 16, 1, 1, "c3"));
+  ir::verify(b.g);
+  using Layout = runtime::CompileOptions::Layout;
+  runtime::CompileResult r = runtime::compile(b.g, opts(Layout::nchwc, 3));
+  EXPECT_TRUE(reported(r, "reads %")) << "the identity pass names the expand it dropped";
+  auto n = op_counts(r.engine);
+  EXPECT_EQ(n["expand"], 0);
+  EXPECT_EQ(n["fused_conv2d_nchwc"], 3);
+  EXPECT_EQ(n["to_nchwc"], 2);    // x and the [N, 32, 1, 1] gate
+  EXPECT_EQ(n["from_nchwc"], 2);  // the pooled mean and the output
+  int pooled_conversions = 0;
+  for (const runtime::EngineStep& st : r.engine.steps) {
+    if (st.op->name() == "mul" || st.op->name() == "add") {
+      EXPECT_EQ(output_rank(r.engine, st), 5u) << st.name;
+    }
+    if (st.op->name() == "to_nchwc") pooled_conversions += r.engine.values[static_cast<size_t>(st.inputs[0])].shape[2].size == 1;
+  }
+  EXPECT_EQ(pooled_conversions, 1) << "the gate is converted as [N, 32, 1, 1]";
+  expect_engine_matches(r.engine, b.g, {32, 9, 9}, 130);
+
+  // add(expand(a), b) where b is [N, 32, 1, 1]: the expand makes the output's H and W; it stays.
+  Builder e;
+  e.g.name = "grows";
+  ir::Value* a = e.g.add_input("a", ir::ValueType{DType::f32, {ir::Dim::sym("batch"), 32, 1, 9}});
+  ir::Value* bb = e.g.add_input("b", ir::ValueType{DType::f32, {ir::Dim::sym("batch"), 32, 1, 1}});
+  ir::Value* ea = e.g.add_node(op("expand"), {a}, {{"shape", std::vector<int64_t>{-1, 32, 7, 9}}})->output();
+  e.g.add_output(e.add(ea, bb));
+  ir::verify(e.g);
+  ir::Graph kept = e.g.clone();
+  compiler::run_passes(kept, {"identity", "dce"}, true, false);
+  int expands = 0;
+  for (const ir::Node* nd : kept.nodes()) expands += nd->op().name() == "expand";
+  EXPECT_EQ(expands, 1);
+  Tensor ta = random_tensor({2, 32, 1, 9}, DType::f32, 131), tb = random_tensor({2, 32, 1, 1}, DType::f32, 132);
+  const std::vector<Tensor> in{ta, tb};
+  EXPECT_TRUE(testing::all_close(ir::run(kept, in)[0], ir::run(e.g, in)[0], {0, 0}));
+}
+
 // torchvision's MNASNet pools with x.mean([2, 3]) (no keepdim) before its classifier: the mean
 // runs as the region's global pool, converted back and reshaped to [N, C] for the classifier
 // (Note [Spatial means as global pools]).

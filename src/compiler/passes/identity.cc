@@ -3,10 +3,13 @@
 //   permutation; cast to the input's dtype; clone; slice with unit steps that keeps every
 //   element; x + 0, x - 0, x * 1, x / 1 where the constant is all zeros/ones and the result
 //   has x's exact type (no broadcast growth, no dtype promotion).
+// An expand that a broadcasting elementwise op reads is dropped where the op's own broadcast does
+// the same (Note [Expands the broadcast does]).
 // Note [Identity at the interface]: when the node's output is a graph output and its input is a
 // graph input or constant, the node stays: an engine's output must be a buffer of its own, not
 // an alias of an input.
 #include <numeric>
+#include <set>
 
 #include "compiler/passes/common.h"
 
@@ -53,6 +56,33 @@ ir::Value* passthrough(const ir::Node* n) {
   return nullptr;
 }
 
+// Note [Expands the broadcast does]
+// x * y.expand_as(x) (timm's ECA and CBAM gates, and many exported models' masks) reaches the
+// graph as mul(x, expand(y, shape(x))): the expand is a view, but it hides that y is a per-channel
+// [N, C, 1, 1] scale. The layout pass then saw a full [N, C, H, W] operand from outside its region
+// and would convert it (ECA-ResNet-50d ran wholly NCHW), and a broadcast kernel sees zero strides
+// instead of its per-channel pattern. Where another operand already has the output's shape and y's
+// dims are each 1 or the output's, the op broadcasts y itself to the same result: it reads y.
+const std::set<std::string> kBroadcasting = {"add", "sub",         "mul",        "div",        "pow", "maximum",
+                                             "minimum", "where",   "eq",         "ne",         "lt",  "le",
+                                             "gt",  "ge",          "logical_and", "logical_or", "logical_xor"};
+
+// The input that expand node e's reader n may read in its place, or nullptr.
+ir::Value* broadcast_instead(const ir::Node* n, const ir::Node* e) {
+  if (!e || e->op().name() != "expand" || e->inputs().empty() || !e->inputs()[0]) return nullptr;
+  ir::Value* y = e->inputs()[0];
+  const ir::SymShape& out = n->output()->type().shape;
+  bool full = false;  // another operand has the output's shape
+  for (const ir::Value* v : n->inputs()) full = full || (v && v != e->output() && v->type().shape == out);
+  const auto& ys = y->type().shape;
+  if (!full || ys.size() > out.size()) return nullptr;
+  for (size_t i = 0; i < ys.size(); ++i) {
+    const ir::Dim& d = ys[i];
+    if (!(d == out[out.size() - ys.size() + i]) && !(!d.is_symbolic() && d.size == 1)) return nullptr;
+  }
+  return y;
+}
+
 class IdentityPass : public ir::Pass {
  public:
   std::string name() const override { return "identity"; }
@@ -68,6 +98,17 @@ class IdentityPass : public ir::Pass {
       dead.push_back(n);
     }
     g.erase_nodes(dead);
+    for (ir::Node* n : g.nodes()) {
+      if (!kBroadcasting.count(n->op().name()) || n->outputs().size() != 1) continue;
+      for (size_t i = 0; i < n->inputs().size(); ++i) {
+        ir::Value* v = n->inputs()[i];
+        ir::Value* y = v ? broadcast_instead(n, v->producer()) : nullptr;
+        if (!y) continue;
+        items.push_back(n->op().name() + " of %" + n->output()->name() + " reads %" + y->name() + " instead of %" +
+                        v->name() + " (its broadcast does the expand)");
+        n->set_input(i, y);
+      }
+    }
     return report("identity", "removed", items, "no no-op nodes");
   }
 };
