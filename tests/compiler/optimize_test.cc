@@ -266,6 +266,40 @@ TEST(Optimize, SiluFromMulAndSigmoid) {
   for (size_t i = 0; i < got.size(); ++i) EXPECT_TRUE(testing::all_close(got[i], want[i], {1e-6, 1e-6})) << i;
 }
 
+// gelu_fusion: hard-swish and hard-sigmoid as TensorFlow writes them (relu6 as clip(0, 6), the
+// 1/6 a multiply or a division, the factors in any order) become one node each; x * relu6(x + 3) / 5
+// and relu6(y + 3) * x / 6 with x != y are other functions and stay.
+TEST(Optimize, HardSwishAndHardSigmoidFromTheirFormulas) {
+  ir::Graph g;
+  const Shape s{3, 5, 7};
+  ir::Value* x = g.add_input("x", ir::ValueType{DType::f32, {3, 5, 7}});
+  ir::Value* y = g.add_input("y", ir::ValueType{DType::f32, {3, 5, 7}});
+  auto scalar = [&](double v) { return g.add_constant("", full({}, v, DType::f32)); };
+  auto relu6_plus3 = [&](ir::Value* v, bool three_first) {
+    ir::Value* a = three_first ? node(g, "add", {scalar(3.0), v}) : node(g, "add", {v, scalar(3.0)});
+    return node(g, "clip", {a}, {{"min", 0.0}, {"max", 6.0}});
+  };
+  // Keras: x * (relu6(x + 3) * (1/6)).
+  g.add_output(node(g, "mul", {x, node(g, "mul", {relu6_plus3(x, false), scalar(1.0 / 6.0)})}));
+  // (x * relu6(3 + x)) / 6.
+  g.add_output(node(g, "div", {node(g, "mul", {relu6_plus3(x, true), x}), scalar(6.0)}));
+  // A squeeze-excite gate: y * hard_sigmoid(x), the gate a hardsigmoid alone.
+  g.add_output(node(g, "mul", {y, node(g, "mul", {relu6_plus3(x, false), scalar(0.16666667)})}));
+  // Not hard activations.
+  g.add_output(node(g, "div", {node(g, "mul", {x, relu6_plus3(x, false)}), scalar(5.0)}));
+  g.add_output(node(g, "div", {node(g, "mul", {relu6_plus3(y, false), x}), scalar(6.0)}));
+  const std::vector<Tensor> in = {random_tensor(s, DType::f32, 21, -5, 5), random_tensor(s, DType::f32, 22, -5, 5)};
+  const std::vector<Tensor> want = ir::run(g, in);
+  auto reps = compiler::run_passes(g, {"gelu_fusion", "dce"}, true, true);
+  EXPECT_NE(reps[0].report.find("hardswish(%x) from 4 nodes"), std::string::npos) << reps[0].report;
+  EXPECT_EQ(count_op(g, "hardswish"), 2) << ir::print(g);
+  EXPECT_EQ(count_op(g, "hardsigmoid"), 1) << ir::print(g);
+  EXPECT_EQ(count_op(g, "clip"), 2) << ir::print(g);
+  const std::vector<Tensor> got = ir::run(g, in);
+  ASSERT_EQ(got.size(), want.size());
+  for (size_t i = 0; i < got.size(); ++i) EXPECT_TRUE(testing::all_close(got[i], want[i], {1e-6, 1e-6})) << i;
+}
+
 // pad_fold: TensorFlow's SAME padding of a strided convolution as tf2onnx writes it (a Pad of one
 // row and column at the end, then a VALID convolution) becomes the convolution's own padding; a
 // pad with another reader stays for it. Pads of another value or mode, of the channel dim, or

@@ -14,6 +14,13 @@
 // in either order. EfficientNet exports it after every convolution; fused, the convolution's
 // epilogue applies it (passes/epilogue.cc) instead of a sigmoid pass and a mul pass
 // over the whole feature map. The sigmoid stays where something else also reads it.
+//
+// And the hard activations, which TensorFlow (and so tf2onnx) writes out:
+//   x * relu6(x + 3) / 6                                               -> hardswish(x)
+//   relu6(x + 3) / 6                                                   -> hardsigmoid(x) {1/6, 0.5}
+// (relu6 as clip(0, 6); the 1/6 as a multiply or a division, anywhere in the product). Keras'
+// MobileNetV3 has one after most of its convolutions: decomposed, the add, clip and two muls each
+// passed over the feature map, and the scalar operands kept them out of the blocked region.
 #include <numbers>
 
 #include "compiler/passes/pattern.h"
@@ -133,6 +140,43 @@ std::vector<ir::Node*> readers_of(const Uses& uses, const ir::Value* v) {
   return out;
 }
 
+// relu6(x + 3) (the clip `relu6`) times 1/6, and times x for a hard-swish: the largest product
+// above the clip that is one of the two, its nodes private to it.
+struct HardMatch {
+  ir::Value* x = nullptr;
+  bool swish = false;
+  ir::Node* root = nullptr;
+  std::set<ir::Node*> nodes;
+};
+
+std::optional<HardMatch> hard_activation(const ir::Graph& g, const Uses& uses, ir::Node* relu6) {
+  ir::Node* plus = producer_op(relu6->inputs()[0], "add");
+  ir::Value* x = nullptr;
+  if (!plus || !sole_reader(g, uses, plus->output()) || scalar_operand(plus, &x) != 3.0) return std::nullopt;
+  std::vector<ir::Node*> chain;
+  for (ir::Value* v = relu6->output(); chain.size() < 4;) {
+    ir::Node* r = sole_reader(g, uses, v);
+    if (!r || r->outputs().size() != 1) break;
+    const std::string& op = r->op().name();
+    if (op != "mul" && !(op == "div" && r->inputs()[0] == v && scalar_const(r->inputs()[1]))) break;
+    chain.push_back(r);
+    v = r->output();
+  }
+  for (auto it = chain.rbegin(); it != chain.rend(); ++it) {
+    Product p = flatten_product(g, uses, (*it)->output());
+    if (!near(p.factor, 1.0 / 6.0)) continue;
+    const bool sigmoid = p.leaves.size() == 1 && p.leaves[0] == relu6->output();
+    const bool swish = p.leaves.size() == 2 && ((p.leaves[0] == relu6->output() && p.leaves[1] == x) ||
+                                                (p.leaves[1] == relu6->output() && p.leaves[0] == x));
+    if (!(sigmoid || swish) || !((*it)->output()->type() == x->type())) continue;
+    HardMatch m{x, swish, *it, {relu6, plus}};
+    m.nodes.insert(p.nodes.begin(), p.nodes.end());
+    if (!private_to(g, uses, m.nodes, *it)) continue;
+    return m;
+  }
+  return std::nullopt;
+}
+
 class GeluFusionPass : public ir::Pass {
  public:
   std::string name() const override { return "gelu_fusion"; }
@@ -172,6 +216,24 @@ class GeluFusionPass : public ir::Pass {
         erased.insert(mul);
         items.push_back("%" + out + " = silu(%" + x->name() + ") from mul and sigmoid");
       }
+      uses = g.uses();
+    }
+    for (ir::Node* n : g.nodes()) {
+      if (erased.count(n) || activation_of(n) != "relu6") continue;
+      auto m = hard_activation(g, uses, n);
+      if (!m) continue;
+      ir::Node* h = m->swish ? g.add_node(kiln::op("hardswish"), {m->x})
+                             : g.add_node(kiln::op("hardsigmoid"), {m->x}, {{"alpha", 1.0 / 6.0}, {"beta", 0.5}});
+      if (!(h->output()->type() == m->root->output()->type())) {
+        g.erase_nodes({h});
+        continue;
+      }
+      const std::string out = m->root->output()->name();
+      const size_t count = m->nodes.size();
+      replace_pattern(g, m->root, h, m->nodes);
+      erased.insert(m->nodes.begin(), m->nodes.end());
+      items.push_back("%" + out + " = " + h->op().name() + "(%" + m->x->name() + ") from " + std::to_string(count) +
+                      " nodes");
       uses = g.uses();
     }
     if (!items.empty()) topo_reorder(g);
