@@ -300,6 +300,72 @@ TEST(Optimize, HardSwishAndHardSigmoidFromTheirFormulas) {
   for (size_t i = 0; i < got.size(); ++i) EXPECT_TRUE(testing::all_close(got[i], want[i], {1e-6, 1e-6})) << i;
 }
 
+// transpose (Note [Sinking transposes]): a block as tf2onnx writes one when its transpose optimizer
+// gives up. Between a permute to NHWC after a convolution and a permute back before the next, a
+// bias of shape [C], a hard-swish, a squeeze-excite (a mean with keepdim, a scale of shape
+// [1, 1, 1, C], a sigmoid, a mul of two permuted values), a concat along the channels and a pad
+// of H and W (which then folds into the convolution); a mean without keepdim to [N, C] reads it too. Every permute moves down until it
+// meets the one back and both cancel; a permute also read by an add with a plain NHWC input stays
+// for that reader, and a scale of it before a matmul stays after it (it would cancel nothing). Results equal the unoptimized graph's.
+TEST(Optimize, TransposesSinkAndCancel) {
+  ir::Graph g;
+  ir::Value* x = g.add_input("x", ir::ValueType{DType::f32, {ir::Dim::sym("batch"), 8, 9, 10}});
+  ir::Value* nhwc = g.add_input("nhwc", ir::ValueType{DType::f32, {ir::Dim::sym("batch"), 9, 10, 16}});
+  auto cst = [&](const Shape& shape, uint64_t seed) { return g.add_constant("", random_tensor(shape, DType::f32, seed)); };
+  const std::vector<int64_t> to_nhwc{0, 2, 3, 1}, to_nchw{0, 3, 1, 2};
+  ir::Value* c1 = node(g, "conv2d", {x, cst({16, 8, 3, 3}, 31), cst({16}, 32)}, {{"padding", std::vector<int64_t>{1, 1, 1, 1}}});
+  ir::Value* t = node(g, "permute", {c1}, {{"dims", to_nhwc}});
+  ir::Value* a = node(g, "add", {t, cst({16}, 33)});
+  ir::Value* six = g.add_constant("", full({}, 1.0 / 6.0, DType::f32));
+  ir::Value* h = node(g, "mul", {a, node(g, "mul", {node(g, "clip", {node(g, "add", {a, g.add_constant("", full({}, 3.0, DType::f32))})},
+                                                          {{"min", 0.0}, {"max", 6.0}}),
+                                                     six})});
+  ir::Value* m = node(g, "mean", {h}, {{"axes", std::vector<int64_t>{1, 2}}, {"keepdim", true}});
+  ir::Value* se = node(g, "mul", {h, node(g, "sigmoid", {node(g, "mul", {m, cst({1, 1, 1, 16}, 34)})})});
+  ir::Value* cat = node(g, "concat", {se, node(g, "relu", {se})}, {{"axis", int64_t{-1}}});
+  ir::Value* pd = node(g, "pad", {cat}, {{"pads", std::vector<int64_t>{0, 0, 0, 0, 0, 1, 1, 0}}});
+  ir::Value* back = node(g, "permute", {pd}, {{"dims", to_nchw}});
+  g.add_output(node(g, "conv2d", {back, cst({4, 32, 3, 3}, 35)}, {{"stride", std::vector<int64_t>{2, 2}}}));
+  g.add_output(node(g, "mean", {se}, {{"axes", std::vector<int64_t>{-2, -3}}}));
+  g.add_output(node(g, "add", {t, nhwc}));
+  // A permute that would not cancel stays where it is: the scale stays next to the matmul.
+  ir::Value* scaled = node(g, "mul", {t, g.add_constant("two", full({}, 2.0, DType::f32))});
+  g.add_output(node(g, "matmul", {scaled, cst({16, 5}, 38)}));
+  ir::verify(g);
+  const std::vector<Tensor> in = {random_tensor({2, 8, 9, 10}, DType::f32, 36), random_tensor({2, 9, 10, 16}, DType::f32, 37)};
+  const std::vector<Tensor> want = ir::run(g, in);
+  ir::Graph o2 = g.clone();
+  auto reps = compiler::run_passes(g, {"transpose", "reshape", "identity", "dce"}, true, true);
+  EXPECT_NE(reps[0].report.find("moved permutes past"), std::string::npos) << reps[0].report;
+  EXPECT_EQ(count_op(g, "permute"), 1) << ir::print(g);
+  for (const ir::Node* n : g.nodes())
+    if (n->op().name() == "mul" && n->inputs()[1]->name() == "two") {
+      EXPECT_EQ(n->inputs()[0]->producer()->op().name(), "permute");
+    }
+  expect_outputs(g, in, want, "transpose");
+  compiler::PassOptions opts;
+  opts.opt_level = 2;
+  opts.verify_each = true;
+  compiler::optimize(o2, opts);
+  EXPECT_EQ(count_op(o2, "permute"), 1) << ir::print(o2);
+  EXPECT_EQ(count_op(o2, "hardswish"), 1) << ir::print(o2);
+  EXPECT_EQ(count_op(o2, "pad"), 0) << "folded into the second convolution once it reads it in NCHW\n" << ir::print(o2);
+  expect_outputs(o2, in, want, "-O2");
+
+  // ConvNeXt's residual: the sum of two values permuted back to NCHW is one permute of their sum,
+  // though nothing after it cancels.
+  ir::Graph r;
+  ir::Value* a0 = r.add_input("a", ir::ValueType{DType::f32, {ir::Dim::sym("batch"), 9, 10, 16}});
+  ir::Value* a1 = node(r, "permute", {a0}, {{"dims", to_nchw}});
+  ir::Value* a2 = node(r, "permute", {node(r, "relu", {a0})}, {{"dims", to_nchw}});
+  r.add_output(node(r, "conv2d", {node(r, "add", {a1, a2}), r.add_constant("", random_tensor({4, 16, 1, 1}, DType::f32, 39))}));
+  const std::vector<Tensor> rin = {in[1]};
+  const std::vector<Tensor> rwant = ir::run(r, rin);
+  compiler::run_passes(r, {"transpose", "dce"}, true, false);
+  EXPECT_EQ(count_op(r, "permute"), 1) << ir::print(r);
+  expect_outputs(r, rin, rwant, "residual");
+}
+
 // pad_fold: TensorFlow's SAME padding of a strided convolution as tf2onnx writes it (a Pad of one
 // row and column at the end, then a VALID convolution) becomes the convolution's own padding; a
 // pad with another reader stays for it. Pads of another value or mode, of the channel dim, or

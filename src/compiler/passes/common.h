@@ -51,6 +51,7 @@ ir::PassResult report(const std::string& pass, const std::string& verb, const st
 std::unique_ptr<ir::Pass> make_fold();
 std::unique_ptr<ir::Pass> make_identity();
 std::unique_ptr<ir::Pass> make_reshape();
+std::unique_ptr<ir::Pass> make_transpose();
 std::unique_ptr<ir::Pass> make_bn_fold();
 std::unique_ptr<ir::Pass> make_branch_merge();
 std::unique_ptr<ir::Pass> make_pad_fold();
