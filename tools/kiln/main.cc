@@ -1,6 +1,7 @@
 // The kiln command-line tool. Subcommands grow with the layers; for now `kiln demo`.
 #include <CLI/CLI.hpp>
 
+#include <exception>
 #include <iostream>
 
 #include "conformance.h"
@@ -52,6 +53,11 @@ int main(int argc, char** argv) {
   } catch (const kiln::Error& e) {
     std::cerr << "kiln: error: " << e.what() << "\n";
     return 1;
+  } catch (const std::exception& e) {
+    // kiln::InternalError or a standard library exception: a bug in kiln, not in the input.
+    std::cerr << "kiln: internal error: " << e.what()
+              << "\n(this is a bug in kiln, not in your model or arguments; please report it with the command)\n";
+    return 2;
   }
   return rc;
 }
