@@ -18,8 +18,8 @@
 // Note [Symbolic shape values]
 // With a symbolic dim (dim_param "batch"), Shape cannot fold to plain numbers. Its value becomes a
 // constant in which each symbolic dim is a marker (kSymbolMarker - k for symbol k); ops that only
-// move elements (Gather, Slice, Concat, (Un)Squeeze, Cast, Identity) fold it as usual and the
-// markers travel with the elements. Reshape, Expand and ConstantOfShape read such a shape as
+// move elements (Gather, Slice, Concat, (Un)Squeeze, Cast to int32 or int64, Identity) fold it as
+// usual and the markers travel with the elements. Reshape, Expand and ConstantOfShape read such a shape as
 // dims (ConvertCtx::shape_dims); any other use of a marked value is an error naming the symbols,
 // never a silently wrong number.
 //
@@ -134,6 +134,7 @@ class Importer {
   int64_t inlined_size(const ::onnx::FunctionProto& f, std::set<const ::onnx::FunctionProto*>& active,
                        const ::onnx::NodeProto& call, int index);
   ir::ValueType input_type(const ::onnx::ValueInfoProto& vi, size_t index);
+  std::string batch_symbol_;  // Note [One batch symbol]
   ir::Value* lookup(const std::string& scoped_name, const ::onnx::NodeProto& n, int index) const;
   void define(const std::string& onnx_name, ir::Value* v);
 
@@ -158,7 +159,10 @@ class Importer {
 };
 
 namespace {
-constexpr int64_t kSymbolMarker = -(int64_t{1} << 40);
+// Within int32, so that a Cast of a shape to int32 (TensorFlow computes shapes in int32: tf2onnx
+// writes Shape -> Cast(int32) -> Slice -> Concat -> Cast(int64) -> Expand) keeps its markers; no
+// real shape value or Slice bound lies in [kSymbolMarker - 2^20, kSymbolMarker].
+constexpr int64_t kSymbolMarker = -(int64_t{1} << 30);
 bool is_marker(int64_t v) { return v <= kSymbolMarker && v > kSymbolMarker - (int64_t{1} << 20); }
 
 // Ops that take symbolic shape values: element movers fold them (markers travel), the rest read them as dims.
@@ -260,8 +264,8 @@ ir::Value* Importer::symbolic_arith(const std::string& op_type, ir::Value* a, ir
 
 ir::Value* Importer::shape_value(const std::string& op_type, const std::vector<int64_t>& v, bool symbolic, DType dt,
                                  bool scalar) {
-  KILN_CHECK(!symbolic || dt == DType::i64, op_type, " of ", dtype_name(dt),
-             " shape values: symbolic shape values must be int64");
+  KILN_CHECK(!symbolic || dt == DType::i64 || dt == DType::i32, op_type, " of ", dtype_name(dt),
+             " shape values: symbolic shape values must be int64 or int32");
   Tensor t = from_vector(v);
   if (scalar) t = t.reshape({});
   ir::Value* c = constant(t.to(dt).contiguous());
@@ -520,8 +524,21 @@ ir::ValueType Importer::input_type(const ::onnx::ValueInfoProto& vi, size_t inde
                                                                       : "unk" + std::to_string(unknown_dims_++);
       if (std::isdigit(static_cast<unsigned char>(sym[0]))) sym = "d" + sym;
       auto bound = opts_.dim_values.find(d.dim_param());
-      if (bound != opts_.dim_values.end()) t.shape.push_back(ir::Dim(bound->second));
-      else t.shape.push_back(ir::Dim::sym(sym));
+      if (bound != opts_.dim_values.end()) {
+        t.shape.push_back(ir::Dim(bound->second));
+        continue;
+      }
+      // Note [One batch symbol]
+      // An engine has one free dim, the batch, and it leads every input. tf2onnx names each
+      // input's dims on their own (input_ids [unk__1578, unk__1579], attention_mask [unk__1580,
+      // unk__1581]), so the ids' and the mask's batches were two symbols and their first meeting
+      // (the mask's broadcast over the attention scores) failed to infer. An unbound symbolic
+      // leading dim of any input is the batch symbol of the first such input.
+      if (t.shape.empty()) {
+        if (batch_symbol_.empty()) batch_symbol_ = sym;
+        sym = batch_symbol_;
+      }
+      t.shape.push_back(ir::Dim::sym(sym));
     }
   }
   return t;

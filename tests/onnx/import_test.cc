@@ -203,6 +203,37 @@ TEST(OnnxImport, ASymbolicDimOverItsOwnSymbolIsANumber) {
   }
 }
 
+// What tf2onnx writes for a BERT's token types (tf.fill(shape(ids), 0)): Shape -> Cast(int32) ->
+// Slice -> Concat -> Cast(int64) -> Expand; the symbolic dims survive the int32 round trip (Note
+// [Symbolic shape values]). And tf2onnx names every input's dims on its own: the mask's leading
+// dim is a second symbol, the same batch (Note [One batch symbol]); bound dims stay bound.
+TEST(OnnxImport, TensorFlowsInt32ShapesAndPerInputBatchSymbols) {
+  ModelBuilder b;
+  b.input("ids", DType::i32, {ir::Dim::sym("unk__1"), ir::Dim::sym("unk__2")});
+  b.input("mask", DType::f32, {ir::Dim::sym("unk__3"), ir::Dim::sym("unk__4")}).output("y");
+  b.init("zero", full({}, 0.0, TensorOptions(DType::f32))).init("a0", i64({0})).init("a1", i64({1}))
+      .init("a2", i64({2}));
+  b.node("Shape", {"ids"}, {"s"});
+  ModelBuilder::attr_int(b.node("Cast", {"s"}, {"s32"}), "to", ::onnx::TensorProto::INT32);
+  b.node("Slice", {"s32", "a0", "a1", "a0"}, {"n"});
+  b.node("Slice", {"s32", "a1", "a2", "a0"}, {"len"});
+  ModelBuilder::attr_int(b.node("Concat", {"n", "len"}, {"dims32"}), "axis", 0);
+  ModelBuilder::attr_int(b.node("Cast", {"dims32"}, {"dims"}), "to", ::onnx::TensorProto::INT64);
+  b.node("Expand", {"zero", "dims"}, {"types"}, "fill");
+  b.node("Add", {"types", "mask"}, {"y"}, "with_mask");
+  onnx::ImportOptions opt;
+  opt.dim_values["unk__2"] = 5;
+  opt.dim_values["unk__4"] = 5;
+  onnx::Model m = b.import(opt);
+  EXPECT_EQ(ir::type_str(m.graph.inputs()[1]->type()), "f32[unk__1, 5]");
+  EXPECT_EQ(ir::type_str(m.graph.outputs()[0]->type()), "f32[unk__1, 5]");
+  for (int64_t batch : {1, 3}) {
+    Tensor ids = zeros({batch, 5}, TensorOptions(DType::i32));
+    Tensor mask = random_tensor({batch, 5}, DType::f32, 9);
+    EXPECT_TRUE(all_close(run(m, {ids, mask})[0], mask));
+  }
+}
+
 // An image model exported with dynamic height and width: a stride-2 convolution's output is
 // (h - 1) / 2 + 1, no multiple of h. The error names the inputs' symbols and how to bind them;
 // bound, the model imports with the batch alone symbolic.
