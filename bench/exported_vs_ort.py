@@ -283,15 +283,28 @@ def inputs_for(session, batch, seed=0):
     rng = np.random.default_rng(seed)
     feeds = {}
     for i in session.get_inputs():
+        ints = np.int32 if i.type == "tensor(int32)" else np.int64  # tf2onnx's models take int32
         if i.name == "input_ids":
-            feeds[i.name] = rng.integers(0, VOCAB, (batch, SEQ)).astype(np.int64)
+            feeds[i.name] = rng.integers(0, VOCAB, (batch, SEQ)).astype(ints)
         elif i.name == "attention_mask":
-            m = np.ones((batch, SEQ), np.int64)
+            m = np.ones((batch, SEQ), ints)
             m[:, SEQ - PADDED:] = 0
             feeds[i.name] = m
         else:
             feeds[i.name] = rng.standard_normal((batch, *i.shape[1:])).astype(np.float32)
     return feeds
+
+
+def seq_dims(onnx_path):
+    """`--dim NAME=SEQ` for each symbolic dim after the batch of the model's inputs (torch names
+    it seq; tf2onnx names each input's dims on its own: unk__1579, unk__1581)."""
+    import onnx
+    names = []
+    for i in onnx.load(onnx_path, load_external_data=False).graph.input:
+        for d in list(i.type.tensor_type.shape.dim)[1:]:
+            if d.dim_param and d.dim_param not in names:
+                names.append(d.dim_param)
+    return [a for n in names for a in ("--dim", f"{n}={SEQ}")]
 
 
 def ort_session(model, threads):
@@ -362,7 +375,7 @@ def main():
                 except Exception as e:  # the exporter's failure, not kiln's: say so and go on
                     print(f"{stem:24} export failed: {(str(e).strip().splitlines() or [type(e).__name__])[0][:160]}")
                     continue
-        extra = ["--dim", f"seq={SEQ}"] if name in ENCODERS and not name.startswith("torch_encoder") else []
+        extra = seq_dims(onnx_path) if name in ENCODERS and not name.startswith("torch_encoder") else []
         r = subprocess.run([a.kiln, "compile", onnx_path, "-o", engine, "--batch", "1:8", "--threads", str(a.threads)]
                            + extra, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
         if r.returncode != 0:
