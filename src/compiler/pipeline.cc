@@ -1,8 +1,8 @@
 // Optimization pipelines: which passes run at each -O level, iterated to a fixpoint.
 //   -O0: nothing (the verifier only)
 //   -O1: identity, dce, cse                       (cleanups that never change numerics)
-//   -O2: identity, fold, transpose, reshape, pad_fold, bn_fold, branch_merge, layer_norm_fusion,
-//        gelu_fusion, attention_fusion, epilogue, cse, dce
+//   -O2: identity, fold, transpose, reshape, unstack, pad_fold, bn_fold, branch_merge,
+//        layer_norm_fusion, gelu_fusion, attention_fusion, epilogue, cse, dce
 //        (+ folding, transformer-pattern and epilogue fusion; bn_fold rounds folded weights once
 //        to the weight dtype, and branch_merge sums the folded branches' kernels after it; the
 //        transformer patterns run before epilogue so a fused gelu can join a gemm's epilogue)
@@ -23,6 +23,7 @@ void register_passes() {
     ir::register_pass("fold", passes::make_fold);
     ir::register_pass("reshape", passes::make_reshape);
     ir::register_pass("transpose", passes::make_transpose);
+    ir::register_pass("unstack", passes::make_unstack);
     ir::register_pass("bn_fold", passes::make_bn_fold);
     ir::register_pass("branch_merge", passes::make_branch_merge);
     ir::register_pass("pad_fold", passes::make_pad_fold);
@@ -42,9 +43,9 @@ std::vector<std::string> pipeline(int opt_level) {
   if (opt_level == 0) return {};
   if (opt_level == 1) return {"identity", "dce", "cse"};
   std::vector<std::string> o2{"identity",         "fold",         "transpose",         "reshape",
-                              "pad_fold",         "bn_fold",      "branch_merge",      "layer_norm_fusion",
-                              "gelu_fusion",      "attention_fusion", "epilogue",      "cse",
-                              "dce"};
+                              "unstack",          "pad_fold",     "bn_fold",           "branch_merge",
+                              "layer_norm_fusion", "gelu_fusion", "attention_fusion",  "epilogue",
+                              "cse",              "dce"};
   if (opt_level == 2) return o2;
   o2.push_back("eltwise");
   return o2;

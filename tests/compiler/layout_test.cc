@@ -303,6 +303,37 @@ TEST(Layout, ExpandedGateRunsBlocked) {
   EXPECT_TRUE(testing::all_close(ir::run(kept, in)[0], ir::run(e.g, in)[0], {0, 0}));
 }
 
+// SKNet's blocks split their input between two convolutions: a split along channels into whole
+// blocks joins the region (no conversion around it); parts off a block boundary stay NCHW.
+TEST(Layout, ChannelSplitsOfWholeBlocksJoinTheRegion) {
+  using Layout = runtime::CompileOptions::Layout;
+  for (int64_t first : {int64_t{16}, int64_t{8}}) {
+    SCOPED_TRACE("parts " + std::to_string(first) + " and " + std::to_string(48 - first));
+    Builder b;
+    b.g.name = "split";
+    ir::Value* x = b.g.add_input("x", ir::ValueType{DType::f32, {ir::Dim::sym("batch"), 16, 9, 9}});
+    ir::Value* c = b.relu(b.conv(x, 48, 3, 1, "c1"));
+    ir::Node* sp = b.g.add_node(op("split"), {c}, {{"sizes", std::vector<int64_t>{first, 48 - first}}, {"axis", int64_t{1}}});
+    ir::Value* p0 = b.relu(b.conv(sp->outputs()[0], 32, 3, 1, "p0"));
+    ir::Value* p1 = b.relu(b.conv(sp->outputs()[1], 32, 1, 1, "p1"));
+    b.g.add_output(b.conv(b.add(p0, p1), 16, 1, 1, "c2"));
+    ir::verify(b.g);
+    runtime::CompileResult r = runtime::compile(b.g, opts(Layout::nchwc, 3));
+    const bool whole = first == 16;
+    for (const runtime::EngineStep& st : r.engine.steps)
+      if (st.op->name() == "split") {
+        EXPECT_EQ(output_rank(r.engine, st), whole ? 5u : 4u);
+      }
+    if (whole) {
+      EXPECT_TRUE(reported(r, "1 split(s)"));
+      auto n = op_counts(r.engine);
+      EXPECT_EQ(n["to_nchwc"], 1);
+      EXPECT_EQ(n["from_nchwc"], 1);
+    }
+    expect_engine_matches(r.engine, b.g, {16, 9, 9}, 140);
+  }
+}
+
 // torchvision's MNASNet pools with x.mean([2, 3]) (no keepdim) before its classifier: the mean
 // runs as the region's global pool, converted back and reshaped to [N, C] for the classifier
 // (Note [Spatial means as global pools]).

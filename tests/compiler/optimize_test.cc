@@ -366,6 +366,39 @@ TEST(Optimize, TransposesSinkAndCancel) {
   expect_outputs(r, rin, rwant, "residual");
 }
 
+// unstack (Note [Sums over a stacked axis]): selective-kernel attention's sums over its stacked
+// branches, plain and weighted (weights with the branch dim, in either operand order, or
+// broadcasting over it), become sums of the 4-d branches; a sum over another axis, or keeping the
+// stacked axis, stays.
+TEST(Optimize, SumsOverAStackedAxisUnstack) {
+  ir::Graph g;
+  const ir::Dim batch = ir::Dim::sym("batch");
+  ir::Value* a = g.add_input("a", ir::ValueType{DType::f32, {batch, 6, 5, 4}});
+  ir::Value* b = g.add_input("b", ir::ValueType{DType::f32, {batch, 6, 5, 4}});
+  ir::Value* w = g.add_input("w", ir::ValueType{DType::f32, {batch, 2, 6, 1, 1}});
+  ir::Value* w1 = g.add_input("w1", ir::ValueType{DType::f32, {batch, 1, 6, 1, 1}});
+  auto unsq = [&](ir::Value* v) { return node(g, "unsqueeze", {v}, {{"dims", std::vector<int64_t>{1}}}); };
+  ir::Value* st = node(g, "concat", {unsq(a), unsq(b)}, {{"axis", int64_t{1}}});
+  auto sum = [&](ir::Value* v, int64_t axis, bool keep = false) {
+    return node(g, "sum", {v}, {{"axes", std::vector<int64_t>{axis}}, {"keepdim", keep}});
+  };
+  g.add_output(sum(st, 1));
+  g.add_output(sum(node(g, "mul", {st, w}), -4));
+  g.add_output(sum(node(g, "mul", {w1, st}), 1));
+  g.add_output(sum(st, 2));
+  g.add_output(sum(st, 1, true));
+  const std::vector<Tensor> in = {random_tensor({3, 6, 5, 4}, DType::f32, 41), random_tensor({3, 6, 5, 4}, DType::f32, 42),
+                                  random_tensor({3, 2, 6, 1, 1}, DType::f32, 43),
+                                  random_tensor({3, 1, 6, 1, 1}, DType::f32, 44)};
+  const std::vector<Tensor> want = ir::run(g, in);
+  auto reps = compiler::run_passes(g, {"unstack", "dce"}, true, true);
+  EXPECT_NE(reps[0].report.find("sum of 2 stacked values weighted by %w"), std::string::npos) << reps[0].report;
+  EXPECT_EQ(count_op(g, "sum"), 2) << ir::print(g);
+  EXPECT_EQ(count_op(g, "select"), 2) << ir::print(g);
+  EXPECT_EQ(count_op(g, "squeeze"), 2) << ir::print(g);
+  expect_outputs(g, in, want, "unstack");
+}
+
 // pad_fold: TensorFlow's SAME padding of a strided convolution as tf2onnx writes it (a Pad of one
 // row and column at the end, then a VALID convolution) becomes the convolution's own padding; a
 // pad with another reader stays for it. Pads of another value or mode, of the channel dim, or

@@ -52,6 +52,7 @@ std::unique_ptr<ir::Pass> make_fold();
 std::unique_ptr<ir::Pass> make_identity();
 std::unique_ptr<ir::Pass> make_reshape();
 std::unique_ptr<ir::Pass> make_transpose();
+std::unique_ptr<ir::Pass> make_unstack();
 std::unique_ptr<ir::Pass> make_bn_fold();
 std::unique_ptr<ir::Pass> make_branch_merge();
 std::unique_ptr<ir::Pass> make_pad_fold();

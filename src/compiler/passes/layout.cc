@@ -55,7 +55,7 @@ const std::set<std::string> kBlockedActs = {"none", "relu", "relu6", "hardswish"
 // a batch norm of one (and the activation after it).
 struct Member {
   // affine: a batch norm as scale_shift_nchwc; absorbed: the activation after one, applied by it.
-  enum class Kind { conv, stem, pool, global_pool, eltwise, affine, absorbed, concat } kind = Kind::conv;
+  enum class Kind { conv, stem, pool, global_pool, eltwise, affine, absorbed, concat, split } kind = Kind::conv;
   ir::Node* node = nullptr;
   ir::Value* x = nullptr;       // read blocked (nullptr: a stem's input, read as it is)
   ir::Value* second = nullptr;  // read blocked: a convolution's residual, a binary op's second operand
@@ -224,6 +224,20 @@ std::optional<Member> blockable_concat(ir::Node* n, const IsMemberOutput& member
   return m;
 }
 
+// A split along channels into parts of whole blocks is, blocked, the same split of
+// [N, C/16, H, W, 16] along dim 1 into parts of size/16 blocks (as a concat is: Note [Blocked
+// concat]). SKNet splits each block's input between its two kernels' convolutions.
+template <class IsMemberOutput>
+std::optional<Member> blockable_split(ir::Node* n, const IsMemberOutput& member_output) {
+  if (n->op().name() != "split" || n->inputs().size() != 1 || n->outputs().empty()) return std::nullopt;
+  ir::Value* x = n->inputs()[0];
+  if (!x || !member_output(x) || x->type().dtype != DType::f32 || x->type().shape.size() != 4) return std::nullopt;
+  if (n->attrs().get_int("axis") != 1 && n->attrs().get_int("axis") != -3) return std::nullopt;
+  for (int64_t size : n->attrs().get_ints("sizes"))
+    if (size % 16 != 0) return std::nullopt;
+  return Member{Member::Kind::split, n, x, nullptr, 0.0};
+}
+
 // Note [Spatial means as global pools]
 // x.mean((2, 3), keepdim=True) is a global average pool as PyTorch code often writes it: timm's
 // squeeze-excite does, and its MobileNetV3 exported as ReduceMean ran wholly NCHW (each squeeze-
@@ -273,6 +287,7 @@ class LayoutPass : public ir::Pass {
       if (m && m->absorbed) absorbed_by[m->absorbed] = n;
       if (!m) m = blockable_eltwise(n, member_output);
       if (!m) m = blockable_concat(n, member_output);
+      if (!m) m = blockable_split(n, member_output);
       if (m) {
         index[n] = members.size();
         members.push_back(*m);
@@ -308,10 +323,11 @@ class LayoutPass : public ir::Pass {
         if (!is_const(v) && !(v->producer() && index.count(v->producer())) && first_reader[v] == i)
           cost[r] += kConvertCost * static_cast<double>(static_elems(v, ok));
       // An output read outside the region (or a graph output): converted back once.
-      bool outside = false;
-      for (const ir::Use& u : uses[members[i].node->output()])
-        outside = outside || !u.node || !index.count(u.node);
-      if (outside) cost[r] += kConvertCost * static_cast<double>(static_elems(members[i].node->output(), ok));
+      for (ir::Value* y : members[i].node->outputs()) {
+        bool outside = false;
+        for (const ir::Use& u : uses[y]) outside = outside || !u.node || !index.count(u.node);
+        if (outside) cost[r] += kConvertCost * static_cast<double>(static_elems(y, ok));
+      }
     }
     std::set<size_t> keep;
     std::vector<std::string> skipped;
@@ -335,7 +351,7 @@ class LayoutPass : public ir::Pass {
     };
     std::vector<ir::Node*> old;
     std::set<const ir::Node*> old_set;
-    int64_t pools = 0, eltwise = 0, norms = 0, absorbed = 0, concats = 0;
+    int64_t pools = 0, eltwise = 0, norms = 0, absorbed = 0, concats = 0, splits = 0;
     for (const Member& c : members) {
       if (!keep.count(find(index[c.node]))) continue;
       ir::Node* n = c.node;
@@ -371,6 +387,18 @@ class LayoutPass : public ir::Pass {
         b = g.add_node(kiln::op(avg ? "avg_pool2d_nchwc" : "max_pool2d_nchwc"), {blocked_of(c.x)}, a);
       } else if (c.kind == Member::Kind::global_pool) {
         b = g.add_node(kiln::op("global_avg_pool_nchwc"), {blocked_of(c.x)});
+      } else if (c.kind == Member::Kind::split) {
+        std::vector<int64_t> blocks = n->attrs().get_ints("sizes");
+        for (int64_t& b16 : blocks) b16 /= 16;
+        b = g.add_node(n->op(), {blocked_of(c.x)}, Attrs{{"sizes", blocks}, {"axis", int64_t{1}}});
+        for (size_t i = 0; i < n->outputs().size(); ++i) {
+          g.rename(b->outputs()[i], g.fresh_name(n->outputs()[i]->name() + "_nchwc"));
+          blocked[n->outputs()[i]] = b->outputs()[i];
+        }
+        old.push_back(n);
+        old_set.insert(n);
+        ++splits;
+        continue;
       } else if (c.kind == Member::Kind::concat) {
         std::vector<ir::Value*> ins;
         for (ir::Value* v : c.reads()) ins.push_back(blocked_of(v));
@@ -412,27 +440,29 @@ class LayoutPass : public ir::Pass {
     // only other readers, go.
     uses = g.uses();
     std::vector<std::pair<ir::Value*, std::string>> names;
-    for (ir::Node* n : old) {
-      ir::Value* y = n->output();
-      bool plain = false;
-      for (const ir::Use& u : uses[y]) plain = plain || !u.node || !old_set.count(u.node);
-      if (!plain) continue;
-      ir::Node* f = g.add_node(kiln::op("from_nchwc"), {blocked[y]}, Attrs{{"channels", y->type().shape[1].size}});
-      // A mean without keepdim (Note [Spatial means as global pools]): the pool's [N, C, 1, 1] as [N, C].
-      if (y->type().shape.size() == 2)
-        f = g.add_node(kiln::op("reshape"), {f->output()}, Attrs{{"shape", std::vector<int64_t>{-1, y->type().shape[1].size}}});
-      g.replace_all_uses(y, f->output());
-      names.emplace_back(f->output(), y->name());
-      ++from;
-    }
+    for (ir::Node* n : old)
+      for (ir::Value* y : n->outputs()) {
+        bool plain = false;
+        for (const ir::Use& u : uses[y]) plain = plain || !u.node || !old_set.count(u.node);
+        if (!plain) continue;
+        ir::Node* f = g.add_node(kiln::op("from_nchwc"), {blocked[y]}, Attrs{{"channels", y->type().shape[1].size}});
+        // A mean without keepdim (Note [Spatial means as global pools]): the pool's [N, C, 1, 1] as [N, C].
+        if (y->type().shape.size() == 2)
+          f = g.add_node(kiln::op("reshape"), {f->output()},
+                         Attrs{{"shape", std::vector<int64_t>{-1, y->type().shape[1].size}}});
+        g.replace_all_uses(y, f->output());
+        names.emplace_back(f->output(), y->name());
+        ++from;
+      }
     g.erase_nodes(std::vector<ir::Node*>(old.rbegin(), old.rend()));
     for (auto& [v, nm] : names) g.rename(v, nm);
     topo_reorder(g);
-    const int64_t convs = static_cast<int64_t>(old.size()) - pools - eltwise - norms - absorbed - concats;
+    const int64_t convs = static_cast<int64_t>(old.size()) - pools - eltwise - norms - absorbed - concats - splits;
     std::vector<std::string> kinds{std::to_string(convs) + " convolution(s)"};
     if (pools) kinds.push_back(std::to_string(pools) + " pool(s)");
     if (norms) kinds.push_back(std::to_string(norms) + " batch norm(s)");
     if (concats) kinds.push_back(std::to_string(concats) + " concat(s)");
+    if (splits) kinds.push_back(std::to_string(splits) + " split(s)");
     if (eltwise) kinds.push_back(std::to_string(eltwise) + " elementwise op(s)");
     std::string what = kinds[0];
     for (size_t i = 1; i < kinds.size(); ++i) what += (i + 1 == kinds.size() ? " and " : ", ") + kinds[i];
