@@ -334,6 +334,27 @@ TEST(Layout, ChannelSplitsOfWholeBlocksJoinTheRegion) {
   }
 }
 
+// CSPResNet's LeakyReLU (no convolution epilogue has it) runs blocked between its convolutions
+// instead of ending the region at each one.
+TEST(Layout, LeakyReluJoinsTheRegion) {
+  using Layout = runtime::CompileOptions::Layout;
+  Builder b;
+  b.g.name = "leaky";
+  ir::Value* x = b.g.add_input("x", ir::ValueType{DType::f32, {ir::Dim::sym("batch"), 16, 9, 9}});
+  ir::Value* c = b.g.add_node(op("leaky_relu"), {b.conv(x, 40, 3, 1, "c1")}, {{"negative_slope", 0.1}})->output();
+  b.g.add_output(b.conv(c, 16, 1, 1, "c2"));
+  ir::verify(b.g);
+  runtime::CompileResult r = runtime::compile(b.g, opts(Layout::nchwc, 3));
+  auto n = op_counts(r.engine);
+  EXPECT_EQ(n["fused_conv2d_nchwc"], 2);
+  EXPECT_EQ(n["to_nchwc"], 1);
+  for (const runtime::EngineStep& st : r.engine.steps)
+    if (st.op->name() == "leaky_relu") {
+      EXPECT_EQ(output_rank(r.engine, st), 5u);
+    }
+  expect_engine_matches(r.engine, b.g, {16, 9, 9}, 150);
+}
+
 // torchvision's MNASNet pools with x.mean([2, 3]) (no keepdim) before its classifier: the mean
 // runs as the region's global pool, converted back and reshaped to [N, C] for the classifier
 // (Note [Spatial means as global pools]).

@@ -1,6 +1,9 @@
 // Unary ops against the float64 reference (src/kernels/cpu/ref/unary.cc): every op on every dtype
 // it claims at odd sizes, strided/transposed/broadcast views, special values (NaN, inf, overflow),
 // f16/bf16, attribute variants, and error cases by content.
+#include <bit>
+#include <cmath>
+#include <cstdint>
 #include <limits>
 
 #include "support/testing.h"
@@ -269,6 +272,33 @@ TEST(Unary, IntegerSemantics) {
   EXPECT_EQ(logical_not(from_vector<int32_t>({0, 3})).dtype(), DType::boolean);
   EXPECT_TRUE(all_close(logical_not(from_vector<int32_t>({0, 3})), from_vector<double>({1, 0})));
   EXPECT_TRUE(all_close(logical_not(from_vector<bool>({true, false})), from_vector<double>({0, 1})));
+}
+
+// leaky_relu's contiguous f32 path (a factor picked by the sign bit, split over threads) gives the
+// general path's bits: over 100003 elements (several chunks) with -0, infinities and NaNs of both
+// signs mixed in, against the same values read through a transposed (strided) view.
+TEST(Unary, LeakyReluFastPathEqualsTheGeneralPath) {
+  const int64_t rows = 7, cols = 14286;  // 100002 elements, odd chunk ends
+  Tensor x = random_tensor({rows, cols}, DType::f32, 71, -4.0, 4.0).contiguous();
+  float* p = static_cast<float*>(x.data_ptr());
+  const float nan = std::numeric_limits<float>::quiet_NaN(), inf = std::numeric_limits<float>::infinity();
+  const float specials[] = {-0.0f, 0.0f, inf, -inf, nan, -nan, -1e-40f, 1e-40f};
+  for (int i = 0; i < 8; ++i) p[1000 * i + 3] = specials[i];
+  for (double slope : {0.01, 0.2, -0.5, 1.5}) {
+    Tensor fast = leaky_relu(x, slope);
+    Tensor general = leaky_relu(x.t().contiguous().t(), slope);  // a strided view: the general path
+    ASSERT_EQ(fast.numel(), general.numel());
+    const Tensor g = general.contiguous();
+    const auto* a = static_cast<const uint32_t*>(fast.data_ptr());
+    const auto* b = static_cast<const uint32_t*>(g.data_ptr());
+    int64_t differ = 0;
+    for (int64_t i = 0; i < fast.numel(); ++i) {
+      const bool both_nan = std::isnan(std::bit_cast<float>(a[i])) && std::isnan(std::bit_cast<float>(b[i]));
+      differ += !both_nan && a[i] != b[i];
+    }
+    EXPECT_EQ(differ, 0) << "slope " << slope;
+    EXPECT_EQ(static_cast<const float*>(fast.data_ptr())[1000 * 3 + 3], -inf * (slope < 0 ? -1.0f : 1.0f)) << slope;
+  }
 }
 
 TEST(Unary, ActivationAttributes) {

@@ -138,7 +138,8 @@ std::optional<Member> blockable_conv(ir::Node* n, bool x_blocked) {
 // filters, a depthwise layer's and a conversion back are zero there, and a mul by a zero lane is
 // zero again. A constant per-channel operand ([C, 1, 1] or [1, C, 1, 1]: Caffe's scale layer after
 // a batch norm, as the ONNX zoo's DenseNet has it) is blocked when the pass runs, zero past C.
-const std::set<std::string> kBlockedUnary = {"relu", "hardsigmoid", "hardswish", "sigmoid", "tanh", "clip", "silu"};
+const std::set<std::string> kBlockedUnary = {"relu", "hardsigmoid", "hardswish", "sigmoid", "tanh", "clip", "silu",
+                                             "leaky_relu"};
 
 // A constant of one value per channel of y ([C, 1, 1] or [1, C, 1, 1]), broadcast over y.
 bool per_channel_constant(const ir::Value* v, const ir::ValueType& yt) {

@@ -1,6 +1,8 @@
 // Activation functions: relu, leaky_relu, elu, hardsigmoid, hardswish, gelu, silu, softplus.
 // relu keeps integer dtypes; the others compute in floating point (integer/bool inputs become f32).
+#include <bit>
 #include <cmath>
+#include <cstdint>
 #include <numbers>
 #include <type_traits>
 
@@ -59,6 +61,35 @@ void gelu_kernel(const KernelCall& k) {
   }
 }
 
+// A contiguous f32 leaky_relu as a loop the compiler vectorizes, split over the thread pool (the
+// element-by-element unary_loop, branching on each sign, ran CSPResNet-50's 51 of them at ~0.14 ms
+// each, 7 of its 24 ms at batch 1 on two threads). Same arithmetic as the general path.
+bool leaky_relu_contiguous_f32(const KernelCall& k, float s) {
+  const Tensor& x = k.in(0);
+  const Tensor& y = k.out(0);
+  if (x.dtype() != DType::f32 || y.dtype() != DType::f32 || x.shape() != y.shape() || !x.is_contiguous() ||
+      !y.is_contiguous())
+    return false;
+  const float* xp = static_cast<const float*>(x.data_ptr());
+  float* yp = static_cast<float*>(y.data_ptr());
+  // x times a factor picked from x's bits (the slope where x < 0, else 1): no branch, which the
+  // compiler vectorizes (GCC does not if-convert `x < 0 ? x * s : x` under the default
+  // -ftrapping-math, and the branch on random signs mispredicts half the time: 4 ns an element).
+  // x < 0 is the sign bit set on a nonzero magnitude (-0 keeps the factor 1, whatever the slope's
+  // sign); a NaN stays a NaN either way.
+  const int32_t one = std::bit_cast<int32_t>(1.0f), slope = std::bit_cast<int32_t>(s);
+  parallel_for(0, x.numel(), kernels::cpu::kGrain, [xp, yp, one, slope](int64_t b, int64_t e) {
+    const float* const in = xp;
+    float* const out = yp;
+    for (int64_t i = b; i < e; ++i) {
+      const int32_t bits = std::bit_cast<int32_t>(in[i]);
+      const int32_t negative = (bits >> 31) & -static_cast<int32_t>((bits & 0x7fffffff) != 0);  // all ones if x < 0
+      out[i] = in[i] * std::bit_cast<float>(one ^ ((one ^ slope) & negative));
+    }
+  });
+  return true;
+}
+
 }  // namespace
 
 void register_unary_activation_ops(OpRegistry& r) {
@@ -76,11 +107,13 @@ void register_unary_activation_ops(OpRegistry& r) {
   activation_def(r, "leaky_relu(Tensor x, float negative_slope=0.01) -> Tensor", "LeakyRelu", 6)
       .kernel(DeviceType::cpu, DTypeSet::floating(), [](const KernelCall& k) {
         const double s = k.attrs.get_float("negative_slope");
+        if (leaky_relu_contiguous_f32(k, static_cast<float>(s))) return;
         apply_floating(k, [s](auto x) {
           using C = decltype(x);
           return x < C(0) ? x * C(s) : x;
         });
       })
+      .writes_over(0)
       .vjp(defs::unary_rule_x([](const Tensor& g, const Tensor& x, const Attrs& a) {
         return where(gt(x, defs::scalar_like(0, x)), g, g * a.get_float("negative_slope"));
       }))
