@@ -335,22 +335,26 @@ TEST(Layout, ChannelSplitsOfWholeBlocksJoinTheRegion) {
 }
 
 // CSPResNet's LeakyReLU (no convolution epilogue has it) runs blocked between its convolutions
-// instead of ending the region at each one.
-TEST(Layout, LeakyReluJoinsTheRegion) {
+// instead of ending the region at each one, and so do NF-ResNet's scalings by a constant of one
+// value (0-d and [1, 1, 1, 1]).
+TEST(Layout, LeakyReluAndScalarConstantsJoinTheRegion) {
   using Layout = runtime::CompileOptions::Layout;
   Builder b;
   b.g.name = "leaky";
   ir::Value* x = b.g.add_input("x", ir::ValueType{DType::f32, {ir::Dim::sym("batch"), 16, 9, 9}});
   ir::Value* c = b.g.add_node(op("leaky_relu"), {b.conv(x, 40, 3, 1, "c1")}, {{"negative_slope", 0.1}})->output();
+  c = b.binary("mul", c, b.g.add_constant("beta", full({}, 0.7, DType::f32)));
+  c = b.binary("add", b.g.add_constant("shift", full({1, 1, 1, 1}, 0.25, DType::f32)), c);
   b.g.add_output(b.conv(c, 16, 1, 1, "c2"));
   ir::verify(b.g);
   runtime::CompileResult r = runtime::compile(b.g, opts(Layout::nchwc, 3));
   auto n = op_counts(r.engine);
   EXPECT_EQ(n["fused_conv2d_nchwc"], 2);
   EXPECT_EQ(n["to_nchwc"], 1);
+  EXPECT_EQ(n["from_nchwc"], 1);
   for (const runtime::EngineStep& st : r.engine.steps)
-    if (st.op->name() == "leaky_relu") {
-      EXPECT_EQ(output_rank(r.engine, st), 5u);
+    if (st.op->name() == "leaky_relu" || st.op->name() == "mul" || st.op->name() == "add") {
+      EXPECT_EQ(output_rank(r.engine, st), 5u) << st.op->name();
     }
   expect_engine_matches(r.engine, b.g, {16, 9, 9}, 150);
 }

@@ -137,9 +137,16 @@ std::optional<Member> blockable_conv(ir::Node* n, bool x_blocked) {
 // hardsigmoid makes them 0.5), but they stay finite, and every reader ignores them: a convolution's
 // filters, a depthwise layer's and a conversion back are zero there, and a mul by a zero lane is
 // zero again. A constant per-channel operand ([C, 1, 1] or [1, C, 1, 1]: Caffe's scale layer after
-// a batch norm, as the ONNX zoo's DenseNet has it) is blocked when the pass runs, zero past C.
+// a batch norm, as the ONNX zoo's DenseNet has it) is blocked when the pass runs, zero past C; a
+// constant of one value is read as it is.
 const std::set<std::string> kBlockedUnary = {"relu", "hardsigmoid", "hardswish", "sigmoid", "tanh", "clip", "silu",
                                              "leaky_relu"};
+
+// A constant of one value (NF-ResNet's block scales, x * beta): it broadcasts over the blocked
+// form as over the plain one.
+bool one_value_constant(const ir::Value* v) {
+  return is_const(v) && v->constant().numel() == 1 && v->type().shape.size() <= 4;
+}
 
 // A constant of one value per channel of y ([C, 1, 1] or [1, C, 1, 1]), broadcast over y.
 bool per_channel_constant(const ir::Value* v, const ir::ValueType& yt) {
@@ -159,7 +166,7 @@ std::optional<Member> blockable_eltwise(ir::Node* n, const IsMemberOutput& membe
   // per-channel constant.
   auto fits = [&](const ir::Value* v) {
     if (!v || v->type().dtype != DType::f32) return false;
-    if (per_channel_constant(v, yt)) return true;
+    if (per_channel_constant(v, yt) || one_value_constant(v)) return true;
     if (v->type().shape.size() != 4) return false;
     const auto& s = v->type().shape;
     const bool pooled = !s[2].is_symbolic() && !s[3].is_symbolic() && s[2].size == 1 && s[3].size == 1;
@@ -408,6 +415,7 @@ class LayoutPass : public ir::Pass {
       } else if (c.kind == Member::Kind::eltwise) {
         // A per-channel constant operand blocked now: [1, C/16, 1, 1, 16], zero past C.
         auto operand = [&](ir::Value* v) {
+          if (one_value_constant(v)) return v;
           if (!per_channel_constant(v, n->output()->type())) return blocked_of(v);
           const int64_t ch = n->output()->type().shape[1].size, blocks = (ch + 15) / 16;
           std::vector<double> vals = *per_channel_values(v, ch, true);
