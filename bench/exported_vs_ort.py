@@ -45,6 +45,10 @@ Models (--models, comma-separated; default all that can be built here):
   onnx.helper (no torch): tf_mobilenet_v2 (bench/models.py's MobileNetV2 with an NHWC input,
       batch norms folded into biased convolutions and SAME padding as explicit Pad nodes, as
       tf2onnx writes it)
+  TensorFlow through tf2onnx, exported beforehand into --work by bench/export_tf.py (in a TensorFlow
+      venv; skipped when absent): Keras' tfk_resnet50, tfk_resnet50v2, tfk_resnet101, tfk_mobilenet,
+      tfk_mobilenetv2, tfk_mobilenetv3l, tfk_mobilenetv3s, tfk_efficientnetb0, tfk_densenet121 (NHWC
+      input), HuggingFace's tfb_bert, tfb_distilbert, tfb_roberta (int32 ids) and tfb_vit
 
 Weights are random (seeded); torchvision's zero-initialized classifier heads are re-drawn so the
 check compares something. Batch is a dynamic axis; kiln compiles --batch 1:8 (and --dim seq=128
@@ -101,7 +105,12 @@ TIMM = ["timm_mobilenetv3_large_100", "timm_mobilenetv3_small_100", "timm_tf_mob
         "timm_mixnet_s", "timm_mobileone_s0", "timm_fastvit_t8", "timm_mobilenetv4_hybrid_medium",
         "timm_repghostnet_100", "timm_efficientvit_b0", "timm_mobilevit_s", "timm_resnet50_gn",
         "timm_resnetv2_50x1_bit", "timm_skresnet18", "timm_resnest14d", "timm_ecaresnet50d", "timm_levit_128s"]
-ALL = VISION + ENCODERS + ["tf_mobilenet_v2"] + TIMM
+# Exported by bench/export_tf.py (tf2onnx), not here.
+TF_VISION = ["tfk_resnet50", "tfk_resnet50v2", "tfk_resnet101", "tfk_mobilenet", "tfk_mobilenetv2", "tfk_mobilenetv3l",
+             "tfk_mobilenetv3s", "tfk_efficientnetb0", "tfk_densenet121", "tfb_vit"]
+TF_ENCODERS = ["tfb_bert", "tfb_distilbert", "tfb_roberta"]
+ENCODERS += TF_ENCODERS
+ALL = VISION + ENCODERS + ["tf_mobilenet_v2"] + TIMM + TF_VISION
 SEQ, VOCAB, PADDED = 128, 30522, 28
 
 
@@ -354,12 +363,16 @@ def main():
     rows, failed = [], []
     print(f"{'model':24} {'batch':>5} {'kiln ms':>9} {'ORT ms':>9} {'kiln/ORT':>8}  check")
     for name in a.models.split(","):
-        stem = name + ("__dynamo" if a.exporter == "dynamo" and name != "tf_mobilenet_v2" else "")
+        tf = name == "tf_mobilenet_v2" or name in TF_VISION or name in TF_ENCODERS
+        stem = name + ("__dynamo" if a.exporter == "dynamo" and not tf else "")
         onnx_path = os.path.join(a.work, stem + ".onnx")
         engine = os.path.join(a.work, stem + ".kiln")
         if not os.path.exists(onnx_path):
             if name == "tf_mobilenet_v2":
                 export_tf_mobilenet_v2(onnx_path)
+            elif name in TF_VISION or name in TF_ENCODERS:
+                print(f"{name:24} skipped: export it first with bench/export_tf.py (a TensorFlow venv)")
+                continue
             elif not have_torch:
                 print(f"{name:24} skipped: needs torch and torchvision (pip install torch torchvision)")
                 continue
