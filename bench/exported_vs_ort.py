@@ -299,6 +299,10 @@ def inputs_for(session, batch, seed=0):
             m = np.ones((batch, SEQ), ints)
             m[:, SEQ - PADDED:] = 0
             feeds[i.name] = m
+        elif i.name == "token_type_ids":  # BERT's segment ids: the first sentence, the rest the second
+            t = np.zeros((batch, SEQ), ints)
+            t[:, SEQ // 2:] = 1
+            feeds[i.name] = t
         else:
             feeds[i.name] = rng.standard_normal((batch, *i.shape[1:])).astype(np.float32)
     return feeds
