@@ -9,8 +9,10 @@
 // intermediate must be private to the pattern (Note [Private intermediates]); anything else (a
 // different constant, x in one place and another value in the other, sigmoid(1.702 x)) stays.
 //
-// The pass also fuses SiLU (swish), which ONNX before opset 24 cannot name:
+// The pass also fuses SiLU (swish), which ONNX before opset 24 cannot name, and hard-swish as
+// paddle2onnx writes it:
 //   x * sigmoid(x)                                                     -> silu(x)
+//   x * hardsigmoid(x) {alpha 1/6, beta 0.5}                           -> hardswish(x)
 // in either order. EfficientNet exports it after every convolution; fused, the convolution's
 // epilogue applies it (passes/epilogue.cc) instead of a sigmoid pass and a mul pass
 // over the whole feature map. The sigmoid stays where something else also reads it.
@@ -203,18 +205,24 @@ class GeluFusionPass : public ir::Pass {
       uses = g.uses();
     }
     for (ir::Node* n : g.nodes()) {
-      if (erased.count(n) || n->op().name() != "sigmoid" || n->inputs().size() != 1) continue;
+      if (erased.count(n)) continue;  // (erased: n is gone, nothing of it may be read)
+      // x * sigmoid(x) is silu(x); x * hardsigmoid(x) at PyTorch's 1/6 and 0.5 (as paddle2onnx
+      // writes hard-swish) is hardswish(x).
+      const bool sigmoid = n->op().name() == "sigmoid";
+      const bool hard = n->op().name() == "hardsigmoid" && near(n->attrs().get_float("alpha"), 1.0 / 6.0, 1e-6) &&
+                        n->attrs().get_float("beta") == 0.5;
+      if ((!sigmoid && !hard) || n->inputs().size() != 1) continue;
       ir::Value* x = n->inputs()[0];
       if (!x || !is_floating(x->type().dtype)) continue;
       for (ir::Node* mul : readers_of(uses, n->output())) {
         if (erased.count(mul) || mul->op().name() != "mul" || other_operand(mul, n->output()) != x ||
             !(mul->output()->type() == x->type()))
           continue;
-        ir::Node* si = g.add_node(kiln::op("silu"), {x});
+        ir::Node* si = g.add_node(kiln::op(sigmoid ? "silu" : "hardswish"), {x});
         std::string out = mul->output()->name();
         replace_pattern(g, mul, si, {mul});
         erased.insert(mul);
-        items.push_back("%" + out + " = silu(%" + x->name() + ") from mul and sigmoid");
+        items.push_back("%" + out + " = " + si->op().name() + "(%" + x->name() + ") from mul and " + n->op().name());
       }
       uses = g.uses();
     }
