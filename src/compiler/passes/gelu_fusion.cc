@@ -34,6 +34,21 @@ constexpr double kSqrt2 = std::numbers::sqrt2;
 constexpr double kSqrt2OverPi = 0.79788456080286535588;  // sqrt(2 / pi)
 constexpr double kCubic = 0.044715;
 
+// The muls and divisions by a constant that each alone read the one before, from v's reader on
+// (at most `limit`): the products a formula's factor may sit in, innermost first.
+std::vector<ir::Node*> products_above(const ir::Graph& g, const Uses& uses, ir::Value* v, size_t limit) {
+  std::vector<ir::Node*> chain;
+  while (chain.size() < limit) {
+    ir::Node* r = sole_reader(g, uses, v);
+    if (!r || r->outputs().size() != 1) break;
+    const std::string& op = r->op().name();
+    if (op != "mul" && !(op == "div" && r->inputs()[0] == v && scalar_const(r->inputs()[1]))) break;
+    chain.push_back(r);
+    v = r->output();
+  }
+  return chain;
+}
+
 struct GeluMatch {
   ir::Value* x = nullptr;
   bool tanh = false;
@@ -58,15 +73,7 @@ class GeluFusion {
       return std::nullopt;
     m.nodes.insert(plus);
     // The outer product x * p * 0.5: try the largest product above p first.
-    std::vector<ir::Node*> chain;
-    for (ir::Value* v = plus->output(); chain.size() < 8;) {
-      ir::Node* r = sole_reader(g_, uses_, v);
-      if (!r || r->outputs().size() != 1) break;
-      const std::string& op = r->op().name();
-      if (op != "mul" && !(op == "div" && r->inputs()[0] == v && scalar_const(r->inputs()[1]))) break;
-      chain.push_back(r);
-      v = r->output();
-    }
+    const std::vector<ir::Node*> chain = products_above(g_, uses_, plus->output(), 8);
     for (auto it = chain.rbegin(); it != chain.rend(); ++it) {
       Product outer = flatten_product(g_, uses_, (*it)->output());
       if (outer.leaves.size() != 2 || !near(outer.factor, 0.5)) continue;
@@ -155,15 +162,7 @@ std::optional<HardMatch> hard_activation(const ir::Graph& g, const Uses& uses, i
   ir::Node* plus = producer_op(relu6->inputs()[0], "add");
   ir::Value* x = nullptr;
   if (!plus || !sole_reader(g, uses, plus->output()) || scalar_operand(plus, &x) != 3.0) return std::nullopt;
-  std::vector<ir::Node*> chain;
-  for (ir::Value* v = relu6->output(); chain.size() < 4;) {
-    ir::Node* r = sole_reader(g, uses, v);
-    if (!r || r->outputs().size() != 1) break;
-    const std::string& op = r->op().name();
-    if (op != "mul" && !(op == "div" && r->inputs()[0] == v && scalar_const(r->inputs()[1]))) break;
-    chain.push_back(r);
-    v = r->output();
-  }
+  const std::vector<ir::Node*> chain = products_above(g, uses, relu6->output(), 4);
   for (auto it = chain.rbegin(); it != chain.rend(); ++it) {
     Product p = flatten_product(g, uses, (*it)->output());
     if (!near(p.factor, 1.0 / 6.0)) continue;
