@@ -13,7 +13,8 @@ export them itself: TensorFlow wants its own numpy and onnx versions, so this ru
     python3 -m venv /tmp/tfenv && /tmp/tfenv/bin/pip install tensorflow-cpu==2.15.1 tf2onnx==1.16.1 \\
         "numpy<2" onnx==1.16.2 transformers==4.40.2
     /tmp/tfenv/bin/python bench/export_tf.py --work /tmp/kiln_exported [--models tfk_mobilenetv3l,tfb_bert]
-    python3 bench/exported_vs_ort.py --kiln build/tools/kiln --work /tmp/kiln_exported --models tfk_mobilenetv3l,tfb_bert
+    python3 bench/exported_vs_ort.py --kiln build/tools/kiln --work /tmp/kiln_exported \\
+        --models tfk_mobilenetv3l,tfb_bert
 """
 import argparse
 import os

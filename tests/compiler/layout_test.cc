@@ -280,7 +280,8 @@ TEST(Layout, ExpandedGateRunsBlocked) {
     if (st.op->name() == "mul" || st.op->name() == "add") {
       EXPECT_EQ(output_rank(r.engine, st), 5u) << st.name;
     }
-    if (st.op->name() == "to_nchwc") pooled_conversions += r.engine.values[static_cast<size_t>(st.inputs[0])].shape[2].size == 1;
+    if (st.op->name() == "to_nchwc")
+      pooled_conversions += r.engine.values[static_cast<size_t>(st.inputs[0])].shape[2].size == 1;
   }
   EXPECT_EQ(pooled_conversions, 1) << "the gate is converted as [N, 32, 1, 1]";
   expect_engine_matches(r.engine, b.g, {32, 9, 9}, 130);
@@ -313,7 +314,8 @@ TEST(Layout, ChannelSplitsOfWholeBlocksJoinTheRegion) {
     b.g.name = "split";
     ir::Value* x = b.g.add_input("x", ir::ValueType{DType::f32, {ir::Dim::sym("batch"), 16, 9, 9}});
     ir::Value* c = b.relu(b.conv(x, 48, 3, 1, "c1"));
-    ir::Node* sp = b.g.add_node(op("split"), {c}, {{"sizes", std::vector<int64_t>{first, 48 - first}}, {"axis", int64_t{1}}});
+    ir::Node* sp =
+        b.g.add_node(op("split"), {c}, {{"sizes", std::vector<int64_t>{first, 48 - first}}, {"axis", int64_t{1}}});
     ir::Value* p0 = b.relu(b.conv(sp->outputs()[0], 32, 3, 1, "p0"));
     ir::Value* p1 = b.relu(b.conv(sp->outputs()[1], 32, 1, 1, "p1"));
     b.g.add_output(b.conv(b.add(p0, p1), 16, 1, 1, "c2"));

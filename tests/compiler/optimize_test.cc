@@ -317,22 +317,26 @@ TEST(Optimize, HardSwishAndHardSigmoidFromTheirFormulas) {
 // gives up. Between a permute to NHWC after a convolution and a permute back before the next, a
 // bias of shape [C], a hard-swish, a squeeze-excite (a mean with keepdim, a scale of shape
 // [1, 1, 1, C], a sigmoid, a mul of two permuted values), a concat along the channels and a pad
-// of H and W (which then folds into the convolution); a mean without keepdim to [N, C] reads it too. Every permute moves down until it
-// meets the one back and both cancel; a permute also read by an add with a plain NHWC input stays
-// for that reader, and a scale of it before a matmul stays after it (it would cancel nothing). Results equal the unoptimized graph's.
+// of H and W (which then folds into the convolution); a mean without keepdim to [N, C] reads it
+// too. Every permute moves down until it meets the one back and both cancel; a permute also read
+// by an add with a plain NHWC input stays for that reader, and a scale of it before a matmul stays
+// after it (it would cancel nothing). Results equal the unoptimized graph's.
 TEST(Optimize, TransposesSinkAndCancel) {
   ir::Graph g;
   ir::Value* x = g.add_input("x", ir::ValueType{DType::f32, {ir::Dim::sym("batch"), 8, 9, 10}});
   ir::Value* nhwc = g.add_input("nhwc", ir::ValueType{DType::f32, {ir::Dim::sym("batch"), 9, 10, 16}});
-  auto cst = [&](const Shape& shape, uint64_t seed) { return g.add_constant("", random_tensor(shape, DType::f32, seed)); };
+  auto cst = [&](const Shape& shape, uint64_t seed) {
+    return g.add_constant("", random_tensor(shape, DType::f32, seed));
+  };
   const std::vector<int64_t> to_nhwc{0, 2, 3, 1}, to_nchw{0, 3, 1, 2};
-  ir::Value* c1 = node(g, "conv2d", {x, cst({16, 8, 3, 3}, 31), cst({16}, 32)}, {{"padding", std::vector<int64_t>{1, 1, 1, 1}}});
+  ir::Value* c1 = node(g, "conv2d", {x, cst({16, 8, 3, 3}, 31), cst({16}, 32)},
+                       {{"padding", std::vector<int64_t>{1, 1, 1, 1}}});
   ir::Value* t = node(g, "permute", {c1}, {{"dims", to_nhwc}});
   ir::Value* a = node(g, "add", {t, cst({16}, 33)});
   ir::Value* six = g.add_constant("", full({}, 1.0 / 6.0, DType::f32));
-  ir::Value* h = node(g, "mul", {a, node(g, "mul", {node(g, "clip", {node(g, "add", {a, g.add_constant("", full({}, 3.0, DType::f32))})},
-                                                          {{"min", 0.0}, {"max", 6.0}}),
-                                                     six})});
+  ir::Value* plus3 = node(g, "add", {a, g.add_constant("", full({}, 3.0, DType::f32))});
+  ir::Value* relu6 = node(g, "clip", {plus3}, {{"min", 0.0}, {"max", 6.0}});
+  ir::Value* h = node(g, "mul", {a, node(g, "mul", {relu6, six})});
   ir::Value* m = node(g, "mean", {h}, {{"axes", std::vector<int64_t>{1, 2}}, {"keepdim", true}});
   ir::Value* se = node(g, "mul", {h, node(g, "sigmoid", {node(g, "mul", {m, cst({1, 1, 1, 16}, 34)})})});
   ir::Value* cat = node(g, "concat", {se, node(g, "relu", {se})}, {{"axis", int64_t{-1}}});
@@ -345,7 +349,8 @@ TEST(Optimize, TransposesSinkAndCancel) {
   ir::Value* scaled = node(g, "mul", {t, g.add_constant("two", full({}, 2.0, DType::f32))});
   g.add_output(node(g, "matmul", {scaled, cst({16, 5}, 38)}));
   ir::verify(g);
-  const std::vector<Tensor> in = {random_tensor({2, 8, 9, 10}, DType::f32, 36), random_tensor({2, 9, 10, 16}, DType::f32, 37)};
+  const std::vector<Tensor> in = {random_tensor({2, 8, 9, 10}, DType::f32, 36),
+                                  random_tensor({2, 9, 10, 16}, DType::f32, 37)};
   const std::vector<Tensor> want = ir::run(g, in);
   ir::Graph o2 = g.clone();
   auto reps = compiler::run_passes(g, {"transpose", "reshape", "identity", "dce"}, true, true);
@@ -371,7 +376,8 @@ TEST(Optimize, TransposesSinkAndCancel) {
   ir::Value* a0 = r.add_input("a", ir::ValueType{DType::f32, {ir::Dim::sym("batch"), 9, 10, 16}});
   ir::Value* a1 = node(r, "permute", {a0}, {{"dims", to_nchw}});
   ir::Value* a2 = node(r, "permute", {node(r, "relu", {a0})}, {{"dims", to_nchw}});
-  r.add_output(node(r, "conv2d", {node(r, "add", {a1, a2}), r.add_constant("", random_tensor({4, 16, 1, 1}, DType::f32, 39))}));
+  ir::Value* wr = r.add_constant("", random_tensor({4, 16, 1, 1}, DType::f32, 39));
+  r.add_output(node(r, "conv2d", {node(r, "add", {a1, a2}), wr}));
   const std::vector<Tensor> rin = {in[1]};
   const std::vector<Tensor> rwant = ir::run(r, rin);
   compiler::run_passes(r, {"transpose", "dce"}, true, false);
@@ -400,7 +406,8 @@ TEST(Optimize, SumsOverAStackedAxisUnstack) {
   g.add_output(sum(node(g, "mul", {w1, st}), 1));
   g.add_output(sum(st, 2));
   g.add_output(sum(st, 1, true));
-  const std::vector<Tensor> in = {random_tensor({3, 6, 5, 4}, DType::f32, 41), random_tensor({3, 6, 5, 4}, DType::f32, 42),
+  const std::vector<Tensor> in = {random_tensor({3, 6, 5, 4}, DType::f32, 41),
+                                  random_tensor({3, 6, 5, 4}, DType::f32, 42),
                                   random_tensor({3, 2, 6, 1, 1}, DType::f32, 43),
                                   random_tensor({3, 1, 6, 1, 1}, DType::f32, 44)};
   const std::vector<Tensor> want = ir::run(g, in);
