@@ -68,6 +68,20 @@ std::optional<std::string> activation_of(const ir::Node* n) {
   return std::nullopt;
 }
 
+std::vector<int64_t> normalized_perm(const std::vector<int64_t>& dims) {
+  std::vector<int64_t> out(dims);
+  for (int64_t& d : out)
+    if (d < 0) d += static_cast<int64_t>(dims.size());
+  return out;
+}
+
+bool is_identity_perm(const std::vector<int64_t>& dims) {
+  const std::vector<int64_t> p = normalized_perm(dims);
+  for (size_t i = 0; i < p.size(); ++i)
+    if (p[i] != static_cast<int64_t>(i)) return false;
+  return true;
+}
+
 void topo_reorder(ir::Graph& g) {
   auto nodes = g.nodes();
   bool ordered = true;

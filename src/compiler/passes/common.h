@@ -37,6 +37,10 @@ std::optional<std::vector<double>> per_channel_values(const ir::Value* c, int64_
 // nullopt when n is not one.
 std::optional<std::string> activation_of(const ir::Node* n);
 
+// A permute's dims with negative entries counted from the end; whether dims are the identity.
+std::vector<int64_t> normalized_perm(const std::vector<int64_t>& dims);
+bool is_identity_perm(const std::vector<int64_t>& dims);
+
 // Re-orders g's nodes topologically, keeping the current order where it already is one. Passes
 // that append a replacement node (Graph::add_node appends) call this before returning.
 // Note [Appending then re-ordering]: the Graph API only appends nodes; rebuilding the graph in a

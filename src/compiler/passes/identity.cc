@@ -32,13 +32,7 @@ ir::Value* passthrough(const ir::Node* n) {
   bool same = x->type() == out;
   if (op == "reshape" || op == "squeeze" || op == "unsqueeze" || op == "expand" || op == "cast" || op == "clone")
     return same ? x : nullptr;
-  if (op == "permute") {
-    const auto& dims = n->attrs().get_ints("dims");
-    for (size_t i = 0; i < dims.size(); ++i)
-      if (dims[i] != static_cast<int64_t>(i) && dims[i] != static_cast<int64_t>(i) - static_cast<int64_t>(dims.size()))
-        return nullptr;
-    return same ? x : nullptr;
-  }
+  if (op == "permute") return is_identity_perm(n->attrs().get_ints("dims")) && same ? x : nullptr;
   if (op == "slice") {
     for (int64_t s : n->attrs().get_ints("steps"))
       if (s != 1) return nullptr;

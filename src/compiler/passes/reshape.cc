@@ -15,13 +15,6 @@ bool is_reshape_like(const ir::Node* n) {
   return op == "reshape" || op == "squeeze" || op == "unsqueeze";
 }
 
-std::vector<int64_t> norm_perm(const std::vector<int64_t>& p) {
-  std::vector<int64_t> out(p);
-  for (auto& d : out)
-    if (d < 0) d += static_cast<int64_t>(p.size());
-  return out;
-}
-
 // A permutation keeps the relative order of the non-1 dims: it is a reshape.
 bool moves_only_unit_dims(const ir::ValueType& in, const std::vector<int64_t>& perm) {
   int64_t last = -1;
@@ -98,9 +91,9 @@ class ReshapePass : public ir::Pass {
         continue;
       }
       if (op == "permute") {
-        auto perm = norm_perm(n->attrs().get_ints("dims"));
+        auto perm = normalized_perm(n->attrs().get_ints("dims"));
         if (p && p->op().name() == "permute") {
-          auto inner = norm_perm(p->attrs().get_ints("dims"));
+          auto inner = normalized_perm(p->attrs().get_ints("dims"));
           std::vector<int64_t> comp(perm.size());
           for (size_t i = 0; i < perm.size(); ++i) comp[i] = inner[static_cast<size_t>(perm[i])];
           std::string before = n->str();

@@ -41,10 +41,7 @@ const std::set<std::string> kReduce = {"mean", "sum", "max"};
 // The permutation of a permute node, normalized, or empty.
 std::vector<int64_t> perm_of(const ir::Value* v) {
   if (!v || !v->producer() || v->producer()->op().name() != "permute") return {};
-  std::vector<int64_t> p = v->producer()->attrs().get_ints("dims");
-  const auto rank = static_cast<int64_t>(p.size());
-  for (int64_t& d : p) d = d < 0 ? d + rank : d;
-  return p;
+  return normalized_perm(v->producer()->attrs().get_ints("dims"));
 }
 
 std::vector<int64_t> inverse(const std::vector<int64_t>& p) {
@@ -89,18 +86,12 @@ std::vector<int64_t> perm_after(const ir::Node* n, const std::vector<int64_t>& p
   return after;
 }
 
-bool is_identity(const std::vector<int64_t>& p) {
-  for (size_t i = 0; i < p.size(); ++i)
-    if (p[i] != static_cast<int64_t>(i)) return false;
-  return true;
-}
-
 // Whether a permute by p of v, moved on past every movable op that reads it, ends in a permute
 // that undoes it (or in nothing, a reduction's kept dims being in order) on every path. Moving a
 // permute that does not cancel only trades places with the ops after it (and can hide a pattern
 // from a later pass: a scale between a permute and a matmul). `budget` bounds the search.
 bool cancels(const ir::Graph& g, const Uses& uses, const ir::Value* v, const std::vector<int64_t>& p, int& budget) {
-  if (is_identity(p)) return true;
+  if (is_identity_perm(p)) return true;
   auto it = uses.find(v);
   if (it == uses.end() || it->second.empty() || is_graph_output(g, v)) return false;
   for (const ir::Use& u : it->second) {
@@ -212,7 +203,7 @@ class TransposePass : public ir::Pass {
       a.set("axis", p[static_cast<size_t>(axis)]);
     }
     ir::Node* r = g.add_node(n->op(), ins, a);
-    ir::Node* out = is_identity(after) ? r : g.add_node(kiln::op("permute"), {r->output()}, Attrs{{"dims", after}});
+    ir::Node* out = is_identity_perm(after) ? r : g.add_node(kiln::op("permute"), {r->output()}, Attrs{{"dims", after}});
     if (!(out->output()->type() == n->output()->type())) {
       std::vector<ir::Node*> made{out};
       if (out != r) made.push_back(r);
