@@ -65,11 +65,9 @@ void gelu_kernel(const KernelCall& k) {
 // element-by-element unary_loop, branching on each sign, ran CSPResNet-50's 51 of them at ~0.14 ms
 // each, 7 of its 24 ms at batch 1 on two threads). Same arithmetic as the general path.
 bool leaky_relu_contiguous_f32(const KernelCall& k, float s) {
+  if (!contiguous_f32_pair(k)) return false;
   const Tensor& x = k.in(0);
   const Tensor& y = k.out(0);
-  if (x.dtype() != DType::f32 || y.dtype() != DType::f32 || x.shape() != y.shape() || !x.is_contiguous() ||
-      !y.is_contiguous())
-    return false;
   const float* xp = static_cast<const float*>(x.data_ptr());
   float* yp = static_cast<float*>(y.data_ptr());
   // x times a factor picked from x's bits (the slope where x < 0, else 1): no branch, which the

@@ -21,11 +21,9 @@ std::vector<TensorMeta> infer_floating(const InferCtx& c) {
 }
 
 bool vmath_contiguous_f32(const KernelCall& k, kernels::cpu::VmathFn fn) {
+  if (!contiguous_f32_pair(k)) return false;
   const Tensor& x = k.in(0);
   const Tensor& y = k.out(0);
-  if (x.dtype() != DType::f32 || y.dtype() != DType::f32 || x.shape() != y.shape() || !x.is_contiguous() ||
-      !y.is_contiguous())
-    return false;
   const kernels::cpu::VmathUnaryF32 f =
       kernels::cpu::vmath_kernels_f32(kernels::cpu::active_isa()).unary[static_cast<int>(fn)];
   const float* xp = static_cast<const float*>(x.data_ptr());

@@ -44,6 +44,14 @@ KernelFn numeric_kernel(F f) {
   return [f](const KernelCall& k) { apply_numeric(k, f); };
 }
 
+// Whether the input and output are contiguous f32 of one shape (the fast paths' condition).
+inline bool contiguous_f32_pair(const KernelCall& k) {
+  const Tensor& x = k.in(0);
+  const Tensor& y = k.out(0);
+  return x.dtype() == DType::f32 && y.dtype() == DType::f32 && x.shape() == y.shape() && x.is_contiguous() &&
+         y.is_contiguous();
+}
+
 // Note [vmath fast path]: a contiguous f32 input and output of the same shape run the vectorized
 // kernels/cpu/vmath function (split over kiln's thread pool, a few ulps from float64; vmath.h);
 // everything else (other dtypes, strides, broadcasts) runs f through unary_loop. Returns whether
