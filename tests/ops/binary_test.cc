@@ -79,6 +79,15 @@ TEST(Binary, BroadcastingAndNonContiguous) {
       // Transposed operands.
       Tensor a = random_tensor({33, 7}, t, 7, lo, hi), b = random_tensor({7, 33}, t, 8, lo, hi);
       EXPECT_TRUE(all_close(call(c.op, a.t(), b), ref::binary(c.op, a.t(), b))) << c.op << " transposed";
+      // Tiles of a transposed operand (Note [Transposed operands] in loops.h): [3, 37, 150] is 16 +
+      // 16 + 5 rows by 128 + 22 columns, either side, against a full, broadcast or sliced other side.
+      Tensor tr = random_tensor({3, 150, 37}, t, 9, lo, hi).permute({0, 2, 1});
+      for (const Tensor& other : {random_tensor({3, 37, 150}, t, 10, lo, hi), random_tensor({37, 150}, t, 11, lo, hi),
+                                  random_tensor({3, 37, 1}, t, 12, lo, hi), noncontiguous(random_tensor(
+                                                                                {3, 37, 150}, t, 13, lo, hi))}) {
+        EXPECT_TRUE(all_close(call(c.op, tr, other), ref::binary(c.op, tr, other))) << c.op << " tiles, left";
+        EXPECT_TRUE(all_close(call(c.op, other, tr), ref::binary(c.op, other, tr))) << c.op << " tiles, right";
+      }
     }
   }
 }

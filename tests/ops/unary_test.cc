@@ -131,6 +131,9 @@ TEST(Unary, NonContiguousTransposedAndBroadcastViews) {
       EXPECT_TRUE(matches_reference(c, b.t())) << where << " transposed";
       Tensor d = input_for(c, {3, 4, 5}, t, 5);
       EXPECT_TRUE(matches_reference(c, d.permute({2, 0, 1}))) << where << " permuted";
+      // Read in tiles (Note [Transposed operands] in loops.h): 16 + 16 + 5 rows by 128 + 22 columns.
+      Tensor f = input_for(c, {2, 150, 37}, t, 9);
+      EXPECT_TRUE(matches_reference(c, f.permute({0, 2, 1}))) << where << " transposed tiles";
       Tensor e = input_for(c, {7, 1}, t, 6);
       EXPECT_TRUE(matches_reference(c, e.expand({7, 33}))) << where << " broadcast";
       EXPECT_TRUE(matches_reference(c, input_for(c, {}, t, 7))) << where << " 0-d";

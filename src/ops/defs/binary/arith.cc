@@ -74,13 +74,7 @@ KernelFn arith_kernel(kernels::cpu::VmathBinOp op, F f) {
     const bool one_blocked_image = out_shape.size() == 5 && out_shape[0] == 1 && out_shape[4] == 16;
     const int64_t bands = one_blocked_image ? get_num_threads() : 1;
     if (kernels::cpu::for_each_broadcast_tile<float, float>(plan, tile, bands)) return;
-    if (plan.shape.back() < kVmathRun) {  // short runs: binary_loop's loop, with no per-run test
-      kernels::cpu::for_each_run<3>(plan, [&](char** p, const int64_t* s, int64_t n) {
-        kernels::cpu::binary_run<float, float>(p, s, n, f);
-      });
-      return;
-    }
-    kernels::cpu::for_each_run<3>(plan, [&](char** p, const int64_t* s, int64_t n) {
+    auto run = [&](char** p, const int64_t* s, int64_t n) {
       constexpr int64_t w = sizeof(float);
       if (s[0] == w && (s[1] == w || s[1] == 0) && (s[2] == w || s[2] == 0)) {
         bin(reinterpret_cast<const float*>(p[1]), s[1] / w, reinterpret_cast<const float*>(p[2]), s[2] / w,
@@ -88,7 +82,16 @@ KernelFn arith_kernel(kernels::cpu::VmathBinOp op, F f) {
         return;
       }
       kernels::cpu::binary_run<float, float>(p, s, n, f);
-    });
+    };
+    // Note [Transposed operands] in loops.h: runs of a transposed input's tiles, copied contiguous.
+    if (kernels::cpu::for_each_transposed_run<3>(plan, {4, 4, 4}, run)) return;
+    if (plan.shape.back() < kVmathRun) {  // short runs: binary_loop's loop, with no per-run test
+      kernels::cpu::for_each_run<3>(plan, [&](char** p, const int64_t* s, int64_t n) {
+        kernels::cpu::binary_run<float, float>(p, s, n, f);
+      });
+      return;
+    }
+    kernels::cpu::for_each_run<3>(plan, run);
   };
 }
 
