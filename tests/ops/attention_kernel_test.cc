@@ -51,7 +51,7 @@ Tensor make_mask(const Shape& shape, uint64_t seed) {
   return m.to(DType::f32);
 }
 
-enum class KLayout { bert_split, plain, transposed_contiguous, strided };
+enum class KLayout { bert_split, plain, transposed_contiguous, strided, heads_transposed };
 
 struct Case {
   int64_t b, h, sq, sk, d, dv;
@@ -85,6 +85,13 @@ Inputs make_inputs(const Case& c, uint64_t seed, double lo, double hi) {
       in.v = random_tensor({c.b, c.h, c.sk, c.dv}, DType::f32, seed + 2, -1, 1);
       in.kt = true;
       break;
+    case KLayout::heads_transposed:  // SqueezeBERT's heads: q, k and v from [B, H, D, S] (Note [Transposed
+                                     // queries and values] in attention.cc)
+      in.q = random_tensor({c.b, c.h, c.d, c.sq}, DType::f32, seed, lo, hi).transpose(-2, -1);
+      in.k = random_tensor({c.b, c.h, c.d, c.sk}, DType::f32, seed + 1, lo, hi);
+      in.v = random_tensor({c.b, c.h, c.dv, c.sk}, DType::f32, seed + 2, -1, 1).transpose(-2, -1);
+      in.kt = true;
+      break;
     case KLayout::strided:
       in.q = random_tensor({c.b, c.h, c.sq, c.d}, DType::f32, seed, lo, hi);
       in.k = testing::noncontiguous(random_tensor({c.b, c.h, c.sk, c.d}, DType::f32, seed + 1, lo, hi));
@@ -111,6 +118,8 @@ const std::vector<Case>& cases() {
       {1, 3, 1, 128, 64, 65, KLayout::transposed_contiguous},
       {2, 3, 13, 33, 80, 64, KLayout::transposed_contiguous},
       {1, 3, 33, 17, 17, 33, KLayout::strided},
+      {2, 3, 33, 33, 64, 64, KLayout::heads_transposed},
+      {1, 2, 7, 130, 17, 1, KLayout::heads_transposed},
       {1, 1, 3, 1100, 16, 16, KLayout::plain},  // rows past the 1024-column sum flush
   };
   return all;
