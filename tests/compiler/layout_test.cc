@@ -425,6 +425,46 @@ TEST(Layout, SiluAndSigmoidEpiloguesRunBlocked) {
   expect_engine_matches(r.engine, b.g, {24, 9, 9}, 70);
 }
 
+// EfficientFormer's and InceptionNeXt's MLPs: 1x1 -> bias -> GELU (erf) -> 1x1 with a residual,
+// GELU written as exporters write it (x * 0.5 * (1 + erf(x / sqrt 2))) and as the op. gelu_fusion
+// makes one gelu node, the epilogue pass puts it into the first 1x1 (the blocked tiles' finish),
+// and EfficientFormer's token mixer, pool(y) - y, with a gelu after it, runs in the region as
+// elementwise members: one region, no erf, fused_conv2d or conv2d left.
+TEST(Layout, GeluEpiloguesAndAPoolsDifferenceRunBlocked) {
+  using Layout = runtime::CompileOptions::Layout;
+  Builder b;
+  b.g.name = "mlp";
+  ir::Value* x = b.g.add_input("x", ir::ValueType{DType::f32, {ir::Dim::sym("batch"), 24, 9, 9}});
+  auto scalar = [&](const std::string& n, float v) { return b.g.add_constant(n, full({}, v, TensorOptions())); };
+  ir::Value* h = b.conv(x, 40, 1, 1, "fc1");
+  ir::Value* erf = b.g.add_node(op("erf"), {b.binary("mul", h, scalar("inv_sqrt2", 0.70710678f))})->output();
+  ir::Value* g1 = b.binary("mul", b.binary("mul", h, scalar("half", 0.5f)), b.binary("add", erf, scalar("one", 1.f)));
+  ir::Value* y = b.add(b.conv(g1, 24, 1, 1, "fc2"), x);
+  ir::Value* pool = b.g.add_node(op("max_pool2d"), {y},
+                                 {{"kernel", std::vector<int64_t>{3, 3}},
+                                  {"stride", std::vector<int64_t>{1, 1}},
+                                  {"padding", std::vector<int64_t>{1, 1, 1, 1}}})
+                        ->output();
+  ir::Value* g2 = b.g.add_node(op("gelu"), {b.binary("sub", pool, y)})->output();
+  b.g.add_output(b.conv(g2, 24, 3, 1, "mix"));
+  ir::verify(b.g);
+
+  runtime::CompileResult r = runtime::compile(b.g, opts(Layout::nchwc, 3));
+  auto n = op_counts(r.engine);
+  EXPECT_EQ(n["fused_conv2d_nchwc"], 3);
+  EXPECT_EQ(n["max_pool2d_nchwc"], 1);
+  EXPECT_EQ(n["gelu"], 1) << "the mixer's gelu, in the region";
+  EXPECT_EQ(n["sub"], 1);
+  EXPECT_EQ(n["erf"] + n["fused_conv2d"] + n["conv2d"], 0);
+  EXPECT_EQ(n["to_nchwc"], 1);
+  EXPECT_EQ(n["from_nchwc"], 1);
+  std::map<std::string, int> acts;
+  for (const runtime::EngineStep& st : r.engine.steps)
+    if (st.op->name() == "fused_conv2d_nchwc") ++acts[st.attrs.get_string("activation")];
+  EXPECT_EQ(acts["gelu"], 1);
+  expect_engine_matches(r.engine, b.g, {24, 9, 9}, 90);
+}
+
 // Note [Winograd tiles] (kernels/cpu/conv_nchwc.cc): without timing, the blocked 3x3 layers of
 // stride 1 take Winograd's tiles (Note [Heuristic tactics] in runtime/tactics.cc), the strided one
 // and the 1x1 keep the direct kernel, and the engine matches the reference, a residual summed in

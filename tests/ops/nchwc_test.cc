@@ -137,6 +137,7 @@ Tensor act_ref(const Tensor& y, const std::string& act) {
   if (act == "hardswish") return hardswish(y);
   if (act == "sigmoid") return sigmoid(y);
   if (act == "silu") return silu(y);
+  if (act == "gelu") return gelu(y);
   return y;
 }
 
@@ -171,7 +172,7 @@ TEST(Nchwc, ConvMatchesFloat64ReferenceOnEveryIsa) {
   for (kernels::cpu::Isa isa : kernels::cpu::supported_isas()) {
     kernels::cpu::IsaOverride on(isa);
     for (const ConvCase& cc : kCases) {
-      for (const std::string act : {"none", "relu", "relu6", "hardswish", "sigmoid", "silu"})
+      for (const std::string act : {"none", "relu", "relu6", "hardswish", "sigmoid", "silu", "gelu"})
         for (int mode = 0; mode < 3; ++mode) {  // residual: none, before, after the activation
           ++seed;
           SCOPED_TRACE(name_of(isa, cc) + " act=" + act + " mode=" + std::to_string(mode));
@@ -411,7 +412,7 @@ TEST(Nchwc, WinogradMatchesFloat64Reference) {
   for (kernels::cpu::Isa isa : kernels::cpu::supported_isas()) {
     kernels::cpu::IsaOverride on(isa);
     for (const Case& cc : cases)
-      for (const std::string act : {"none", "relu", "sigmoid"})
+      for (const std::string act : {"none", "relu", "sigmoid", "gelu"})
         for (int mode = 0; mode < 4; ++mode) {  // residual: none, before, after; 3: before, in place
           seed += 4;
           SCOPED_TRACE(std::string(kernels::cpu::isa_name(isa)) + " C=" + std::to_string(cc.c) + " K=" +
@@ -433,8 +434,9 @@ TEST(Nchwc, WinogradMatchesFloat64Reference) {
           Tensor xb = to_nchwc(x), rb = mode ? to_nchwc(res).clone() : Tensor();
           Tensor y = mode == 3 ? rb : full({cc.n, (cc.k + 15) / 16, p.ho, p.wo, 16}, 7.0, TensorOptions(DType::f32));
           kernels::cpu::Conv2dEpilogue ep;
-          ep.activation = act == "relu" ? kernels::cpu::GemmActivation::relu
+          ep.activation = act == "relu"      ? kernels::cpu::GemmActivation::relu
                           : act == "sigmoid" ? kernels::cpu::GemmActivation::sigmoid
+                          : act == "gelu"    ? kernels::cpu::GemmActivation::gelu
                                              : kernels::cpu::GemmActivation::none;
           ep.residual = mode ? static_cast<const float*>(rb.data_ptr()) : nullptr;
           ep.residual_before_activation = mode != 2;
@@ -560,7 +562,7 @@ TEST(Nchwc, DepthwiseMatchesFloat64Reference) {
     for (kernels::cpu::Isa isa : kernels::cpu::supported_isas()) {
       kernels::cpu::IsaOverride on(isa);
       for (const Dw& d : cases)
-        for (const std::string act : {"none", "relu6", "hardswish", "silu"})
+        for (const std::string act : {"none", "relu6", "hardswish", "silu", "gelu"})
           for (int mode = 0; mode < 3; ++mode) {
             ++seed;
             SCOPED_TRACE(std::string(kernels::cpu::isa_name(isa)) + " C=" + std::to_string(d.c) + " r=" +
@@ -681,7 +683,7 @@ TEST(Nchwc, ScaleShiftMatchesFloat64Reference) {
     kernels::cpu::IsaOverride on(isa);
     for (const Shape& s :
          std::vector<Shape>{{2, 33, 7, 7}, {1, 16, 1, 1}, {3, 40, 13, 11}, {1, 7, 1, 33}, {1, 64, 56, 56}})
-      for (const std::string act : {"none", "relu", "relu6", "hardswish", "sigmoid", "silu"}) {
+      for (const std::string act : {"none", "relu", "relu6", "hardswish", "sigmoid", "silu", "gelu"}) {
         SCOPED_TRACE(std::string(kernels::cpu::isa_name(isa)) + " " + shape_str(s) + " act=" + act);
         ++seed;
         const int64_t c = s[1], lanes = (c + 15) / 16 * 16;
@@ -712,6 +714,7 @@ TEST(Nchwc, ScaleShiftMatchesFloat64Reference) {
                                             : act == "hardswish" ? kernels::cpu::GemmActivation::hardswish
                                             : act == "sigmoid"   ? kernels::cpu::GemmActivation::sigmoid
                                             : act == "silu"      ? kernels::cpu::GemmActivation::silu
+                                            : act == "gelu"      ? kernels::cpu::GemmActivation::gelu
                                                                  : kernels::cpu::GemmActivation::none);
         EXPECT_TRUE(testing::all_close(xb, got, {0, 0}));
       }
@@ -722,8 +725,8 @@ TEST(Nchwc, ScaleShiftMatchesFloat64Reference) {
                     "scale_shift_nchwc", "must be blocked");
   EXPECT_KILN_ERROR(dispatch1(op("scale_shift_nchwc"), {xb, random_tensor({20}, DType::f32, 3), v32}, {}),
                     "scale of shape [20] must be [32]");
-  EXPECT_KILN_ERROR(dispatch1(op("scale_shift_nchwc"), {xb, v32, v32}, {{"activation", std::string("gelu")}}),
-                    "activation 'gelu' is not one of");
+  EXPECT_KILN_ERROR(dispatch1(op("scale_shift_nchwc"), {xb, v32, v32}, {{"activation", std::string("gelu_tanh")}}),
+                    "activation 'gelu_tanh' is not one of");
 }
 
 TEST(Nchwc, TilingFollowsThePlane) {
@@ -780,8 +783,8 @@ TEST(Nchwc, RejectsWhatTheBlockedLayoutCannotHold) {
                               {random_tensor({1, 8, 5, 5}, DType::f32, 11), random_tensor({8, 1, 3, 3}, DType::f32, 12)},
                               {{"groups", int64_t{8}}}),
                     "a depthwise convolution needs blocked x");
-  EXPECT_KILN_ERROR(conv(xb, random_tensor({16, 32, 3, 3}, DType::f32, 5), "gelu"),
-                    "activation 'gelu' is not one of the blocked kernel's");
+  EXPECT_KILN_ERROR(conv(xb, random_tensor({16, 32, 3, 3}, DType::f32, 5), "gelu_tanh"),
+                    "activation 'gelu_tanh' is not one of the blocked kernel's");
   EXPECT_KILN_ERROR(conv(x, random_tensor({16, 32, 3, 3}, DType::f32, 6), "relu"),
                     "x of shape [1, 32, 5, 5] is NCHW with more than 16 channels; block it first (to_nchwc)");
   EXPECT_KILN_ERROR(conv(random_tensor({1, 3, 5, 5}, DType::f32, 9), random_tensor({16, 4, 3, 3}, DType::f32, 10), "relu"),

@@ -5,7 +5,7 @@
 // A convolution can run blocked when its filters are f32 constants, it has one group, is depthwise
 // (groups = C = K) or has groups of which a few fill whole blocks (nchwc_conv_group_span; its
 // padded work counts the span), and its epilogue is one the blocked kernels have (none, relu, relu6,
-// hardswish, sigmoid, silu; conv2d and fused_conv2d alike). Channel counts need not be multiples of
+// hardswish, sigmoid, silu, gelu; conv2d and fused_conv2d alike). Channel counts need not be multiples of
 // 16: a partial last block's lanes are zero (or, past an elementwise op or a sigmoid, finite) and
 // ignored. A convolution of at most 16 input channels whose input comes from outside (a stem) reads
 // that NCHW input as it is. Such convolutions are joined into regions along the values they pass
@@ -47,7 +47,7 @@ constexpr double kGainPointwise = 0.2;   // 1x1
 constexpr double kGainDepthwise = 0.5;
 constexpr double kConvertCost = 200.0;  // FLOPs per element converted
 
-const std::set<std::string> kBlockedActs = {"none", "relu", "relu6", "hardswish", "sigmoid", "silu"};
+const std::set<std::string> kBlockedActs = {"none", "relu", "relu6", "hardswish", "sigmoid", "silu", "gelu"};
 
 // A node that can run in a region: a convolution on blocked input, a stem (a convolution of at
 // most 16 input channels that reads its NCHW input as it is and writes blocked output), a max or
@@ -132,15 +132,16 @@ std::optional<Member> blockable_conv(ir::Node* n, bool x_blocked) {
 // a conversion out and one back in around every mul. Elementwise ops work on blocked values as they
 // are: the same op on the 5-d forms, the scale [N, C/16, 1, 1, 16] broadcasting over
 // [N, C/16, H, W, 16] as [N, C, 1, 1] does over [N, C, H, W]. So a unary op that keeps finite
-// values finite, or a mul or add of two 4-d operands (one may be a pooled [N, C, 1, 1]), joins the
-// region of a member whose output it reads. A partial block's lanes then need not stay zero (a
-// hardsigmoid makes them 0.5), but they stay finite, and every reader ignores them: a convolution's
-// filters, a depthwise layer's and a conversion back are zero there, and a mul by a zero lane is
-// zero again. A constant per-channel operand ([C, 1, 1] or [1, C, 1, 1]: Caffe's scale layer after
-// a batch norm, as the ONNX zoo's DenseNet has it) is blocked when the pass runs, zero past C; a
-// constant of one value is read as it is.
+// values finite, or a mul, add or sub of two 4-d operands (one may be a pooled [N, C, 1, 1]), joins
+// the region of a member whose output it reads (EfficientFormer's token mixer, pool(x) - x, too).
+// A partial block's lanes then need not stay zero (a hardsigmoid makes them 0.5), but they stay
+// finite, and every reader ignores them: a convolution's filters, a depthwise layer's and a
+// conversion back are zero there, and a mul by a zero lane is zero again. A constant per-channel
+// operand ([C, 1, 1] or [1, C, 1, 1]: Caffe's scale layer after a batch norm, as the ONNX zoo's
+// DenseNet has it) is blocked when the pass runs, zero past C; a constant of one value is read as
+// it is.
 const std::set<std::string> kBlockedUnary = {"relu", "hardsigmoid", "hardswish", "sigmoid", "tanh", "clip", "silu",
-                                             "leaky_relu"};
+                                             "leaky_relu", "gelu"};
 
 // A constant of one value (NF-ResNet's block scales, x * beta): it broadcasts over the blocked
 // form as over the plain one.
@@ -156,7 +157,7 @@ bool per_channel_constant(const ir::Value* v, const ir::ValueType& yt) {
 template <class IsMemberOutput>
 std::optional<Member> blockable_eltwise(ir::Node* n, const IsMemberOutput& member_output) {
   const std::string& op = n->op().name();
-  const bool unary = kBlockedUnary.count(op) != 0, binary = op == "mul" || op == "add";
+  const bool unary = kBlockedUnary.count(op) != 0, binary = op == "mul" || op == "add" || op == "sub";
   if ((!unary && !binary) || n->outputs().size() != 1) return std::nullopt;
   const ir::ValueType& yt = n->output()->type();
   if (yt.dtype != DType::f32 || yt.shape.size() != 4) return std::nullopt;
@@ -179,7 +180,7 @@ std::optional<Member> blockable_eltwise(ir::Node* n, const IsMemberOutput& membe
 
 // A batch norm of a member's output (f32, 4-d, constant statistics; bn_fold left it: no
 // convolution precedes it) as a per-channel scale and shift, with the activation that alone reads
-// it (relu, relu6, hardswish, sigmoid, silu) applied in the same pass.
+// it (relu, relu6, hardswish, sigmoid, silu, gelu) applied in the same pass.
 template <class IsMemberOutput>
 std::optional<Member> blockable_batch_norm(const ir::Graph& g, ir::Node* n, const IsMemberOutput& member_output,
                                            const std::map<const ir::Value*, std::vector<ir::Use>>& uses) {

@@ -55,10 +55,26 @@ struct FinishExp {
   }
 };
 
-// f(finish) with the finish ep needs: FinishExp for sigmoid and silu, Finish for the rest.
+// And for gelu (EfficientFormer's and InceptionNeXt's MLPs: 1x1 convolution, bias, gelu): vmath's,
+// out of line (every zmm register is the caller's to save across the call, which the tile's
+// accumulators pay once a tile).
+struct FinishGelu {
+  bool before;
+  explicit FinishGelu(const ConvTileEpilogueF32& ep) : before(ep.residual_before_activation) {}
+  __m512 operator()(__m512 r, const float* res) const {
+    if (res != nullptr && before) r = _mm512_add_ps(r, _mm512_loadu_ps(res));
+    r = avx512::gelu(r);
+    if (res != nullptr && !before) r = _mm512_add_ps(r, _mm512_loadu_ps(res));
+    return r;
+  }
+};
+
+// f(finish) with the finish ep needs: FinishExp for sigmoid and silu, FinishGelu for gelu, Finish
+// for the rest.
 template <class F>
 void with_finish(const ConvTileEpilogueF32& ep, F&& f) {
   if (ep.act == ConvTileEpilogueF32::Act::sigmoid || ep.act == ConvTileEpilogueF32::Act::silu) f(FinishExp(ep));
+  else if (ep.act == ConvTileEpilogueF32::Act::gelu) f(FinishGelu(ep));
   else f(Finish(ep));
 }
 

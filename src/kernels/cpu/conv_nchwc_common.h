@@ -25,6 +25,8 @@ inline float finish_scalar(float r, const float* res, const ConvTileEpilogueF32&
   else if (ep.act == Act::sigmoid || ep.act == Act::silu) {
     const float e = std::exp(-std::abs(r)), s = (r < 0.0f ? e : 1.0f) / (1.0f + e);
     r = ep.act == Act::silu ? r * s : s;
+  } else if (ep.act == Act::gelu) {
+    r = static_cast<float>(0.5 * r * std::erfc(-static_cast<double>(r) * 0.70710678118654752440));
   }
   if (res != nullptr && !ep.residual_before_activation) r += *res;
   return r;
@@ -43,7 +45,8 @@ inline ConvTileEpilogueF32::Act blocked_act(GemmActivation a) {
     case GemmActivation::hardswish: return Act::hardswish;
     case GemmActivation::sigmoid: return Act::sigmoid;
     case GemmActivation::silu: return Act::silu;
-    default: KILN_FAIL("the blocked convolutions apply none, relu, relu6, hardswish, sigmoid or silu");
+    case GemmActivation::gelu: return Act::gelu;
+    default: KILN_FAIL("the blocked convolutions apply none, relu, relu6, hardswish, sigmoid, silu or gelu");
   }
 }
 

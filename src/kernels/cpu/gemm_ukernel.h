@@ -35,7 +35,7 @@ using GemmRowsUkernelF32 = void (*)(int64_t k, const float* a, int64_t lda, cons
 // sigmoid and silu only in the blocked (NCHWc) convolutions' tiles (conv_nchwc_avx512.cc:
 // FinishExp); the GEMM tiles' stores never see them.
 struct ConvTileEpilogueF32 {
-  enum class Act { none, relu, relu6, hardswish, sigmoid, silu };
+  enum class Act { none, relu, relu6, hardswish, sigmoid, silu, gelu };
   const float* bias = nullptr;      // bias[i] for tile row i, or nullptr
   const float* residual = nullptr;  // residual[i * ldr + j], or nullptr
   int64_t ldr = 0;

@@ -101,6 +101,10 @@ inline F d_join(D lo, D hi) {
 
 }  // namespace
 
+namespace avx512 {
+__m512 gelu(__m512 r) { return gelu_f32v(F{r}).v; }
+}  // namespace avx512
+
 const VmathKernelsF32& vmath_kernels_f32_avx512() {
   static const VmathKernelsF32 k = make_kernels(Isa::avx512);
   return k;

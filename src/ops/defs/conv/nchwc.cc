@@ -62,13 +62,14 @@ Attrs conv_attrs_of(const Attrs& a) {
                                   {"groups", a.get_int("groups")}});
 }
 
-const char* kActs = "none, relu, relu6, hardswish, sigmoid, silu";
+const char* kActs = "none, relu, relu6, hardswish, sigmoid, silu, gelu";
 // Filters [C, 1, R, S] with groups = C: the blocked depthwise kernel's (other groups run in block
 // groups, Note [Grouped blocks] in kernels/cpu/conv_nchwc.cc).
 bool depthwise_filters(int64_t groups, const Shape& ws) { return groups > 1 && groups == ws[0] && ws[1] == 1; }
 
 bool blocked_act(const std::string& a) {
-  return a == "none" || a == "relu" || a == "relu6" || a == "hardswish" || a == "sigmoid" || a == "silu";
+  return a == "none" || a == "relu" || a == "relu6" || a == "hardswish" || a == "sigmoid" || a == "silu" ||
+         a == "gelu";
 }
 
 std::vector<TensorMeta> infer_conv_nchwc(const InferCtx& c) {
@@ -149,6 +150,7 @@ kernels::cpu::GemmActivation act_of(const std::string& a) {
   if (a == "hardswish") return GemmActivation::hardswish;
   if (a == "sigmoid") return GemmActivation::sigmoid;
   if (a == "silu") return GemmActivation::silu;
+  if (a == "gelu") return GemmActivation::gelu;
   return GemmActivation::none;
 }
 
