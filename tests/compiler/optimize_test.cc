@@ -460,6 +460,49 @@ TEST(Optimize, ZeroPadFoldsIntoTheConvolution) {
   EXPECT_NE(std::find(o2.begin(), o2.end(), "pad_fold"), o2.end());
 }
 
+// Note [Zero pads before a max pool] (pad_fold.cc): HGNetV2's stem, a relu's output padded by one
+// row and column and max-pooled 2 x 2 in ceil mode, and a clip-from-0 one padded on all sides under
+// a 3 x 3 stride-2 pool, take the pad as the pool's padding; the output shape and values are the
+// pad's. A pad of a value that may be negative, of 2 rows before a 2 x 2 pool (a window of padding
+// alone) and before a dilated pool stays.
+TEST(Optimize, ZeroPadOfANonNegativeValueFoldsIntoTheMaxPool) {
+  ir::Graph g;
+  ir::Value* x = g.add_input("x", ir::ValueType{DType::f32, {ir::Dim::sym("batch"), 5, 9, 10}});
+  ir::Value* r = node(g, "relu", {x});
+  ir::Value* c = node(g, "clip", {x}, {{"min", 0.0}, {"max", 6.0}});
+  auto pad = [&](ir::Value* v, std::vector<int64_t> pads) {
+    return node(g, "pad", {v}, {{"pads", std::move(pads)}, {"mode", std::string("constant")}, {"value", 0.0}});
+  };
+  auto pool = [&](ir::Value* v, int64_t k, int64_t stride, bool ceil, int64_t dilation = 1) {
+    return node(g, "max_pool2d", {v}, {{"kernel", std::vector<int64_t>{k, k}},
+                                      {"stride", std::vector<int64_t>{stride, stride}},
+                                      {"dilation", std::vector<int64_t>{dilation, dilation}},
+                                      {"ceil_mode", ceil}});
+  };
+  g.add_output(pool(pad(r, {0, 0, 0, 0, 0, 0, 1, 1}), 2, 1, true));   // folds: [0, 0, 1, 1]
+  g.add_output(pool(pad(c, {0, 0, 1, 1, 0, 0, 1, 1}), 3, 2, false));  // folds: [1, 1, 1, 1]
+  g.add_output(pool(pad(x, {0, 0, 0, 0, 0, 0, 1, 1}), 2, 1, true));   // x may be negative: stays
+  g.add_output(pool(pad(r, {0, 0, 2, 0, 0, 0, 0, 0}), 2, 1, false));  // a window of padding: stays
+  g.add_output(pool(pad(r, {0, 0, 1, 1, 0, 0, 1, 1}), 2, 1, false, 2));  // dilated: stays
+  ir::verify(g);
+  const std::vector<Tensor> in{random_tensor({2, 5, 9, 10}, DType::f32, 23, -1, 1)};
+  const std::vector<Tensor> want = ir::run(g, in);
+  auto reps = compiler::run_passes(g, {"pad_fold", "dce"}, true, true);
+  EXPECT_TRUE(reps[0].changed) << reps[0].report;
+  EXPECT_EQ(count_op(g, "pad"), 3) << ir::print(g);
+  std::vector<std::vector<int64_t>> folded;
+  for (const ir::Node* n : g.nodes())
+    if (n->op().name() == "max_pool2d" && n->inputs()[0]->producer()->op().name() != "pad")
+      folded.push_back(n->attrs().get_ints("padding"));
+  EXPECT_EQ(folded, (std::vector<std::vector<int64_t>>{{0, 0, 1, 1}, {1, 1, 1, 1}})) << ir::print(g);
+  const std::vector<Tensor> got = ir::run(g, in);
+  ASSERT_EQ(got.size(), want.size());
+  for (size_t i = 0; i < got.size(); ++i) {
+    EXPECT_EQ(got[i].shape(), want[i].shape()) << i;
+    EXPECT_TRUE(testing::all_close(got[i], want[i], kTol)) << i;
+  }
+}
+
 // Note [Per-channel scales fold like batch norms] (bn_fold.cc): Caffe's scale layer after a
 // convolution and its batch norm (mul by [C, 1, 1], add of [1, C, 1, 1]), and a divide and a
 // subtract, fold into the convolution, so the ReLU after them joins its epilogue; -O2 matches the
