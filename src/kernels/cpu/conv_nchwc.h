@@ -193,8 +193,8 @@ void avg_pool2d_nchwc_rows_avx512(const Pool2dParams& p, const float* x, const f
 // with ep (bias at the block, residual at the first output) into y + 16 * o.
 void depthwise_nchwc_row_avx512(int taps, const int64_t* tap_off, const int32_t* tap_w, const float* x, int64_t xstep,
                                 const float* w, float* y, int64_t count, const ConvTileEpilogueF32& ep);
-// depthwise_nchwc_row_avx512 for a window S columns wide (S = 3 or 5, no dilation across) read at
-// `stride` 1 or 2: `rows` kernel rows, row r's first tap for output o at x[o * stride * 16 +
+// depthwise_nchwc_row_avx512 for a window S columns wide (S = 3 or 5 read at `stride` 1 or 2, or
+// 7 or 9 at stride 1; no dilation across): `rows` kernel rows, row r's first tap for output o at x[o * stride * 16 +
 // row_off[r]] with the block's filter row_w[r] (its S taps consecutive in both). Each kernel row's
 // inputs are loaded once for its S taps (Note [Kernel rows in registers] in conv_nchwc_depthwise.cc).
 void depthwise_nchwc_kernel_rows_avx512(int s, int stride, int rows, const int64_t* row_off, const int32_t* row_w,

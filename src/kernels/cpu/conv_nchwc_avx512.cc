@@ -384,7 +384,8 @@ void depthwise_nchwc_outputs_avx512(int taps, const int64_t* tap_off, const int3
 
 // depthwise_nchwc_kernel_rows_avx512 for a window S wide at stride ST: N outputs a step, a kernel
 // row's (N - 1) ST + S input vectors loaded once and each used by up to S taps (8 outputs of a
-// 5-wide window at stride 2: 19 inputs, 8 accumulators and the filter in 28 registers).
+// 5-wide window at stride 2: 19 inputs, 8 accumulators and the filter in 28 registers; of a 9-wide
+// one at stride 1: 16 + 8 + 1).
 // Padded (Note [Row borders as zeros] in conv_nchwc_depthwise.cc): output o's inputs start at column
 // o ST - pad_left of rows `width` columns wide, x at their column 0, and columns outside them are
 // zeros; otherwise at x + o ST 16 with every input present.
@@ -415,7 +416,7 @@ void depthwise_nchwc_kernel_rows(int rows, const int64_t* row_off, const int32_t
           for (int j = 0; j < kIn; ++j)
             in[j] = c0 + j >= 0 && c0 + j < width ? _mm512_loadu_ps(row + 16 * (c0 + j)) : _mm512_setzero_ps();
         }
-#pragma GCC unroll 5
+#pragma GCC unroll 9
         for (int t = 0; t < S; ++t) {
           const __m512 wv = _mm512_loadu_ps(wr + 16 * t);
 #pragma GCC unroll 8
@@ -451,8 +452,12 @@ void depthwise_nchwc_kernel_rows_avx512(int s, int stride, int rows, const int64
                                         const float* x, const float* w, float* y, int64_t count,
                                         const ConvTileEpilogueF32& ep) {
   if (stride == 1) {
-    if (s == 3) depthwise_nchwc_kernel_rows<3, 1, false>(rows, row_off, row_w, x, w, y, count, ep, 0, 0);
-    else depthwise_nchwc_kernel_rows<5, 1, false>(rows, row_off, row_w, x, w, y, count, ep, 0, 0);
+    switch (s) {
+      case 3: return depthwise_nchwc_kernel_rows<3, 1, false>(rows, row_off, row_w, x, w, y, count, ep, 0, 0);
+      case 5: return depthwise_nchwc_kernel_rows<5, 1, false>(rows, row_off, row_w, x, w, y, count, ep, 0, 0);
+      case 7: return depthwise_nchwc_kernel_rows<7, 1, false>(rows, row_off, row_w, x, w, y, count, ep, 0, 0);
+      default: return depthwise_nchwc_kernel_rows<9, 1, false>(rows, row_off, row_w, x, w, y, count, ep, 0, 0);
+    }
   } else {
     if (s == 3) depthwise_nchwc_kernel_rows<3, 2, false>(rows, row_off, row_w, x, w, y, count, ep, 0, 0);
     else depthwise_nchwc_kernel_rows<5, 2, false>(rows, row_off, row_w, x, w, y, count, ep, 0, 0);
@@ -463,9 +468,14 @@ void depthwise_nchwc_padded_rows_avx512(int s, int stride, int rows, const int64
                                         const float* x, int64_t pad_left, int64_t width, const float* w, float* y,
                                         int64_t count, const ConvTileEpilogueF32& ep) {
   KILN_ASSERT(stride == 1 || s == 5, "depthwise_nchwc_padded_rows_avx512: a ", s, "-wide window at stride ", stride);
-  if (stride == 2) depthwise_nchwc_kernel_rows<5, 2, true>(rows, row_off, row_w, x, w, y, count, ep, pad_left, width);
-  else if (s == 3) depthwise_nchwc_kernel_rows<3, 1, true>(rows, row_off, row_w, x, w, y, count, ep, pad_left, width);
-  else depthwise_nchwc_kernel_rows<5, 1, true>(rows, row_off, row_w, x, w, y, count, ep, pad_left, width);
+  if (stride == 2) return depthwise_nchwc_kernel_rows<5, 2, true>(rows, row_off, row_w, x, w, y, count, ep, pad_left,
+                                                                   width);
+  switch (s) {
+    case 3: return depthwise_nchwc_kernel_rows<3, 1, true>(rows, row_off, row_w, x, w, y, count, ep, pad_left, width);
+    case 5: return depthwise_nchwc_kernel_rows<5, 1, true>(rows, row_off, row_w, x, w, y, count, ep, pad_left, width);
+    case 7: return depthwise_nchwc_kernel_rows<7, 1, true>(rows, row_off, row_w, x, w, y, count, ep, pad_left, width);
+    default: return depthwise_nchwc_kernel_rows<9, 1, true>(rows, row_off, row_w, x, w, y, count, ep, pad_left, width);
+  }
 }
 
 void depthwise_nchwc_row_avx512(int taps, const int64_t* tap_off, const int32_t* tap_w, const float* x, int64_t xstep,
