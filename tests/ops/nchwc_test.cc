@@ -557,7 +557,8 @@ TEST(Nchwc, DepthwiseMatchesFloat64Reference) {
                       // 7- and 9-wide windows at stride 1 by kernel rows: ConvNeXt's 7 x 7 (padded 3),
                       // ConvMixer's 9 x 9 (padded 4) on a wide plane and in bands, asymmetric padding.
                       {1, 32, 19, 37, 7, {1, 1}, {3, 3, 3, 3}, {1, 1}}, {2, 16, 7, 7, 7, {1, 1}, {3, 3, 3, 3}, {1, 1}},
-                      {1, 24, 33, 33, 9, {1, 1}, {4, 4, 4, 4}, {1, 1}}, {1, 16, 14, 14, 9, {1, 1}, {4, 2, 3, 4}, {1, 1}},
+                      {1, 24, 33, 33, 9, {1, 1}, {4, 4, 4, 4}, {1, 1}},
+                      {1, 16, 14, 14, 9, {1, 1}, {4, 2, 3, 4}, {1, 1}},
                       {1, 16, 20, 20, 7, {2, 1}, {3, 1, 3, 5}, {1, 1}}};
   int seed = 700;
   // On 2 and 3 threads: one image's rows go in a band a thread (Note [One image split by rows]),

@@ -69,7 +69,8 @@ constexpr int64_t kNarrowDepthwise = 16;
 // ConvMixer-768/32's layers took 0.46 ms against ONNX Runtime's 0.19).
 bool kernel_rows(const Conv2dParams& p) {
   if (active_isa() != Isa::avx512 || p.dil_w != 1) return false;
-  return ((p.stride_w == 1 || p.stride_w == 2) && (p.s == 3 || p.s == 5)) || (p.stride_w == 1 && (p.s == 7 || p.s == 9));
+  const bool narrow = p.s == 3 || p.s == 5, wide = p.s == 7 || p.s == 9;
+  return ((p.stride_w == 1 || p.stride_w == 2) && narrow) || (p.stride_w == 1 && wide);
 }
 
 // `count` outputs of the blocked depthwise convolution, for any ISA: output o reads from x offset
