@@ -392,6 +392,7 @@ void register_nchwc_ops(OpRegistry& r) {
   r.add("scale_shift_nchwc(Tensor x, Tensor scale, Tensor shift, str activation=\"none\") -> Tensor")
       .infer(infer_scale_shift_nchwc)
       .kernel(DeviceType::cpu, f32, scale_shift_nchwc_kernel)
+      .writes_over(0)  // each vector read before it is written (tests/ops/nchwc_test.cc)
       .no_vjp(kNoVjp)
       .no_batch(kNoBatch)
       .no_onnx(kNoOnnx)
