@@ -2,7 +2,9 @@
 // pooling, normalizations (Batch/Instance/Layer/Group/RMS, LRN, Lp, MVN), Gemm/MatMul,
 // Softmax/LogSoftmax/Hardmax, and the losses NegativeLogLikelihoodLoss/SoftmaxCrossEntropyLoss.
 #include <algorithm>
+#include <cctype>
 #include <cmath>
+#include <map>
 #include <numeric>
 
 #include "onnx/convert.h"
@@ -526,6 +528,209 @@ V matmul(ConvertCtx& c) {
   return {c.emit("matmul", {c.in(0), c.in(1)})};
 }
 
+// Note [Einsum as products]
+// Einsum (HuggingFace's Funnel Transformer writes its attention scores with one) becomes the ops
+// kiln has: each operand's labels that nothing else reads are summed out first; then operands are
+// contracted left to right, each pair as one batched matmul: A permuted to [batch, left,
+// contracted] and B to [batch, contracted, right], the left, contracted and right labels each
+// merged into one dim (batch dims stay apart, so size-1 batch dims broadcast as in MatMul), the
+// product reshaped back to [batch, left, right]; the result is permuted to the output's order.
+// An ellipsis stands for the leading dims an operand has beyond its letters (aligned from the
+// right, as NumPy does); without "->" the output is the letters that occur once, sorted, after the
+// ellipsis. A letter repeated within one operand (a diagonal) is refused by name.
+struct EinsumTerm {
+  ir::Value* v = nullptr;
+  std::vector<int> labels;  // one per dim: a letter's char code, or -(k + 1) for ellipsis dim k from the right
+};
+
+std::vector<int> einsum_labels(ConvertCtx& c, const std::string& term, int64_t rank, const std::string& where) {
+  std::vector<int> letters;
+  int64_t ellipsis_at = -1;
+  for (size_t i = 0; i < term.size(); ++i) {
+    if (term.compare(i, 3, "...") == 0) {
+      if (ellipsis_at >= 0) c.fail("equation term '" + term + "' (" + where + ") has two ellipses");
+      ellipsis_at = static_cast<int64_t>(letters.size());
+      i += 2;
+    } else if (std::isalpha(static_cast<unsigned char>(term[i]))) {
+      letters.push_back(term[i]);
+    } else {
+      c.fail("equation term '" + term + "' (" + where + ") has '" + term[i] + "', not a letter or '...'");
+    }
+  }
+  const int64_t n = static_cast<int64_t>(letters.size());
+  if (rank < 0) rank = n;  // the output: its ellipsis is filled in by the caller
+  if (ellipsis_at < 0 && n != rank)
+    c.fail("equation term '" + term + "' names " + std::to_string(n) + " dims but " + where + " has rank " +
+           std::to_string(rank));
+  if (ellipsis_at >= 0 && n > rank)
+    c.fail("equation term '" + term + "' names " + std::to_string(n) + " dims but " + where + " has rank " +
+           std::to_string(rank));
+  std::vector<int> labels(letters.begin(), letters.end());
+  if (ellipsis_at >= 0) {
+    std::vector<int> e;
+    for (int64_t k = rank - n; k-- > 0;) e.push_back(-static_cast<int>(k) - 1);
+    labels.insert(labels.begin() + ellipsis_at, e.begin(), e.end());
+  }
+  return labels;
+}
+
+// One dim standing for a group of dims (their product), as reshape's target needs it.
+ir::Dim dims_product(const std::vector<ir::Dim>& ds, ConvertCtx& c) {
+  int64_t scale = 1;
+  std::string symbol;
+  for (const ir::Dim& d : ds) {
+    if (!d.is_symbolic()) {
+      scale *= d.size;
+    } else if (symbol.empty()) {
+      symbol = d.symbol, scale *= d.scale;
+    } else {
+      c.fail("merges two symbolic dims (" + symbol + ", " + d.symbol + ") into one; give them sizes");
+    }
+  }
+  return symbol.empty() ? ir::Dim(scale) : ir::Dim::sym(symbol, scale);
+}
+
+ir::Value* reshape_to(ConvertCtx& c, ir::Value* v, const std::vector<ir::Dim>& target) {
+  if (v->type().shape == target) return v;
+  Ints ints;
+  int symbolic = 0;
+  for (const ir::Dim& d : target) {
+    symbolic += d.is_symbolic();
+    ints.push_back(d.is_symbolic() ? -1 : d.size);
+  }
+  if (symbolic > 1) c.fail("needs a reshape to " + ir::shape_str(target) + ", which has more than one symbolic dim");
+  return c.emit("reshape", {v}, {{"shape", ints}});
+}
+
+ir::Value* permute_to(ConvertCtx& c, const EinsumTerm& t, const std::vector<int>& order) {
+  Ints dims;
+  for (int l : order)
+    dims.push_back(std::find(t.labels.begin(), t.labels.end(), l) - t.labels.begin());
+  Ints identity(dims.size());
+  std::iota(identity.begin(), identity.end(), 0);
+  return dims == identity ? t.v : c.emit("permute", {t.v}, {{"dims", dims}});
+}
+
+// t with the labels not in `keep` summed out.
+EinsumTerm einsum_sum_out(ConvertCtx& c, EinsumTerm t, const std::vector<int>& keep) {
+  Ints axes;
+  std::vector<int> left;
+  for (size_t i = 0; i < t.labels.size(); ++i) {
+    if (std::find(keep.begin(), keep.end(), t.labels[i]) == keep.end()) axes.push_back(static_cast<int64_t>(i));
+    else left.push_back(t.labels[i]);
+  }
+  if (axes.empty()) return t;
+  return {c.emit("sum", {t.v}, {{"axes", axes}, {"keepdim", false}}), left};
+}
+
+EinsumTerm einsum_contract(ConvertCtx& c, const EinsumTerm& a, const EinsumTerm& b, const std::vector<int>& keep) {
+  auto has = [](const std::vector<int>& ls, int l) { return std::find(ls.begin(), ls.end(), l) != ls.end(); };
+  std::vector<int> batch, left, contracted, right;
+  for (int l : a.labels) {
+    if (has(b.labels, l)) (has(keep, l) ? batch : contracted).push_back(l);
+    else left.push_back(l);
+  }
+  for (int l : b.labels)
+    if (!has(a.labels, l)) right.push_back(l);
+  auto dim_of = [](const EinsumTerm& t, int l) {
+    return t.v->type().shape[static_cast<size_t>(std::find(t.labels.begin(), t.labels.end(), l) - t.labels.begin())];
+  };
+  auto group = [&](const EinsumTerm& t, const std::vector<int>& ls) {
+    std::vector<ir::Dim> ds;
+    for (int l : ls) ds.push_back(dim_of(t, l));
+    return ds;
+  };
+  auto shape_of = [&](const EinsumTerm& t, const std::vector<int>& g1, const std::vector<int>& g2) {
+    std::vector<ir::Dim> s = group(t, batch);
+    s.push_back(dims_product(group(t, g1), c));
+    s.push_back(dims_product(group(t, g2), c));
+    return s;
+  };
+  std::vector<int> ao = batch, bo = batch;
+  ao.insert(ao.end(), left.begin(), left.end());
+  ao.insert(ao.end(), contracted.begin(), contracted.end());
+  bo.insert(bo.end(), contracted.begin(), contracted.end());
+  bo.insert(bo.end(), right.begin(), right.end());
+  ir::Value* am = reshape_to(c, permute_to(c, a, ao), shape_of(a, left, contracted));
+  ir::Value* bm = reshape_to(c, permute_to(c, b, bo), shape_of(b, contracted, right));
+  ir::Value* p = c.emit("matmul", {am, bm});
+  // [batch (broadcast), left..., right...]
+  std::vector<ir::Dim> out(p->type().shape.begin(), p->type().shape.begin() + static_cast<int64_t>(batch.size()));
+  for (const ir::Dim& d : group(a, left)) out.push_back(d);
+  for (const ir::Dim& d : group(b, right)) out.push_back(d);
+  std::vector<int> labels = batch;
+  labels.insert(labels.end(), left.begin(), left.end());
+  labels.insert(labels.end(), right.begin(), right.end());
+  return {reshape_to(c, p, out), labels};
+}
+
+V einsum(ConvertCtx& c) {
+  check_same_types(c);
+  std::string eq;
+  for (char ch : c.attr_string("equation", "")) if (ch != ' ') eq += ch;
+  const size_t arrow = eq.find("->");
+  const std::string lhs = eq.substr(0, arrow);
+  std::vector<std::string> terms;
+  for (size_t start = 0;;) {
+    const size_t comma = lhs.find(',', start);
+    terms.push_back(lhs.substr(start, comma == std::string::npos ? std::string::npos : comma - start));
+    if (comma == std::string::npos) break;
+    start = comma + 1;
+  }
+  if (terms.size() != c.num_inputs())
+    c.fail("equation '" + eq + "' has " + std::to_string(terms.size()) + " input term(s) for " +
+           std::to_string(c.num_inputs()) + " input(s)");
+  std::vector<EinsumTerm> ops;
+  int64_t ellipsis_dims = 0;
+  std::map<int, int> count;
+  for (size_t i = 0; i < terms.size(); ++i) {
+    std::vector<int> ls = einsum_labels(c, terms[i], c.rank(i), "input #" + std::to_string(i));
+    for (size_t j = 0; j < ls.size(); ++j) {
+      if (ls[j] >= 0 && std::count(ls.begin(), ls.end(), ls[j]) > 1)
+        c.fail("label '" + std::string(1, static_cast<char>(ls[j])) + "' repeats within input #" + std::to_string(i) +
+               " ('" + terms[i] + "'): diagonals are not supported");
+      ++count[ls[j]];
+      if (ls[j] < 0) ellipsis_dims = std::max<int64_t>(ellipsis_dims, -ls[j]);
+    }
+    ops.push_back({c.in(i), ls});
+  }
+  std::vector<int> out;
+  if (arrow == std::string::npos) {
+    for (int64_t k = ellipsis_dims; k-- > 0;) out.push_back(-static_cast<int>(k) - 1);
+    for (const auto& [l, n] : count)
+      if (l >= 0 && n == 1) out.push_back(l);
+  } else {
+    const std::string rhs = eq.substr(arrow + 2);
+    const bool has_ellipsis = rhs.find("...") != std::string::npos;
+    int64_t letters = 0;
+    for (char ch : rhs) letters += std::isalpha(static_cast<unsigned char>(ch)) != 0;
+    out = einsum_labels(c, rhs, letters + (has_ellipsis ? ellipsis_dims : 0), "the output");
+    for (int l : out)
+      if (!count.count(l))
+        c.fail("output label '" + std::string(1, static_cast<char>(l)) + "' is in no input of '" + eq + "'");
+  }
+  // What the ops from index i on, and the output, still read.
+  auto needed_after = [&](size_t i) {
+    std::vector<int> keep = out;
+    for (size_t j = i; j < ops.size(); ++j) keep.insert(keep.end(), ops[j].labels.begin(), ops[j].labels.end());
+    return keep;
+  };
+  std::vector<EinsumTerm> summed;
+  for (size_t i = 0; i < ops.size(); ++i) {
+    std::vector<int> keep = out;
+    for (size_t j = 0; j < ops.size(); ++j)
+      if (j != i) keep.insert(keep.end(), ops[j].labels.begin(), ops[j].labels.end());
+    summed.push_back(einsum_sum_out(c, ops[i], keep));
+  }
+  EinsumTerm acc = summed[0];
+  for (size_t i = 1; i < summed.size(); ++i) {
+    std::vector<int> keep = needed_after(i + 1);
+    acc = einsum_sum_out(c, einsum_contract(c, acc, summed[i], keep), keep);
+  }
+  acc = einsum_sum_out(c, acc, out);
+  return {permute_to(c, acc, out)};
+}
+
 // ---- softmax family ---------------------------------------------------------------------------------------
 // Before opset 13 these coerce the input to 2-D at `axis` (default 1) and work on the second dim.
 template <class F>
@@ -619,6 +824,7 @@ void add_nn_converters(std::map<std::string, Converter>& m) {
   m["MeanVarianceNormalization"] = mvn;
   m["Gemm"] = gemm;
   m["MatMul"] = matmul;
+  m["Einsum"] = einsum;
   m["Softmax"] = softmax;
   m["LogSoftmax"] = log_softmax;
   m["Hardmax"] = hardmax;

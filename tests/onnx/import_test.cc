@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <cmath>
 #include <fstream>
+#include <map>
 
 #include "kiln/onnx.h"
 #include "onnx/tensor_proto.h"
@@ -536,6 +537,109 @@ TEST(OnnxImport, ModelLocalFunctionsAreInlined) {
   onnx::Model m = b.import();
   Tensor x = random_tensor({5}, DType::f32, 14);
   EXPECT_TRUE(testing::all_close(run(m, {x})[0], x * x, {0, 0}));
+}
+
+// The sum an explicit equation of letters ("bij,bjk->bik") defines, in float64, by brute force over
+// every assignment of the letters; a size-1 dim broadcasts against the letter's size elsewhere.
+Tensor einsum_reference(const std::string& eq, const std::vector<Tensor>& ins) {
+  const size_t arrow = eq.find("->");
+  std::vector<std::string> terms;
+  for (size_t start = 0;;) {
+    const size_t comma = eq.find(',', start);
+    terms.push_back(eq.substr(start, std::min(comma, arrow) - start));
+    if (comma == std::string::npos || comma > arrow) break;
+    start = comma + 1;
+  }
+  const std::string rhs = eq.substr(arrow + 2);
+  std::map<char, int64_t> size;
+  for (size_t i = 0; i < ins.size(); ++i)
+    for (size_t d = 0; d < terms[i].size(); ++d) size[terms[i][d]] = std::max(size[terms[i][d]], ins[i].shape()[d]);
+  std::vector<char> letters;
+  for (const auto& [l, n] : size) letters.push_back(l);
+  Shape out_shape;
+  for (char l : rhs) out_shape.push_back(size[l]);
+  std::vector<double> out(static_cast<size_t>(numel_of(out_shape)), 0.0);
+  std::vector<std::vector<double>> vals;
+  for (const Tensor& t : ins) vals.push_back(ref::values(t));
+  std::map<char, int64_t> at;
+  for (char l : letters) at[l] = 0;
+  for (;;) {
+    double prod = 1;
+    for (size_t i = 0; i < ins.size(); ++i) {
+      int64_t idx = 0;
+      for (size_t d = 0; d < terms[i].size(); ++d) {
+        const int64_t n = ins[i].shape()[d];
+        idx = idx * n + (n == 1 ? 0 : at[terms[i][d]]);
+      }
+      prod *= vals[i][static_cast<size_t>(idx)];
+    }
+    int64_t o = 0;
+    for (char l : rhs) o = o * size[l] + at[l];
+    out[static_cast<size_t>(o)] += prod;
+    size_t k = letters.size();
+    while (k > 0 && ++at[letters[k - 1]] == size[letters[k - 1]]) at[letters[--k]] = 0;
+    if (k == 0) break;
+  }
+  return ref::from_values(out, out_shape);
+}
+
+// Note [Einsum as products] (convert_nn.cc): attention scores over a symbolic batch, a product with
+// weights, an ellipsis that broadcasts, three operands, labels summed out of one operand, the
+// implicit output, a bilinear form, a size-1 batch dim broadcast, a transposed output; against the
+// brute-force sum. A diagonal and a wrong number of terms are refused by name.
+TEST(OnnxImport, EinsumMatchesTheBruteForceSum) {
+  struct Case {
+    std::string eq, ref_eq;
+    std::vector<std::vector<ir::Dim>> dims;
+    std::vector<Shape> shapes;  // the inputs fed
+  };
+  const ir::Dim batch = ir::Dim::sym("batch");
+  const std::vector<Case> cases = {
+      {"bhid,bhjd->bhij", "bhid,bhjd->bhij", {{batch, 2, 5, 4}, {batch, 2, 6, 4}}, {{3, 2, 5, 4}, {3, 2, 6, 4}}},
+      {"bij,jk->bik", "bij,jk->bik", {{batch, 3, 4}, {4, 5}}, {{2, 3, 4}, {4, 5}}},
+      {"...ij,...jk->...ik", "abij,bjk->abik", {{2, 3, 4, 5}, {3, 5, 6}}, {{2, 3, 4, 5}, {3, 5, 6}}},
+      {"ij,jk,kl->il", "ij,jk,kl->il", {{3, 4}, {4, 5}, {5, 2}}, {{3, 4}, {4, 5}, {5, 2}}},
+      {"bij->bj", "bij->bj", {{batch, 7, 3}}, {{2, 7, 3}}},
+      {"ij,jk", "ij,jk->ik", {{3, 4}, {4, 5}}, {{3, 4}, {4, 5}}},
+      {"bn,anm,bm->ba", "bn,anm,bm->ba", {{2, 3}, {4, 3, 5}, {2, 5}}, {{2, 3}, {4, 3, 5}, {2, 5}}},
+      {"bij,bjk->bik", "bij,bjk->bik", {{1, 3, 4}, {2, 4, 5}}, {{1, 3, 4}, {2, 4, 5}}},
+      {"bij,bkj->bjik", "bij,bkj->bjik", {{2, 3, 4}, {2, 5, 4}}, {{2, 3, 4}, {2, 5, 4}}},
+      {"ijk,k->", "ijk,k->", {{2, 3, 4}, {4}}, {{2, 3, 4}, {4}}}};
+  uint64_t seed = 40;
+  for (const Case& cs : cases) {
+    SCOPED_TRACE(cs.eq);
+    ModelBuilder b;
+    std::vector<std::string> names;
+    for (size_t i = 0; i < cs.dims.size(); ++i) {
+      names.push_back("x" + std::to_string(i));
+      b.input(names.back(), DType::f32, cs.dims[i]);
+    }
+    b.output("y");
+    auto* a = b.node("Einsum", names, {"y"}, "e")->add_attribute();
+    a->set_name("equation");
+    a->set_type(::onnx::AttributeProto::STRING);
+    a->set_s(cs.eq);
+    onnx::Model m = b.import();
+    std::vector<Tensor> ins;
+    for (const Shape& s : cs.shapes) ins.push_back(random_tensor(s, DType::f32, ++seed, -1, 1));
+    Tensor got = run(m, ins)[0];
+    Tensor want = einsum_reference(cs.ref_eq, ins);
+    EXPECT_EQ(got.shape(), want.shape());
+    EXPECT_TRUE(all_close(got, want, {1e-5, 1e-5}));
+  }
+  for (const auto& [eq, msg] : std::vector<std::pair<std::string, std::string>>{
+           {"ii->i", "label 'i' repeats within input #0 ('ii'): diagonals are not supported"},
+           {"ij,jk->ik", "equation 'ij,jk->ik' has 2 input term(s) for 1 input(s)"},
+           {"ijk->i", "equation term 'ijk' names 3 dims but input #0 has rank 2"},
+           {"ij->iz", "output label 'z' is in no input of 'ij->iz'"}}) {
+    ModelBuilder b;
+    b.input("x", DType::f32, {3, 3}).output("y");
+    auto* a = b.node("Einsum", {"x"}, {"y"}, "e")->add_attribute();
+    a->set_name("equation");
+    a->set_type(::onnx::AttributeProto::STRING);
+    a->set_s(eq);
+    EXPECT_KILN_ERROR(b.import(), "node #0 'e' (Einsum)", msg);
+  }
 }
 
 TEST(OnnxImport, ErrorsNameTheNodeAndWhatIsWrong) {
