@@ -558,11 +558,7 @@ std::vector<int> einsum_labels(ConvertCtx& c, const std::string& term, int64_t r
     }
   }
   const int64_t n = static_cast<int64_t>(letters.size());
-  if (rank < 0) rank = n;  // the output: its ellipsis is filled in by the caller
-  if (ellipsis_at < 0 && n != rank)
-    c.fail("equation term '" + term + "' names " + std::to_string(n) + " dims but " + where + " has rank " +
-           std::to_string(rank));
-  if (ellipsis_at >= 0 && n > rank)
+  if (ellipsis_at < 0 ? n != rank : n > rank)
     c.fail("equation term '" + term + "' names " + std::to_string(n) + " dims but " + where + " has rank " +
            std::to_string(rank));
   std::vector<int> labels(letters.begin(), letters.end());
