@@ -8,9 +8,14 @@
 #include <string>
 #include <vector>
 
+#include "kernels/cpu/gemm.h"
 #include "kiln/ops/op_def.h"
 
 namespace kiln {
+
+// An "activation" attribute (fused_gemm, fused_conv2d and the blocked convolutions) as the
+// kernels' epilogue activation; an unknown name fails ("fused_gemm: unknown activation ...").
+kernels::cpu::GemmActivation parse_activation(const std::string& s);
 
 // Tactics that keep a packed copy of the step's constant weight (input 1): "prepacked", "direct",
 // "direct_columns", "direct_pixels".

@@ -143,17 +143,6 @@ void from_nchwc_kernel(const KernelCall& k) {
                                   static_cast<float*>(k.out(0).data_ptr()));
 }
 
-kernels::cpu::GemmActivation act_of(const std::string& a) {
-  using kernels::cpu::GemmActivation;
-  if (a == "relu") return GemmActivation::relu;
-  if (a == "relu6") return GemmActivation::relu6;
-  if (a == "hardswish") return GemmActivation::hardswish;
-  if (a == "sigmoid") return GemmActivation::sigmoid;
-  if (a == "silu") return GemmActivation::silu;
-  if (a == "gelu") return GemmActivation::gelu;
-  return GemmActivation::none;
-}
-
 // What a blocked convolution call derives from its shapes, attributes and filters alone: made on
 // every eager call, once for a resolved engine step (Note [Prepared kernels] in op_def.h).
 struct PreparedConvNchwc {
@@ -188,7 +177,7 @@ PreparedConvNchwc prepare_conv_nchwc(const Shape& x, const Tensor& w, const Shap
   p.dil_h = dil[0], p.dil_w = dil[1], p.groups = groups;
   const bool depthwise = depthwise_filters(groups, w.shape());
   p.nchwc_panel_blocks = depthwise ? 0 : panel_blocks;
-  c.activation = act_of(attrs.get_string("activation"));
+  c.activation = parse_activation(attrs.get_string("activation"));
   c.residual_before_activation = attrs.get_bool("residual_before_activation");
   c.filters = w.data_ptr();
   const float* wp = static_cast<const float*>(w.data_ptr());
@@ -333,7 +322,7 @@ void scale_shift_nchwc_kernel(const KernelCall& k) {
   kernels::cpu::scale_shift_nchwc_f32(xs[0], xs[1], xs[2] * xs[3], static_cast<const float*>(x.data_ptr()),
                                       static_cast<const float*>(scale.data_ptr()),
                                       static_cast<const float*>(shift.data_ptr()), static_cast<float*>(y.data_ptr()),
-                                      act_of(k.attrs.get_string("activation")));
+                                      parse_activation(k.attrs.get_string("activation")));
   if (!y.is_same(out)) kernels::cpu::copy_into(out, y);
 }
 

@@ -198,6 +198,8 @@ void matmul_prepacked_kernel(const KernelCall& k) {
                                    static_cast<float*>(k.out(0).data_ptr()), n);
 }
 
+}  // namespace
+
 kernels::cpu::GemmActivation parse_activation(const std::string& s) {
   using kernels::cpu::GemmActivation;
   if (s == "relu") return GemmActivation::relu;
@@ -211,6 +213,8 @@ kernels::cpu::GemmActivation parse_activation(const std::string& s) {
   KILN_CHECK(s == "none", "fused_gemm: unknown activation '", s, "'");
   return GemmActivation::none;
 }
+
+namespace {
 
 void fused_gemm_prepacked_kernel(const KernelCall& k) {
   const Tensor& out = k.out(0);
