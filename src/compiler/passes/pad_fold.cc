@@ -65,14 +65,15 @@ class PadFoldPass : public ir::Pass {
     const auto uses = g.uses();
     std::vector<std::pair<ir::Node*, ir::Node*>> folds;  // (pad, convolution reading it)
     for (ir::Node* pad : g.nodes()) {
-      if (!spatial_zero_pad(pad)) continue;
+      const auto add = spatial_zero_pad(pad);
+      if (!add) continue;
       auto it = uses.find(pad->output());
       if (it == uses.end()) continue;
       for (const ir::Use& u : it->second) {
         ir::Node* c = u.node;
         if (!c || u.index != 0) continue;
         const bool conv = c->op().name() == "conv2d" || c->op().name() == "fused_conv2d";
-        if (!conv && !pool_takes_pad(c, pad, *spatial_zero_pad(pad))) continue;
+        if (!conv && !pool_takes_pad(c, pad, *add)) continue;
         if (std::find(folds.begin(), folds.end(), std::make_pair(pad, c)) == folds.end()) folds.emplace_back(pad, c);
       }
     }

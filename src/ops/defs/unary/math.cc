@@ -30,9 +30,8 @@ bool vmath_contiguous_f32(const KernelCall& k, kernels::cpu::VmathFn fn) {
   // batch 1 (ORT: 0.63 for all 8). It is copied into the output (a tiled transpose where it is a
   // permuted view: Note [Transposed operands] in loops.h) and the vector function runs there in
   // place, as the engines run it over a dead input.
-  const bool copy_first = !x.is_contiguous() && x.dtype() == DType::f32 && y.dtype() == DType::f32 &&
-                          x.shape() == y.shape() && y.is_contiguous() && !x.is_same(y);
-  if (!copy_first && !contiguous_f32_pair(k)) return false;
+  if (x.dtype() != DType::f32 || y.dtype() != DType::f32 || x.shape() != y.shape() || !y.is_contiguous()) return false;
+  const bool copy_first = !x.is_contiguous();  // (y itself is contiguous: never x then)
   if (copy_first) kernels::cpu::copy_into(y, x);
   const kernels::cpu::VmathUnaryF32 f =
       kernels::cpu::vmath_kernels_f32(kernels::cpu::active_isa()).unary[static_cast<int>(fn)];
