@@ -485,10 +485,11 @@ TuneReport select_tactics(Engine& e, const CompileOptions& options) {
         // layers, bench/RESULTS.md), and a product by a constant weight takes it packed once
         // ("prepacked": ResNet-18's classifier, 512 -> 1000 at batch 1, ran 0.36 ms packing its
         // weight on every call and 0.023 ms prepacked); a blocked 3x3 convolution takes Winograd's
-        // tiles wherever they are offered (Note [Winograd tiles] in kernels/cpu/conv_nchwc.cc: they
-        // ran ResNet-50's 56 x 56 and 28 x 28 layers in 0.65-0.7x the direct kernel's time);
-        // everything else keeps the op's own kernel.
-        for (const char* t : {"direct", "prepacked", "winograd"})
+        // F(4x4, 3x3) tiles wherever they are offered (Note [Winograd tiles] in
+        // kernels/cpu/conv_nchwc.cc: they ran ResNet-50's 56 x 56 to 14 x 14 layers in 0.35-0.55x the
+        // direct kernel's time at batch 1 and 8, F(2x2, 3x3) 0.53-0.63x); everything else keeps the
+        // op's own kernel.
+        for (const char* t : {"direct", "prepacked", "winograd4", "winograd"})
           if (std::find(tactics.begin(), tactics.end(), t) != tactics.end()) {
             st.tactic = t;
             packed_bytes += packed_cost;

@@ -466,9 +466,9 @@ TEST(Layout, GeluEpiloguesAndAPoolsDifferenceRunBlocked) {
 }
 
 // Note [Winograd tiles] (kernels/cpu/conv_nchwc.cc): without timing, the blocked 3x3 layers of
-// stride 1 take Winograd's tiles (Note [Heuristic tactics] in runtime/tactics.cc), the strided one
-// and the 1x1 keep the direct kernel, and the engine matches the reference, a residual summed in
-// place included.
+// stride 1 take Winograd's F(4x4, 3x3) tiles (Note [Heuristic tactics] in runtime/tactics.cc), the
+// strided one and the 1x1 keep the direct kernel, and the engine matches the reference, a residual
+// summed in place included.
 TEST(Layout, StrideOneThreeByThreeLayersRunWinograd) {
   using Layout = runtime::CompileOptions::Layout;
   const ir::Graph g = resnet_like(32);
@@ -478,8 +478,8 @@ TEST(Layout, StrideOneThreeByThreeLayersRunWinograd) {
     if (st.op->name() != "fused_conv2d_nchwc") continue;
     const auto& w = e.values[static_cast<size_t>(st.inputs[1])].shape;
     const bool three = w[2].size == 3 && st.attrs.get_ints("stride") == std::vector<int64_t>{1, 1};
-    EXPECT_EQ(st.tactic == "winograd", three) << "a " << w[2].size << "x" << w[3].size << " layer ran " << st.tactic;
-    ++(st.tactic == "winograd" ? winograd : direct);
+    EXPECT_EQ(st.tactic == "winograd4", three) << "a " << w[2].size << "x" << w[3].size << " layer ran " << st.tactic;
+    ++(st.tactic == "winograd4" ? winograd : direct);
   }
   EXPECT_EQ(winograd, 3);  // c1, c2, c4
   EXPECT_EQ(direct, 2);    // c3 (stride 2), proj

@@ -526,6 +526,12 @@ TEST(Tactics, BatchBucketsRunTheirOwnTacticThroughTheEngineFile) {
 
 // ---- every tactic equals the default kernel -----------------------------------------------------------
 
+// Winograd's F(4x4, 3x3) tiles round more than the direct sum (Note [Winograd tiles] in
+// kernels/cpu/conv_nchwc.cc): ~3e-5 off it here, where the outputs reach ~10.
+kiln::testing::Tol tactic_tol(const std::string& tactic, kiln::testing::Tol usual) {
+  return tactic == "winograd4" ? kiln::testing::Tol{1e-4, 1e-4} : usual;
+}
+
 void expect_tactics_agree(const std::string& name, const std::vector<Tensor>& ins, const Attrs& given) {
   const OpDef& d = op(name);
   Attrs attrs = d.bind_attrs(given);
@@ -533,9 +539,10 @@ void expect_tactics_agree(const std::string& name, const std::vector<Tensor>& in
   Tensor want = run_kernel(call)[0];
   for (const std::string& t : cpu_tactics(d)) {
     Tensor got = run_kernel(call, {}, t)[0];
-    EXPECT_TRUE(kiln::testing::all_close(got, want, {2e-5, 2e-5})) << name << " tactic " << t;
+    EXPECT_TRUE(kiln::testing::all_close(got, want, tactic_tol(t, {2e-5, 2e-5}))) << name << " tactic " << t;
     Tensor again = run_kernel(call, {}, t)[0];  // a prepacked tactic's second call reuses the packing
-    EXPECT_TRUE(kiln::testing::all_close(again, want, {2e-5, 2e-5})) << name << " tactic " << t << " (2nd)";
+    EXPECT_TRUE(kiln::testing::all_close(again, want, tactic_tol(t, {2e-5, 2e-5}))) << name << " tactic " << t
+                                                                                      << " (2nd)";
   }
 }
 
@@ -655,6 +662,7 @@ void expect_engines_agree(const ir::Graph& g, const Shape& in_shape, int level,
   CompileOptions o = tuned("none", level);
   o.autotune = false;
   o.layout = layout;
+  o.excluded_tactics = {"winograd4"};  // the reference: sums that round as the direct kernel's (tactic_tol)
   auto base = std::make_shared<Engine>(compile(g, o).engine);
   Executor ref(base);
   for (int64_t batch : {1, 4}) {
@@ -678,7 +686,7 @@ void expect_engines_agree(const ir::Graph& g, const Shape& in_shape, int level,
         std::vector<Tensor> got = ex.run({x});
         ASSERT_EQ(got.size(), want.size());
         for (size_t i = 0; i < got.size(); ++i)
-          EXPECT_TRUE(kiln::testing::all_close(got[i], want[i], {1e-4, 1e-5}))
+          EXPECT_TRUE(kiln::testing::all_close(got[i], want[i], tactic_tol(t, {1e-4, 1e-5})))
               << g.name << " -O" << level << " tactic " << t << " batch " << batch << " run " << rep;
       }
     }

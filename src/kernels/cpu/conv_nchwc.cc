@@ -1017,39 +1017,79 @@ void conv2d_nchwc_f32(const Conv2dParams& p, const float* x, const float* packed
 }
 
 // Note [Winograd tiles]
-// A 3x3 convolution of stride 1 computes each 2 x 2 block of outputs from a 4 x 4 patch of input
-// with 16 multiplies a channel pair instead of 36: Winograd's F(2x2, 3x3), Y = A^T [U . V] A with
-// V = B^T d B the patch transformed, U = G g G^T the filter (Lavin and Gray, "Fast Algorithms for
-// Convolutional Neural Networks", 2015). Summed over input channels, each of the 16 positions of
-// the transformed tile is a matrix product [tiles, C] x [C, K]: a 1x1 blocked convolution over
-// "pixels" that are tiles, which the blocked micro-kernel runs as it runs any 1x1 layer. A work
-// item is an image's chunk of tiles: its patches transformed into V ([16][C/16][tiles][16]), the
-// 16 products into M (the same with K), M transformed back into the 2 x 2 outputs, finished with
-// the bias, residual and activation as they are stored. 2.25x fewer multiply-adds, against the
-// transforms' passes over V and M (each 4x the input or output, kept in L2 by the chunk's size)
-// and filters 16/9 the size. ResNet-50's 64- and 128-channel layers at 56 x 56 and 28 x 28 ran
-// 0.43-0.48 ms at batch 1 on two threads against the direct kernel's 0.64-0.69. Every work item
-// reads the transformed filters, which must stay in L2: where all of them do not (Note [Winograd
-// in two passes]), a panel's must, so the "winograd" tactic of fused_conv2d_nchwc is offered up to
-// C = 256 (conv2d_nchwc_winograd_offered), and taken where it times faster, or without timing
-// wherever offered (Note [Heuristic tactics] in runtime/tactics.cc). The transforms' factors
-// (0, +-1, +-1/2) keep f32 rounding near the direct sum's.
+// A 3x3 convolution of stride 1 computes each m x m block of outputs from an n x n patch of input,
+// n = m + 2, with n^2 multiplies a channel pair instead of 9 m^2: Winograd's F(m x m, 3x3),
+// Y = A^T [U . V] A with V = B^T d B the patch transformed, U = G g G^T the filter (Lavin and Gray,
+// "Fast Algorithms for Convolutional Neural Networks", 2015). Summed over input channels, each of the
+// n^2 positions of the transformed tile is a matrix product [tiles, C] x [C, K]: a 1x1 blocked
+// convolution over "pixels" that are tiles, which the blocked micro-kernel runs as it runs any 1x1
+// layer. A work item is an image's chunk of tiles: its patches transformed into V
+// ([n^2][C/16][tiles][16]), the n^2 products into M (the same with K), M transformed back into the
+// m x m outputs, finished with the bias, residual and activation as they are stored. Two tile sizes,
+// each its own tactic:
+// - "winograd", F(2x2, 3x3): 16 multiplies for 4 outputs, 2.25x fewer than the direct sum; the
+//   transforms' factors (0, +-1, +-1/2) keep f32 rounding near the direct sum's. ResNet-50's 64- and
+//   128-channel layers at 56 x 56 and 28 x 28 ran 0.43-0.48 ms at batch 1 on two threads against the
+//   direct kernel's 0.64-0.69.
+// - "winograd4", F(4x4, 3x3): 36 multiplies for 16 outputs, 4x fewer, and the transforms' passes
+//   over V and M 2.25x the input and output instead of 4x; but filters 4x the size (16/9 for
+//   F(2x2)), a plane's last tile row and column wasted where 4 does not divide it, and larger
+//   rounding (factors up to 5 and 8 in the transforms, 1/24 in G: about 4x F(2x2)'s error, still
+//   ~1e-5 of the outputs' spread for unit inputs). ResNet-50's 64-, 128- and 256-channel layers at
+//   56 x 56, 28 x 28 and 14 x 14 ran 1.39-1.42, 1.39-1.45 and 1.82-1.90 ms at batch 8 on two threads
+//   in the engine against F(2x2)'s 1.99-2.02, 2.02-2.04 and 2.17-2.25; 0.18-0.21, 0.19-0.20 and
+//   0.27-0.28 at batch 1 against 0.26-0.28, 0.26-0.27 and 0.30-0.31.
+// Every work item reads the transformed filters, which must stay in L2: where all of them do not
+// (Note [Winograd in two passes]), a panel's must, so the tactics are offered where that holds
+// (conv2d_nchwc_winograd_offered), and taken where they time faster, or without timing wherever
+// offered (Note [Heuristic tactics] in runtime/tactics.cc).
 namespace {
 
-constexpr int64_t kWinogradPositions = 16;
+// B^T (n x n), G (n x 3) and A^T (m x n) of F(m x m, 3x3), row-major.
+struct WinogradMatrices {
+  int m, n;
+  const double* bt;
+  const double* g;
+  const double* at;
+};
+
+// Interpolation points 0, 1, -1 and infinity.
+constexpr double kWinogradBt2[] = {1, 0, -1, 0, 0, 1, 1, 0, 0, -1, 1, 0, 0, 1, 0, -1};
+constexpr double kWinogradG2[] = {1, 0, 0, 0.5, 0.5, 0.5, 0.5, -0.5, 0.5, 0, 0, 1};
+constexpr double kWinogradAt2[] = {1, 1, 1, 0, 0, 1, -1, -1};
+// Interpolation points 0, 1, -1, 2, -2 and infinity.
+constexpr double kWinogradBt4[] = {4, 0, -5, 0,  1, 0, 0, -4, -4, 1,  1, 0, 0, 4, -4, -1, 1, 0,
+                                   0, -2, -1, 2, 1, 0, 0, 2,  -1, -2, 1, 0, 0, 4, 0,  -5, 0, 1};
+constexpr double kWinogradG4[] = {1.0 / 4,  0,          0,         -1.0 / 6, -1.0 / 6, -1.0 / 6,
+                                  -1.0 / 6, 1.0 / 6,    -1.0 / 6,  1.0 / 24, 1.0 / 12, 1.0 / 6,
+                                  1.0 / 24, -1.0 / 12,  1.0 / 6,   0,        0,        1};
+constexpr double kWinogradAt4[] = {1, 1, 1, 1, 1, 0, 0, 1, -1, 2, -2, 0, 0, 1, 1, 4, 4, 0, 0, 1, -1, 8, -8, 1};
+
+WinogradMatrices winograd_matrices(int tile) {
+  KILN_CHECK(tile == 2 || tile == 4, "Winograd tiles: F(2x2, 3x3) or F(4x4, 3x3), not a tile of ", tile);
+  return tile == 2 ? WinogradMatrices{2, 4, kWinogradBt2, kWinogradG2, kWinogradAt2}
+                   : WinogradMatrices{4, 6, kWinogradBt4, kWinogradG4, kWinogradAt4};
+}
+
+int64_t winograd_positions(int tile) { return (tile + 2) * (tile + 2); }
 
 // Tiles a work item at most: 24, or fewer while that leaves under 4 items a thread, or while the
-// item's V and M (1 KiB a tile per 16 channels of C and of K; two passes: M for a panel's 4 blocks)
-// would pass what a thread's L2 holds. The transforms' stores miss L1 (16 lines a tile and block,
-// one per position): chunks of 24 tiles ran a 64-channel 56 x 56 layer ~4-6% faster than 48, on
-// one thread and two, at batch 1 and 8; at 28 x 28 and 14 x 14 (two passes) 12, 24 and 48 were
-// within the noise.
-int64_t winograd_chunk(const Conv2dParams& p, int64_t tiles, bool two_passes) {
+// item's V and M (4 bytes a position of a tile and channel of C and of K; two passes: M for a
+// panel's 4 blocks) would pass what a thread's L2 holds. The transforms' stores miss L1 (a line a
+// tile, block and position): chunks of 24 tiles ran a 64-channel 56 x 56 layer ~4-6% faster than 48,
+// on one thread and two, at batch 1 and 8; at 28 x 28 and 14 x 14 (two passes) 12, 24 and 48 were
+// within the noise. Where a panel's filters pass L2 (F(4x4, 3x3) from C = 128 on) every item
+// streams them again from L3, and one item a thread is enough: ResNet-50's 256 -> 256 layers at
+// 14 x 14 (16 tiles an image) at batch 1 on two threads ran 0.35-0.36 ms in 2 chunks, 0.27-0.28 in
+// one (F(2x2, 3x3): 0.30), its 128 -> 128 at 28 x 28 0.20-0.22 -> 0.19-0.20 (in the engine).
+int64_t winograd_chunk(const Conv2dParams& p, int64_t positions, int64_t tiles, bool two_passes) {
   const int64_t blocks = two_passes ? 4 : nchwc_blocks(p.c) + nchwc_blocks(p.k);
   const int64_t panels = two_passes ? (nchwc_blocks(p.k) + 3) / 4 : 1;
+  const bool panel_past_l2 = static_cast<double>(positions * p.c * 4 * kChannelBlock * 4) > kNearBytes;
+  const int64_t want = two_passes && panel_past_l2 ? get_num_threads() : items_wanted();
   int64_t chunk = 24;
-  while (chunk > 6 && (static_cast<double>(chunk * blocks * 1024) > kNearBytes ||
-                       panels * p.n * ((tiles + chunk - 1) / chunk) < items_wanted()))
+  while (chunk > 6 && (static_cast<double>(chunk * blocks * positions * 64) > kNearBytes ||
+                       panels * p.n * ((tiles + chunk - 1) / chunk) < want))
     chunk /= 2;
   // As many chunks, as even as 6-pixel tiles make them: a 14 x 14 plane's 49 tiles went as 24, 24
   // and 1, and with two threads taking 12 items (4 panels a chunk, Note [Winograd in two passes])
@@ -1066,44 +1106,57 @@ Conv2dParams winograd_position_params(const Conv2dParams& p) {
   return q;
 }
 
-void winograd_input_scalar(const float* x, const Conv2dParams& p, int64_t tw, int64_t t0, int64_t count, float* v,
-                           int64_t vpos) {
+// The patches of tiles t0 .. t0 + count - 1 of a block plane, transformed: V = B^T d B, position
+// n r + j of tile t0 + i at v + (n r + j) vpos + 16 i (any ISA).
+void winograd_input_scalar(const WinogradMatrices& mt, const float* x, const Conv2dParams& p, int64_t tw, int64_t t0,
+                           int64_t count, float* v, int64_t vpos) {
+  const int n = mt.n;
   for (int64_t i = 0; i < count; ++i) {
-    const int64_t t = t0 + i, iy0 = 2 * (t / tw) - p.pad_top, ix0 = 2 * (t % tw) - p.pad_left;
+    const int64_t t = t0 + i, iy0 = mt.m * (t / tw) - p.pad_top, ix0 = mt.m * (t % tw) - p.pad_left;
     for (int64_t l = 0; l < kChannelBlock; ++l) {
-      float d[4][4], e[4][4];
-      for (int r = 0; r < 4; ++r)
-        for (int c = 0; c < 4; ++c) {
+      float d[6][6], e[6][6];
+      for (int r = 0; r < n; ++r)
+        for (int c = 0; c < n; ++c) {
           const int64_t iy = iy0 + r, ix = ix0 + c;
           d[r][c] = iy >= 0 && iy < p.h && ix >= 0 && ix < p.w ? x[(iy * p.w + ix) * kChannelBlock + l] : 0.0f;
         }
-      for (int c = 0; c < 4; ++c) {
-        e[0][c] = d[0][c] - d[2][c], e[1][c] = d[1][c] + d[2][c];
-        e[2][c] = d[2][c] - d[1][c], e[3][c] = d[1][c] - d[3][c];
-      }
+      for (int r = 0; r < n; ++r)  // d B, row by row
+        for (int j = 0; j < n; ++j) {
+          float s = 0;
+          for (int c = 0; c < n; ++c) s += static_cast<float>(mt.bt[j * n + c]) * d[r][c];
+          e[r][j] = s;
+        }
       float* vi = v + kChannelBlock * i + l;
-      for (int r = 0; r < 4; ++r) {
-        vi[(4 * r + 0) * vpos] = e[r][0] - e[r][2], vi[(4 * r + 1) * vpos] = e[r][1] + e[r][2];
-        vi[(4 * r + 2) * vpos] = e[r][2] - e[r][1], vi[(4 * r + 3) * vpos] = e[r][1] - e[r][3];
-      }
+      for (int r = 0; r < n; ++r)  // B^T (d B)
+        for (int j = 0; j < n; ++j) {
+          float s = 0;
+          for (int a = 0; a < n; ++a) s += static_cast<float>(mt.bt[r * n + a]) * e[a][j];
+          vi[(n * r + j) * vpos] = s;
+        }
     }
   }
 }
 
-void winograd_output_scalar(const float* m, int64_t mpos, const Conv2dParams& p, int64_t tw, int64_t t0, int64_t count,
-                            float* y, const ConvTileEpilogueF32& ep) {
+// M (position n r + j of tile t0 + i at m + (n r + j) mpos + 16 i) back to the block plane y:
+// A^T M A, finished by ep (any ISA).
+void winograd_output_scalar(const WinogradMatrices& mt, const float* m, int64_t mpos, const Conv2dParams& p,
+                            int64_t tw, int64_t t0, int64_t count, float* y, const ConvTileEpilogueF32& ep) {
+  const int n = mt.n, mo = mt.m;
   for (int64_t i = 0; i < count; ++i) {
-    const int64_t t = t0 + i, oy = 2 * (t / tw), ox = 2 * (t % tw);
+    const int64_t t = t0 + i, oy = mo * (t / tw), ox = mo * (t % tw);
     for (int64_t l = 0; l < kChannelBlock; ++l) {
       const float* mi = m + kChannelBlock * i + l;
-      float s[2][4];
-      for (int c = 0; c < 4; ++c) {
-        s[0][c] = mi[c * mpos] + mi[(4 + c) * mpos] + mi[(8 + c) * mpos];
-        s[1][c] = mi[(4 + c) * mpos] - mi[(8 + c) * mpos] - mi[(12 + c) * mpos];
-      }
-      for (int a = 0; a < 2 && oy + a < p.ho; ++a)
-        for (int b = 0; b < 2 && ox + b < p.wo; ++b) {
-          const float out = b == 0 ? s[a][0] + s[a][1] + s[a][2] : s[a][1] - s[a][2] - s[a][3];
+      float s[4][6];
+      for (int a = 0; a < mo; ++a)  // A^T M
+        for (int j = 0; j < n; ++j) {
+          float sum = 0;
+          for (int r = 0; r < n; ++r) sum += static_cast<float>(mt.at[a * n + r]) * mi[(n * r + j) * mpos];
+          s[a][j] = sum;
+        }
+      for (int a = 0; a < mo && oy + a < p.ho; ++a)
+        for (int b = 0; b < mo && ox + b < p.wo; ++b) {
+          float out = 0;
+          for (int j = 0; j < n; ++j) out += s[a][j] * static_cast<float>(mt.at[b * n + j]);
           const int64_t at = ((oy + a) * p.wo + ox + b) * kChannelBlock + l;
           y[at] = finish_scalar(out + ep.bias[l], ep.residual != nullptr ? ep.residual + at : nullptr, ep);
         }
@@ -1118,72 +1171,86 @@ bool conv2d_nchwc_winograd_supported(const Conv2dParams& p) {
          p.dil_h == 1 && p.dil_w == 1 && p.ho >= 1 && p.wo >= 1 && p.pad_top >= 0 && p.pad_left >= 0;
 }
 
-bool conv2d_nchwc_winograd_offered(int64_t c, int64_t k) {
-  // A panel's transformed filters (Note [Winograd in two passes]).
+bool conv2d_nchwc_winograd_offered(int64_t c, int64_t k, int tile) {
+  // A panel's F(2x2, 3x3) filters (Note [Winograd in two passes]), for either tile: F(4x4, 3x3)'s
+  // are 2.25x those, past L2 from C = 128 on, yet the next position's, fetched into L2 as a position
+  // runs, kept it ahead (ResNet-50 at batch 8 on two threads, per layer: 128 -> 128 at 28 x 28 1.27
+  // against F(2x2)'s 2.00 ms, 256 -> 256 at 14 x 14 1.70 against 2.19). At 512 -> 512 (7 x 7) it won
+  // only at batch 8 (3.10 against the direct kernel's 3.87 ms; 0.59 against 0.51 at batch 1) for
+  // 38 MB of transformed filters a layer: not offered.
+  winograd_matrices(tile);
   Conv2dParams p;
   p.c = c, p.k = std::min<int64_t>(k, 4 * kChannelBlock), p.r = p.s = 3;
-  return static_cast<double>(conv2d_nchwc_winograd_packed_weight_f32_floats(p) * sizeof(float)) <= kNearBytes;
+  return static_cast<double>(conv2d_nchwc_winograd_packed_weight_f32_floats(p, 2) * sizeof(float)) <= kNearBytes;
 }
 
-size_t conv2d_nchwc_winograd_packed_weight_f32_floats(const Conv2dParams& p) {
-  return kWinogradPositions * conv2d_nchwc_packed_weight_f32_floats(winograd_position_params(p));
+size_t conv2d_nchwc_winograd_packed_weight_f32_floats(const Conv2dParams& p, int tile) {
+  return winograd_positions(winograd_matrices(tile).m) *
+         conv2d_nchwc_packed_weight_f32_floats(winograd_position_params(p));
 }
 
-void pack_conv2d_nchwc_winograd_weight_f32(const Conv2dParams& p, const float* w, float* out) {
+void pack_conv2d_nchwc_winograd_weight_f32(const Conv2dParams& p, int tile, const float* w, float* out) {
   KILN_ASSERT(conv2d_nchwc_winograd_supported(p), "pack_conv2d_nchwc_winograd_weight_f32: unsupported convolution");
+  const WinogradMatrices mt = winograd_matrices(tile);
+  const int n = mt.n;
+  const int64_t positions = winograd_positions(mt.m);
   // U = G g G^T per (k, c), in double, as [position][K][C] for the 1x1 packing.
-  static constexpr double G[4][3] = {{1, 0, 0}, {0.5, 0.5, 0.5}, {0.5, -0.5, 0.5}, {0, 0, 1}};
-  std::vector<float> u(static_cast<size_t>(kWinogradPositions * p.k * p.c));
+  std::vector<float> u(static_cast<size_t>(positions * p.k * p.c));
   for (int64_t k = 0; k < p.k; ++k)
     for (int64_t c = 0; c < p.c; ++c) {
       const float* g = w + (k * p.c + c) * 9;
-      double gt[4][3];  // G g
-      for (int a = 0; a < 4; ++a)
-        for (int j = 0; j < 3; ++j) gt[a][j] = G[a][0] * g[j] + G[a][1] * g[3 + j] + G[a][2] * g[6 + j];
-      for (int a = 0; a < 4; ++a)
-        for (int b = 0; b < 4; ++b)
-          u[static_cast<size_t>(((a * 4 + b) * p.k + k) * p.c + c)] =
-              static_cast<float>(gt[a][0] * G[b][0] + gt[a][1] * G[b][1] + gt[a][2] * G[b][2]);
+      double gt[6][3];  // G g
+      for (int a = 0; a < n; ++a)
+        for (int j = 0; j < 3; ++j)
+          gt[a][j] = mt.g[a * 3] * g[j] + mt.g[a * 3 + 1] * g[3 + j] + mt.g[a * 3 + 2] * g[6 + j];
+      for (int a = 0; a < n; ++a)
+        for (int b = 0; b < n; ++b)
+          u[static_cast<size_t>(((a * n + b) * p.k + k) * p.c + c)] =
+              static_cast<float>(gt[a][0] * mt.g[b * 3] + gt[a][1] * mt.g[b * 3 + 1] + gt[a][2] * mt.g[b * 3 + 2]);
     }
   const Conv2dParams q = winograd_position_params(p);
   const size_t per = conv2d_nchwc_packed_weight_f32_floats(q);
-  for (int64_t xi = 0; xi < kWinogradPositions; ++xi)
+  for (int64_t xi = 0; xi < positions; ++xi)
     pack_conv2d_nchwc_weight_f32(q, u.data() + xi * p.k * p.c, out + static_cast<size_t>(xi) * per);
 }
 
-void conv2d_nchwc_winograd_f32(const Conv2dParams& p, const float* x, const float* packed_u, const float* bias,
-                               float* y, const Conv2dEpilogue& epilogue) {
+void conv2d_nchwc_winograd_f32(const Conv2dParams& p, int tile, const float* x, const float* packed_u,
+                               const float* bias, float* y, const Conv2dEpilogue& epilogue) {
   KILN_CHECK(conv2d_nchwc_winograd_supported(p), "conv2d_nchwc_winograd_f32: needs a 3x3 filter of stride 1 and "
              "dilation 1, one group; got ", p.r, "x", p.s, " stride ", p.stride_h, "x", p.stride_w, " dilation ",
              p.dil_h, "x", p.dil_w, " groups ", p.groups);
+  const WinogradMatrices mt = winograd_matrices(tile);
+  const int64_t positions = winograd_positions(mt.m);
   const int64_t cb = nchwc_blocks(p.c), kb = nchwc_blocks(p.k), panels = (kb + 3) / 4;
-  const int64_t tw = (p.wo + 1) / 2, tiles = (p.ho + 1) / 2 * tw;
+  const int64_t tw = (p.wo + mt.m - 1) / mt.m, tiles = (p.ho + mt.m - 1) / mt.m * tw;
   const ConvTileEpilogueF32::Act act = blocked_act(epilogue.activation);
   std::vector<float> bias_storage;
   bias = padded_bias(bias, p.k, bias_storage);
   const bool avx512 = active_isa() == Isa::avx512;
+  const auto input_avx512 = mt.m == 2 ? winograd_input_avx512 : winograd4_input_avx512;
+  const auto output_avx512 = mt.m == 2 ? winograd_output_avx512 : winograd4_output_avx512;
   const size_t per_position = conv2d_nchwc_packed_weight_f32_floats(winograd_position_params(p));
   const int64_t xplane = p.h * p.w * kChannelBlock, yplane = p.ho * p.wo * kChannelBlock;
   const int64_t slice_blocks = std::max<int64_t>(1, kSliceDepth / kChannelBlock);
   // Note [Winograd in two passes]: all the filters in L2, or a panel's.
-  const bool two_passes = static_cast<double>(kWinogradPositions * per_position * sizeof(float)) > kNearBytes;
-  const int64_t chunk = winograd_chunk(p, tiles, two_passes), chunks = (tiles + chunk - 1) / chunk;
-  // V: [16][C/16][vtiles][16], tile t0 + i of image img at vbase + i; vtiles = a chunk's tiles (one
-  // pass), or every image's (two passes).
+  const bool two_passes = static_cast<double>(positions * per_position * sizeof(float)) > kNearBytes;
+  const int64_t chunk = winograd_chunk(p, positions, tiles, two_passes), chunks = (tiles + chunk - 1) / chunk;
+  // V: [positions][C/16][vtiles][16], tile t0 + i of image img at vbase + i; vtiles = a chunk's
+  // tiles (one pass), or every image's (two passes).
   const int64_t vtiles = two_passes ? p.n * tiles : chunk, vpos = cb * vtiles * kChannelBlock;
   // The patches of an image's tiles t0 .. t0 + count - 1, input blocks [b0, b1).
   auto patches = [&](int64_t img, int64_t t0, int64_t count, float* v, int64_t vbase, int64_t b0, int64_t b1) {
     for (int64_t b = b0; b < b1; ++b) {
       const float* xb = x + (img * cb + b) * xplane;
       float* vb = v + (b * vtiles + vbase) * kChannelBlock;
-      if (avx512) winograd_input_avx512(xb, p.h, p.w, p.pad_top, p.pad_left, tw, t0, count, vb, vpos);
-      else winograd_input_scalar(xb, p, tw, t0, count, vb, vpos);
+      if (avx512) input_avx512(xb, p.h, p.w, p.pad_top, p.pad_left, tw, t0, count, vb, vpos);
+      else winograd_input_scalar(mt, xb, p, tw, t0, count, vb, vpos);
     }
   };
-  // The 16 products of `count` tiles from V (at vbase) for panels [panel0, panel1) into M
-  // ([16][4 blocks a panel][chunk][16]), in tiles of the micro-kernel's pixels (the last one's
-  // spare pixels repeat its last tile and are not stored); then M back to outputs, block by block,
-  // finished as they are stored.
+  // The products of `count` tiles from V (at vbase) at every position for panels [panel0, panel1)
+  // into M ([positions][4 blocks a panel][chunk][16]), in tiles of the micro-kernel's pixels (the last
+  // one's spare pixels repeat its last tile and are not stored); then M back to outputs, block by
+  // block, finished as they are stored.
   auto products_and_outputs = [&](const float* v, int64_t vbase, int64_t img, int64_t t0, int64_t count, float* m,
                                   int64_t panel0, int64_t panel1) {
     const int64_t mpos = (panel1 - panel0) * 4 * chunk * kChannelBlock;
@@ -1199,7 +1266,7 @@ void conv2d_nchwc_winograd_f32(const Conv2dParams& p, const float* x, const floa
     args.lanes = static_cast<int>(kChannelBlock);
     args.ldc = 1;
     args.yblk = chunk * kChannelBlock;
-    for (int64_t xi = 0; xi < kWinogradPositions; ++xi)
+    for (int64_t xi = 0; xi < positions; ++xi)
       for (int64_t panel = panel0; panel < panel1; ++panel) {
         const int nv = static_cast<int>(std::min<int64_t>(4, kb - 4 * panel));
         const NchwcUkernelF32 uk = avx512 ? nchwc_ukernel_f32_avx512(nv, NchwcTiling{}.pixels(nv), false) : nullptr;
@@ -1215,11 +1282,10 @@ void conv2d_nchwc_winograd_f32(const Conv2dParams& p, const float* x, const floa
           // The next position's filters for this slice fetched into L2 as these run, a line a
           // step by the first nv tiles (Note [Filters fetched ahead]; a slice is nv lines a step).
           const int64_t steps = args.blocks * kChannelBlock;
-          const uintptr_t ahead =
-              xi + 1 < kWinogradPositions ? reinterpret_cast<uintptr_t>(args.w + per_position) : 0;
+          const uintptr_t ahead = xi + 1 < positions ? reinterpret_cast<uintptr_t>(args.w + per_position) : 0;
           for (int64_t t = 0; t < count; t += mr) {
-            const int64_t tile = t / mr;
-            args.prefetch = ahead != 0 && tile < nv ? ahead + static_cast<uintptr_t>(tile * steps * 64) : 0;
+            const int64_t tile_index = t / mr;
+            args.prefetch = ahead != 0 && tile_index < nv ? ahead + static_cast<uintptr_t>(tile_index * steps * 64) : 0;
             args.m = static_cast<int>(std::min<int64_t>(mr, count - t));
             for (int i = 0; i < mr; ++i) pix[i] = (t + std::min(i, args.m - 1)) * kChannelBlock;
             args.pix = pix;
@@ -1240,18 +1306,18 @@ void conv2d_nchwc_winograd_f32(const Conv2dParams& p, const float* x, const floa
       ep.residual = epilogue.residual != nullptr ? epilogue.residual + (img * kb + o) * yplane : nullptr;
       float* yo = y + (img * kb + o) * yplane;
       const float* mo = m + (o - 4 * panel0) * chunk * kChannelBlock;
-      if (avx512) winograd_output_avx512(mo, mpos, p.ho, p.wo, tw, t0, count, yo, ep);
-      else winograd_output_scalar(mo, mpos, p, tw, t0, count, yo, ep);
+      if (avx512) output_avx512(mo, mpos, p.ho, p.wo, tw, t0, count, yo, ep);
+      else winograd_output_scalar(mt, mo, mpos, p, tw, t0, count, yo, ep);
     }
   };
   auto thread_m = [&](int64_t panels_an_item) {
     return thread_scratch<float, ScratchSlot::winograd_m>(
-        static_cast<size_t>(kWinogradPositions * panels_an_item * 4 * chunk * kChannelBlock));
+        static_cast<size_t>(positions * panels_an_item * 4 * chunk * kChannelBlock));
   };
   if (!two_passes) {
     // An item: an image's chunk of tiles, start to end.
     parallel_for(0, p.n * chunks, 1, [&](int64_t i0, int64_t i1) {
-      float* v = thread_scratch<float, ScratchSlot::winograd_v>(static_cast<size_t>(kWinogradPositions * vpos));
+      float* v = thread_scratch<float, ScratchSlot::winograd_v>(static_cast<size_t>(positions * vpos));
       float* m = thread_m(panels);
       for (int64_t item = i0; item < i1; ++item) {
         const int64_t img = item / chunks, t0 = item % chunks * chunk, count = std::min(chunk, tiles - t0);
@@ -1265,12 +1331,13 @@ void conv2d_nchwc_winograd_f32(const Conv2dParams& p, const float* x, const floa
   // Transformed filters past L2 (256 -> 256 channels: 4 MB) were read again by every item: ResNet-50's
   // 14 x 14 layers ran 0.90 ms against the direct kernel's 0.71. There the patches of every image
   // are transformed first, and the products and outputs then run as items of (panel, image, chunk),
-  // panel by panel: an item reads only its panel's filters (16 x C x 64 floats, 1 MB for C = 256),
-  // which the panel's next items read again from L2. In a network those filters come from memory
-  // on the panel's first item: each position's products fetch the next position's filters into L2
-  // as they run (products_and_outputs), which took ResNet-50's 14 x 14 layers from 0.67 to 0.59 ms
-  // at batch 1 on two threads (0.72 with the direct kernel), its 28 x 28 and 56 x 56 ones 4-6%.
-  float* v = thread_scratch<float, ScratchSlot::winograd_v>(static_cast<size_t>(kWinogradPositions * vpos));
+  // panel by panel: an item reads only its panel's filters (positions x C x 64 floats, 1 MB for
+  // F(2x2) and C = 256), which the panel's next items read again from L2. In a network those filters
+  // come from memory on the panel's first item: each position's products fetch the next position's
+  // filters into L2 as they run (products_and_outputs), which took ResNet-50's 14 x 14 layers from
+  // 0.67 to 0.59 ms at batch 1 on two threads (0.72 with the direct kernel), its 28 x 28 and 56 x 56
+  // ones 4-6%.
+  float* v = thread_scratch<float, ScratchSlot::winograd_v>(static_cast<size_t>(positions * vpos));
   // The patches a chunk's input block at a time: by chunks alone a 14 x 14 plane was 3 items for
   // two threads (0.307-0.324 -> 0.298-0.316 ms for ResNet-50's 14 x 14 layers, as above).
   parallel_for(0, p.n * chunks * cb, 1, [&](int64_t i0, int64_t i1) {

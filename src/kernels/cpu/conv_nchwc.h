@@ -98,18 +98,18 @@ void avg_pool2d_nchwc_f32(const Pool2dParams& p, const float* x, float* y);
 // mean of its plane's pixels (a partial block's zero lanes stay zero). pixels >= 1.
 void global_avg_pool_nchwc_f32(int64_t planes, int64_t pixels, const float* x, float* y);
 
-// Winograd F(2x2, 3x3) on blocked planes (Note [Winograd tiles] in conv_nchwc.cc): the same
-// contract as conv2d_nchwc_f32 with blocked input, for 3x3 filters of stride 1 and dilation 1,
-// one group. The filters are transformed and packed for it: U = G g G^T, per position of the 4 x 4
-// tile a 1x1 blocked convolution's filters [K, C].
+// Winograd F(tile x tile, 3x3), tile 2 or 4, on blocked planes (Note [Winograd tiles] in
+// conv_nchwc.cc): the same contract as conv2d_nchwc_f32 with blocked input, for 3x3 filters of
+// stride 1 and dilation 1, one group. The filters are transformed and packed for it: U = G g G^T,
+// per position of the (tile + 2)^2 transformed tile a 1x1 blocked convolution's filters [K, C].
 bool conv2d_nchwc_winograd_supported(const Conv2dParams& p);
 // Whether it is worth timing: a panel's transformed filters for C -> K fit what a thread's L2
 // holds across a layer's work items (Note [Winograd in two passes] in conv_nchwc.cc).
-bool conv2d_nchwc_winograd_offered(int64_t c, int64_t k);
-size_t conv2d_nchwc_winograd_packed_weight_f32_floats(const Conv2dParams& p);
-void pack_conv2d_nchwc_winograd_weight_f32(const Conv2dParams& p, const float* w, float* out);
-void conv2d_nchwc_winograd_f32(const Conv2dParams& p, const float* x, const float* packed_u, const float* bias,
-                               float* y, const Conv2dEpilogue& epilogue = {});
+bool conv2d_nchwc_winograd_offered(int64_t c, int64_t k, int tile);
+size_t conv2d_nchwc_winograd_packed_weight_f32_floats(const Conv2dParams& p, int tile);
+void pack_conv2d_nchwc_winograd_weight_f32(const Conv2dParams& p, int tile, const float* w, float* out);
+void conv2d_nchwc_winograd_f32(const Conv2dParams& p, int tile, const float* x, const float* packed_u,
+                               const float* bias, float* y, const Conv2dEpilogue& epilogue = {});
 
 // A per-channel scale and shift on blocked planes, then an activation (none, relu, relu6,
 // hardswish, sigmoid or silu): y = act(x * scale + shift) with x and y [n, blocks, pixels, 16] and
@@ -170,15 +170,20 @@ struct NchwcTileArgs {
   const ConvTileEpilogueF32* ep = nullptr;
 };
 using NchwcUkernelF32 = void (*)(const NchwcTileArgs& a);
-// Winograd F(2x2, 3x3) transforms under AVX-512 (Note [Winograd tiles] in conv_nchwc.cc), tiles
-// t0 .. t0 + count - 1 of a plane's tw-wide grid of 2 x 2 output tiles. Input: the block plane
-// x [h][w][16] (zero outside, padded by pad_top and pad_left) to v + xi * vpos + 16 i for each of
-// the 16 positions xi of tile t0 + i. Output: m + xi * mpos + 16 i to the block plane y [ho][wo][16],
-// finished by ep (bias at the block; residual laid out as y, or nullptr).
+// Winograd F(2x2, 3x3) and F(4x4, 3x3) transforms under AVX-512 (Note [Winograd tiles] in
+// conv_nchwc.cc), tiles t0 .. t0 + count - 1 of a plane's tw-wide grid of m x m output tiles (m = 2,
+// 4; n = m + 2). Input: the block plane x [h][w][16] (zero outside, padded by pad_top and pad_left)
+// to v + xi * vpos + 16 i for each of the n^2 positions xi of tile t0 + i. Output: m + xi * mpos + 16 i
+// to the block plane y [ho][wo][16], finished by ep (bias at the block; residual laid out as y, or
+// nullptr).
 void winograd_input_avx512(const float* x, int64_t h, int64_t w, int64_t pad_top, int64_t pad_left, int64_t tw,
                            int64_t t0, int64_t count, float* v, int64_t vpos);
 void winograd_output_avx512(const float* m, int64_t mpos, int64_t ho, int64_t wo, int64_t tw, int64_t t0,
                             int64_t count, float* y, const ConvTileEpilogueF32& ep);
+void winograd4_input_avx512(const float* x, int64_t h, int64_t w, int64_t pad_top, int64_t pad_left, int64_t tw,
+                            int64_t t0, int64_t count, float* v, int64_t vpos);
+void winograd4_output_avx512(const float* m, int64_t mpos, int64_t ho, int64_t wo, int64_t tw, int64_t t0,
+                             int64_t count, float* y, const ConvTileEpilogueF32& ep);
 // d[3 i + c] = (c0, c1, c2)[c][i] for i < n under AVX-512: three channels' runs interleaved by
 // pixel (Note [Stem rows] in conv_nchwc.cc).
 void interleave3_avx512(const float* c0, const float* c1, const float* c2, float* d, int64_t n);

@@ -503,20 +503,84 @@ void scale_shift_nchwc_avx512(int64_t count, const float* x, const float* scale,
   });
 }
 
-void winograd_input_avx512(const float* x, int64_t h, int64_t w, int64_t pad_top, int64_t pad_left, int64_t tw,
-                           int64_t t0, int64_t count, float* v, int64_t vpos) {
+namespace {
+
+// The patches of tiles t0 .. t0 + count - 1 of an M x M-output grid, tw tiles wide: each tile's
+// (M + 2) x (M + 2) input vectors (zero outside the plane) to transform(d, v + 16 i), which stores
+// its positions vpos apart.
+template <int M, class Transform>
+[[gnu::always_inline]] inline void winograd_patches(const float* x, int64_t h, int64_t w, int64_t pad_top,
+                                                    int64_t pad_left, int64_t tw, int64_t t0, int64_t count, float* v,
+                                                    Transform transform) {
+  constexpr int N = M + 2;
   int64_t ty = t0 / tw, tx = t0 % tw;  // stepped, not divided, from here on
   for (int64_t i = 0; i < count; ++i) {
-    const int64_t iy0 = 2 * ty - pad_top, ix0 = 2 * tx - pad_left;
+    const int64_t iy0 = M * ty - pad_top, ix0 = M * tx - pad_left;
     if (++tx == tw) tx = 0, ++ty;
-    const bool inside = iy0 >= 0 && ix0 >= 0 && iy0 + 4 <= h && ix0 + 4 <= w;
-    __m512 d[4][4];
-    for (int r = 0; r < 4; ++r)
-      for (int c = 0; c < 4; ++c) {
+    const bool inside = iy0 >= 0 && ix0 >= 0 && iy0 + N <= h && ix0 + N <= w;
+    __m512 d[N][N];
+    for (int r = 0; r < N; ++r)
+      for (int c = 0; c < N; ++c) {
         const int64_t iy = iy0 + r, ix = ix0 + c;
         d[r][c] = inside || (iy >= 0 && iy < h && ix >= 0 && ix < w) ? _mm512_loadu_ps(x + (iy * w + ix) * 16)
                                                                       : _mm512_setzero_ps();
       }
+    transform(d, v + 16 * i);
+  }
+}
+
+// Tiles t0 .. t0 + count - 1 back to the plane: transform(m + 16 i, out) gives a tile's M x M
+// outputs from its positions mpos apart, stored (those inside ho x wo) with the bias, finished by ep.
+template <int M, class Transform>
+[[gnu::always_inline]] inline void winograd_outputs(const float* m, int64_t ho, int64_t wo, int64_t tw, int64_t t0,
+                                                    int64_t count, float* y, const ConvTileEpilogueF32& ep,
+                                                    Transform transform) {
+  const __m512 bias = _mm512_loadu_ps(ep.bias);
+  with_finish(ep, [&](const auto& finish) {
+    int64_t ty = t0 / tw, tx = t0 % tw;
+    for (int64_t i = 0; i < count; ++i) {
+      const int64_t oy = M * ty, ox = M * tx;
+      if (++tx == tw) tx = 0, ++ty;
+      __m512 out[M][M];
+      transform(m + 16 * i, out);
+      for (int a = 0; a < M && oy + a < ho; ++a)
+        for (int b = 0; b < M && ox + b < wo; ++b) {
+          const int64_t at = ((oy + a) * wo + ox + b) * 16;
+          const float* res = ep.residual != nullptr ? ep.residual + at : nullptr;
+          _mm512_storeu_ps(y + at, finish(_mm512_add_ps(out[a][b], bias), res));
+        }
+    }
+  });
+}
+
+// B^T of F(4x4, 3x3) applied to six vectors: a row or column of a patch.
+inline void winograd4_bt(const __m512 (&d)[6], __m512 (&o)[6]) {
+  const __m512 four = _mm512_set1_ps(4.0f), five = _mm512_set1_ps(-5.0f), two = _mm512_set1_ps(2.0f);
+  const __m512 a = _mm512_fnmadd_ps(four, d[2], d[4]), b = _mm512_fnmadd_ps(four, d[1], d[3]);
+  const __m512 c = _mm512_sub_ps(d[4], d[2]), e = _mm512_mul_ps(two, _mm512_sub_ps(d[3], d[1]));
+  o[0] = _mm512_fmadd_ps(four, d[0], _mm512_fmadd_ps(five, d[2], d[4]));
+  o[1] = _mm512_add_ps(a, b);
+  o[2] = _mm512_sub_ps(a, b);
+  o[3] = _mm512_add_ps(c, e);
+  o[4] = _mm512_sub_ps(c, e);
+  o[5] = _mm512_fmadd_ps(four, d[1], _mm512_fmadd_ps(five, d[3], d[5]));
+}
+
+// A^T of F(4x4, 3x3) applied to six vectors: a column or row of a transformed tile.
+inline void winograd4_at(const __m512 (&m)[6], __m512 (&o)[4]) {
+  const __m512 s12 = _mm512_add_ps(m[1], m[2]), d12 = _mm512_sub_ps(m[1], m[2]);
+  const __m512 s34 = _mm512_add_ps(m[3], m[4]), d34 = _mm512_sub_ps(m[3], m[4]);
+  o[0] = _mm512_add_ps(_mm512_add_ps(m[0], s12), s34);
+  o[1] = _mm512_fmadd_ps(_mm512_set1_ps(2.0f), d34, d12);
+  o[2] = _mm512_fmadd_ps(_mm512_set1_ps(4.0f), s34, s12);
+  o[3] = _mm512_fmadd_ps(_mm512_set1_ps(8.0f), d34, _mm512_add_ps(d12, m[5]));
+}
+
+}  // namespace
+
+void winograd_input_avx512(const float* x, int64_t h, int64_t w, int64_t pad_top, int64_t pad_left, int64_t tw,
+                           int64_t t0, int64_t count, float* v, int64_t vpos) {
+  winograd_patches<2>(x, h, w, pad_top, pad_left, tw, t0, count, v, [&](const __m512 (&d)[4][4], float* vi) {
     // B^T d, then its rows times B: the same four sums and differences down and across.
     __m512 e[4][4];
     for (int c = 0; c < 4; ++c) {
@@ -525,44 +589,62 @@ void winograd_input_avx512(const float* x, int64_t h, int64_t w, int64_t pad_top
       e[2][c] = _mm512_sub_ps(d[2][c], d[1][c]);
       e[3][c] = _mm512_sub_ps(d[1][c], d[3][c]);
     }
-    float* vi = v + 16 * i;  // position 4 r + c at vi + (4 r + c) * vpos
-    for (int r = 0; r < 4; ++r) {
+    for (int r = 0; r < 4; ++r) {  // position 4 r + c at vi + (4 r + c) * vpos
       _mm512_storeu_ps(vi, _mm512_sub_ps(e[r][0], e[r][2]));
       _mm512_storeu_ps(vi + vpos, _mm512_add_ps(e[r][1], e[r][2]));
       _mm512_storeu_ps(vi + 2 * vpos, _mm512_sub_ps(e[r][2], e[r][1]));
       _mm512_storeu_ps(vi + 3 * vpos, _mm512_sub_ps(e[r][1], e[r][3]));
       vi += 4 * vpos;
     }
-  }
+  });
 }
 
 void winograd_output_avx512(const float* m, int64_t mpos, int64_t ho, int64_t wo, int64_t tw, int64_t t0,
                             int64_t count, float* y, const ConvTileEpilogueF32& ep) {
-  const __m512 bias = _mm512_loadu_ps(ep.bias);
-  with_finish(ep, [&](const auto& finish) {
-    int64_t ty = t0 / tw, tx = t0 % tw;
-    for (int64_t i = 0; i < count; ++i) {
-      const int64_t oy = 2 * ty, ox = 2 * tx;
-      if (++tx == tw) tx = 0, ++ty;
-      // A^T m: rows 0 + 1 + 2 and 1 - 2 - 3; then the same across.
-      const float* mi = m + 16 * i;
-      __m512 mv[16];
-      for (int k = 0; k < 16; ++k, mi += mpos) mv[k] = _mm512_loadu_ps(mi);
-      __m512 s[2][4];
-      for (int c = 0; c < 4; ++c) {
-        s[0][c] = _mm512_add_ps(_mm512_add_ps(mv[c], mv[4 + c]), mv[8 + c]);
-        s[1][c] = _mm512_sub_ps(_mm512_sub_ps(mv[4 + c], mv[8 + c]), mv[12 + c]);
-      }
-      for (int a = 0; a < 2; ++a) {
-        if (oy + a >= ho) break;
-        const __m512 out[2] = {_mm512_add_ps(_mm512_add_ps(s[a][0], s[a][1]), s[a][2]),
-                               _mm512_sub_ps(_mm512_sub_ps(s[a][1], s[a][2]), s[a][3])};
-        for (int b = 0; b < 2; ++b) {
-          if (ox + b >= wo) break;
-          const int64_t at = ((oy + a) * wo + ox + b) * 16;
-          _mm512_storeu_ps(y + at, finish(_mm512_add_ps(out[b], bias), ep.residual != nullptr ? ep.residual + at : nullptr));
-        }
-      }
+  winograd_outputs<2>(m, ho, wo, tw, t0, count, y, ep, [&](const float* mi, __m512 (&out)[2][2]) {
+    // A^T m: rows 0 + 1 + 2 and 1 - 2 - 3; then the same across.
+    __m512 mv[16];
+    for (int k = 0; k < 16; ++k, mi += mpos) mv[k] = _mm512_loadu_ps(mi);
+    __m512 s[2][4];
+    for (int c = 0; c < 4; ++c) {
+      s[0][c] = _mm512_add_ps(_mm512_add_ps(mv[c], mv[4 + c]), mv[8 + c]);
+      s[1][c] = _mm512_sub_ps(_mm512_sub_ps(mv[4 + c], mv[8 + c]), mv[12 + c]);
+    }
+    for (int a = 0; a < 2; ++a) {
+      out[a][0] = _mm512_add_ps(_mm512_add_ps(s[a][0], s[a][1]), s[a][2]);
+      out[a][1] = _mm512_sub_ps(_mm512_sub_ps(s[a][1], s[a][2]), s[a][3]);
+    }
+  });
+}
+
+void winograd4_input_avx512(const float* x, int64_t h, int64_t w, int64_t pad_top, int64_t pad_left, int64_t tw,
+                            int64_t t0, int64_t count, float* v, int64_t vpos) {
+  winograd_patches<4>(x, h, w, pad_top, pad_left, tw, t0, count, v, [&](const __m512 (&d)[6][6], float* vi) {
+    // d B, row by row; then B^T of each column, stored by position 6 r + j.
+    __m512 e[6][6];
+    for (int r = 0; r < 6; ++r) winograd4_bt(d[r], e[r]);
+    for (int j = 0; j < 6; ++j) {
+      const __m512 col[6] = {e[0][j], e[1][j], e[2][j], e[3][j], e[4][j], e[5][j]};
+      __m512 o[6];
+      winograd4_bt(col, o);
+      for (int r = 0; r < 6; ++r) _mm512_storeu_ps(vi + (6 * r + j) * vpos, o[r]);
+    }
+  });
+}
+
+void winograd4_output_avx512(const float* m, int64_t mpos, int64_t ho, int64_t wo, int64_t tw, int64_t t0,
+                             int64_t count, float* y, const ConvTileEpilogueF32& ep) {
+  winograd_outputs<4>(m, ho, wo, tw, t0, count, y, ep, [&](const float* mi, __m512 (&out)[4][4]) {
+    // A^T of each column of the 6 x 6 tile, then of each of the four rows that gives.
+    __m512 s[6][4];  // s[j][a]: row a, column j of A^T M
+    for (int j = 0; j < 6; ++j) {
+      __m512 col[6];
+      for (int r = 0; r < 6; ++r) col[r] = _mm512_loadu_ps(mi + (6 * r + j) * mpos);
+      winograd4_at(col, s[j]);
+    }
+    for (int a = 0; a < 4; ++a) {
+      const __m512 row[6] = {s[0][a], s[1][a], s[2][a], s[3][a], s[4][a], s[5][a]};
+      winograd4_at(row, out[a]);
     }
   });
 }

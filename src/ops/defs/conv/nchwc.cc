@@ -154,15 +154,16 @@ struct PreparedConvNchwc {
   const void* filters = nullptr;  // the filters' data, which `packed` was packed from
   std::shared_ptr<const float> packed;
   std::shared_ptr<const kernels::cpu::NchwcPlan> plan;  // Kind::blocked
+  int winograd_tile = 0;                                  // Kind::winograd: 2 or 4
 };
 
 // panel_blocks: the blocked convolution's panel width (Note [Panels as tactics] in
 // conv_nchwc.cc), 0 for its own choice; depthwise layers have no panels (grouped ones do: Note
-// [Grouped blocks] in conv_nchwc.cc). winograd: Winograd's
-// F(2x2, 3x3) (Note [Winograd tiles] in conv_nchwc.cc) where the layer allows it. x: the input's
-// shape, w: the filters (contiguous), y: the output's shape.
+// [Grouped blocks] in conv_nchwc.cc). winograd_tile: 2 or 4 for Winograd's F(2x2, 3x3) or
+// F(4x4, 3x3) (Note [Winograd tiles] in conv_nchwc.cc) where the layer allows it, 0 for none. x: the
+// input's shape, w: the filters (contiguous), y: the output's shape.
 PreparedConvNchwc prepare_conv_nchwc(const Shape& x, const Tensor& w, const Shape& y, const Attrs& attrs,
-                                     int panel_blocks, bool winograd) {
+                                     int panel_blocks, int winograd_tile) {
   const auto pad = defs::padding_attr("fused_conv2d_nchwc", attrs);
   const auto& stride = attrs.get_ints("stride");
   const auto& dil = attrs.get_ints("dilation");
@@ -182,10 +183,14 @@ PreparedConvNchwc prepare_conv_nchwc(const Shape& x, const Tensor& w, const Shap
   c.filters = w.data_ptr();
   const float* wp = static_cast<const float*>(w.data_ptr());
   // Filters packed once per weight (Note [Prepacked tactics]), keyed by what the packing follows.
-  if (winograd && c.input == kernels::cpu::NchwcInput::blocked && kernels::cpu::conv2d_nchwc_winograd_supported(p)) {
+  if (winograd_tile != 0 && c.input == kernels::cpu::NchwcInput::blocked &&
+      kernels::cpu::conv2d_nchwc_winograd_supported(p)) {
     c.kind = PreparedConvNchwc::Kind::winograd;
-    c.packed = cached_packed_weight_f32(w, {5, p.k, p.c, p.r, p.s}, kernels::cpu::conv2d_nchwc_winograd_packed_weight_f32_floats(p),
-                                        [&](float* buf) { kernels::cpu::pack_conv2d_nchwc_winograd_weight_f32(p, wp, buf); });
+    c.winograd_tile = winograd_tile;
+    c.packed = cached_packed_weight_f32(
+        w, {5, p.k, p.c, p.r, p.s, winograd_tile},
+        kernels::cpu::conv2d_nchwc_winograd_packed_weight_f32_floats(p, winograd_tile),
+        [&](float* buf) { kernels::cpu::pack_conv2d_nchwc_winograd_weight_f32(p, winograd_tile, wp, buf); });
   } else if (depthwise) {
     c.kind = PreparedConvNchwc::Kind::depthwise;
     c.packed = cached_packed_weight_f32(w, {4, p.k, p.r, p.s}, kernels::cpu::depthwise_nchwc_packed_weight_f32_floats(p),
@@ -201,17 +206,17 @@ PreparedConvNchwc prepare_conv_nchwc(const Shape& x, const Tensor& w, const Shap
   return c;
 }
 
-template <int PanelBlocks, bool Winograd>
+template <int PanelBlocks, int WinogradTile>
 std::shared_ptr<const void> conv_nchwc_prepare(std::span<const Tensor> in, const Attrs& attrs,
                                                std::span<const TensorMeta> out) {
   if (in.size() < 2 || !in[0].defined() || !in[1].defined() || !in[1].is_contiguous() || out.empty() ||
       out[0].shape.size() != 5 || std::find(out[0].shape.begin(), out[0].shape.end(), 0) != out[0].shape.end())
     return nullptr;
   return std::make_shared<const PreparedConvNchwc>(
-      prepare_conv_nchwc(in[0].shape(), in[1], out[0].shape, attrs, PanelBlocks, Winograd));
+      prepare_conv_nchwc(in[0].shape(), in[1], out[0].shape, attrs, PanelBlocks, WinogradTile));
 }
 
-template <int PanelBlocks, bool Winograd>
+template <int PanelBlocks, int WinogradTile>
 void conv_nchwc_kernel(const KernelCall& k) {
   const Tensor& out = k.out(0);
   if (out.numel() == 0) return;
@@ -227,7 +232,7 @@ void conv_nchwc_kernel(const KernelCall& k) {
   };
   PreparedConvNchwc own;
   if (ready == nullptr || !made_for_this(*ready)) {
-    own = prepare_conv_nchwc(x.shape(), w, out.shape(), k.attrs, PanelBlocks, Winograd);
+    own = prepare_conv_nchwc(x.shape(), w, out.shape(), k.attrs, PanelBlocks, WinogradTile);
     ready = &own;
   }
   const kernels::cpu::Conv2dParams& p = ready->p;
@@ -241,7 +246,7 @@ void conv_nchwc_kernel(const KernelCall& k) {
   float* yp = static_cast<float*>(y.data_ptr());
   switch (ready->kind) {
     case PreparedConvNchwc::Kind::winograd:
-      kernels::cpu::conv2d_nchwc_winograd_f32(p, xp, ready->packed.get(), bp, yp, ep);
+      kernels::cpu::conv2d_nchwc_winograd_f32(p, ready->winograd_tile, xp, ready->packed.get(), bp, yp, ep);
       break;
     case PreparedConvNchwc::Kind::depthwise:
       kernels::cpu::depthwise_conv2d_nchwc_f32(p, xp, ready->packed.get(), bp, yp, ep);
@@ -358,13 +363,15 @@ void register_nchwc_ops(OpRegistry& r) {
         "int[] padding=[0,0,0,0], int[] dilation=[1,1], int groups=1, str activation=\"none\", "
         "bool residual_before_activation=false) -> Tensor")
       .infer(infer_conv_nchwc)
-      .kernel(DeviceType::cpu, f32, conv_nchwc_kernel<0, false>, "default", conv_nchwc_prepare<0, false>)
+      .kernel(DeviceType::cpu, f32, conv_nchwc_kernel<0, 0>, "default", conv_nchwc_prepare<0, 0>)
       // Note [Panels as tactics] (conv_nchwc.cc): offered where K is not a multiple of 64
       // (tactic_fits in src/ops/defs/linalg/matmul_tactics.cc).
-      .kernel(DeviceType::cpu, f32, conv_nchwc_kernel<3, false>, "panels3", conv_nchwc_prepare<3, false>)
-      .kernel(DeviceType::cpu, f32, conv_nchwc_kernel<4, false>, "panels4", conv_nchwc_prepare<4, false>)
-      // Note [Winograd tiles] (conv_nchwc.cc): 3x3 filters of stride 1, one group.
-      .kernel(DeviceType::cpu, f32, conv_nchwc_kernel<0, true>, "winograd", conv_nchwc_prepare<0, true>)
+      .kernel(DeviceType::cpu, f32, conv_nchwc_kernel<3, 0>, "panels3", conv_nchwc_prepare<3, 0>)
+      .kernel(DeviceType::cpu, f32, conv_nchwc_kernel<4, 0>, "panels4", conv_nchwc_prepare<4, 0>)
+      // Note [Winograd tiles] (conv_nchwc.cc): 3x3 filters of stride 1, one group; F(2x2, 3x3) and
+      // F(4x4, 3x3).
+      .kernel(DeviceType::cpu, f32, conv_nchwc_kernel<0, 2>, "winograd", conv_nchwc_prepare<0, 2>)
+      .kernel(DeviceType::cpu, f32, conv_nchwc_kernel<0, 4>, "winograd4", conv_nchwc_prepare<0, 4>)
       .no_vjp(kNoVjp)
       .no_batch(kNoBatch)
       .no_onnx(kNoOnnx)

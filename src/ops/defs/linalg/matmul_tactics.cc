@@ -417,11 +417,11 @@ bool tactic_fits(const OpDef& op, const std::string& tactic, const Attrs& attrs,
   }
   // Note [Winograd tiles] in conv_nchwc.cc: 3x3 filters of stride 1 and dilation 1, one group,
   // where a panel's transformed filters stay in L2.
-  if (name == "fused_conv2d_nchwc" && tactic == "winograd")
+  if (name == "fused_conv2d_nchwc" && (tactic == "winograd" || tactic == "winograd4"))
     return weight.size() == 4 && weight[2] == 3 && weight[3] == 3 && attrs.get_int("groups") == 1 &&
            attrs.get_ints("stride") == std::vector<int64_t>{1, 1} &&
            attrs.get_ints("dilation") == std::vector<int64_t>{1, 1} &&
-           kernels::cpu::conv2d_nchwc_winograd_offered(weight[1], weight[0]);
+           kernels::cpu::conv2d_nchwc_winograd_offered(weight[1], weight[0], tactic == "winograd" ? 2 : 4);
   if (!tactic_packs_weight(tactic) || (name != "conv2d" && name != "fused_conv2d")) return true;
   // Depthwise (one input channel per group): conv_params sends it to the default kernel.
   return !(weight.size() == 4 && attrs.get_int("groups") > 1 && weight[1] == 1);
