@@ -149,6 +149,7 @@ struct TuneReport {
   int64_t tuned_steps = 0;        // steps with a choice of tactics
   int64_t hits = 0, misses = 0;   // timing cache
   double ms = 0;                  // spent timing
+  int64_t packed_bytes = 0;       // weights' packed copies the tactics keep (Note [Packed weights in the budget])
   std::vector<std::string> warnings;  // unreadable cache file, cache not written, ...
   std::vector<std::string> choices;   // "step 'x' (gemm): prepacked 0.12 ms (default 0.20 ms)"
   std::string summary() const;

@@ -21,10 +21,16 @@ kernels::cpu::GemmActivation parse_activation(const std::string& s);
 // "direct_columns", "direct_pixels".
 bool tactic_packs_weight(const std::string& tactic);
 // Whether `tactic` of `op` (with bound `attrs`) has a fast path for a weight (input 1) of this
-// shape, or would only run the op's default kernel (depthwise convolutions: the packed tactics
-// are GEMM-shaped; the blocked convolution's panel widths where K is a multiple of 64); the tuner
-// offers only tactics that fit.
-bool tactic_fits(const OpDef& op, const std::string& tactic, const Attrs& attrs, const Shape& weight);
+// shape on a first input of rank x_rank, or would only run the op's default kernel (depthwise
+// convolutions: the packed tactics are GEMM-shaped; the blocked convolution's panel widths where K
+// is a multiple of 64, its Winograd tiles on a stem's plain NCHW input); the tuner offers only
+// tactics that fit.
+bool tactic_fits(const OpDef& op, const std::string& tactic, const Attrs& attrs, const Shape& weight, size_t x_rank);
+// Bytes of the packed copy of a constant weight (input 1, shape `weight`) that `tactic` of `op` with
+// bound `attrs` keeps, on a first input of rank x_rank; "" or "default": the op's own kernel. 0 where
+// it keeps none. For the memory budget (Note [Packed weights in the budget] in runtime/tactics.cc).
+int64_t packed_weight_bytes(const OpDef& op, const std::string& tactic, const Attrs& attrs, const Shape& weight,
+                            size_t x_rank);
 // Packs `weight` (the step's input 1, a constant) for `tactic` of `op` with bound `attrs`, so the
 // first run finds it packed (Note [Prepacked tactics]). False when the tactic packs nothing or the
 // weight does not fit its fast path (the kernel then runs its default at run time).

@@ -761,9 +761,9 @@ TEST(Tactics, DepthwiseConvolutionsAreNotTuned) {
   c = g.add_node(op("conv2d"), {c, cst("g_w", {8, 4, 3, 3}), cst("g_b", {8})}, grouped)->output();
   g.add_output(c);
   ir::verify(g);
-  EXPECT_FALSE(tactic_fits(op("conv2d"), "direct", depthwise, {8, 1, 3, 3}));
-  EXPECT_TRUE(tactic_fits(op("conv2d"), "direct", grouped, {8, 4, 3, 3}));
-  EXPECT_TRUE(tactic_fits(op("conv2d"), "", depthwise, {8, 1, 3, 3}));
+  EXPECT_FALSE(tactic_fits(op("conv2d"), "direct", depthwise, {8, 1, 3, 3}, 4));
+  EXPECT_TRUE(tactic_fits(op("conv2d"), "direct", grouped, {8, 4, 3, 3}, 4));
+  EXPECT_TRUE(tactic_fits(op("conv2d"), "", depthwise, {8, 1, 3, 3}, 4));
   CompileResult r = compile(g, tuned("none", 0));
   EXPECT_EQ(r.tuning.tuned_steps, 1) << "only the grouped convolution";
   ASSERT_EQ(r.tuning.choices.size(), 1u);
@@ -813,16 +813,23 @@ TEST(Tactics, BlockedConvolutionPanelWidthsMatchTheDefault) {
       at.set("residual_before_activation", before);
       expect_tactics_agree("fused_conv2d_nchwc", {xin, w, b, res}, at);
     }
-    EXPECT_TRUE(tactic_fits(op("fused_conv2d_nchwc"), "panels3", op("fused_conv2d_nchwc").bind_attrs(at), c.w));
+    EXPECT_TRUE(tactic_fits(op("fused_conv2d_nchwc"), "panels3", op("fused_conv2d_nchwc").bind_attrs(at), c.w, 5));
   }
   const Attrs one = op("fused_conv2d_nchwc").bind_attrs({});
   Attrs depthwise = one;
   depthwise.set("groups", int64_t{96});
   for (const char* t : {"panels3", "panels4"}) {
-    EXPECT_TRUE(tactic_fits(op("fused_conv2d_nchwc"), t, one, {96, 32, 1, 1}));
-    EXPECT_FALSE(tactic_fits(op("fused_conv2d_nchwc"), t, one, {64, 32, 1, 1})) << "whole panels of 4";
-    EXPECT_FALSE(tactic_fits(op("fused_conv2d_nchwc"), t, one, {256, 32, 3, 3}));
-    EXPECT_FALSE(tactic_fits(op("fused_conv2d_nchwc"), t, depthwise, {96, 1, 3, 3})) << "depthwise: no panels";
+    EXPECT_TRUE(tactic_fits(op("fused_conv2d_nchwc"), t, one, {96, 32, 1, 1}, 5));
+    EXPECT_FALSE(tactic_fits(op("fused_conv2d_nchwc"), t, one, {64, 32, 1, 1}, 5)) << "whole panels of 4";
+    EXPECT_FALSE(tactic_fits(op("fused_conv2d_nchwc"), t, one, {256, 32, 3, 3}, 5));
+    EXPECT_FALSE(tactic_fits(op("fused_conv2d_nchwc"), t, depthwise, {96, 1, 3, 3}, 5)) << "depthwise: no panels";
+  }
+  // Note [Winograd tiles]: 3x3 stride-1 filters on blocked input, where a panel's stay in L2.
+  for (const char* t : {"winograd", "winograd4"}) {
+    EXPECT_TRUE(tactic_fits(op("fused_conv2d_nchwc"), t, one, {64, 64, 3, 3}, 5));
+    EXPECT_FALSE(tactic_fits(op("fused_conv2d_nchwc"), t, one, {64, 3, 3, 3}, 4)) << "a stem's plain input";
+    EXPECT_FALSE(tactic_fits(op("fused_conv2d_nchwc"), t, one, {64, 64, 1, 1}, 5));
+    EXPECT_FALSE(tactic_fits(op("fused_conv2d_nchwc"), t, one, {512, 512, 3, 3}, 5));
   }
 }
 
@@ -908,6 +915,81 @@ TEST(Target, MemoryBudgetIsFitOrFailsNamingThePlan) {
   o.target = t;
   o.autotune = true;
   for (const EngineStep& st : compile(mlp(), o).engine.steps) EXPECT_NE(st.tactic, "prepacked") << st.name;
+}
+
+// Note [Packed weights in the budget]: the blocked convolution packs its filters under every
+// tactic, Winograd's F(4x4, 3x3) tiles 4x their size; the copies count against the budget. A budget
+// with room for the direct kernel's copies but not the transformed ones takes the direct kernel, one
+// byte less leaves the GEMM's weight unpacked, less than the convolutions' copies fails naming the
+// packed weights, and with room for the transformed filters the heuristic's tiles are kept.
+TEST(Target, PackedFiltersCountAgainstTheMemoryBudget) {
+  CompileOptions o = tuned("none");
+  o.autotune = false;
+  o.layout = CompileOptions::Layout::nchwc;
+  auto winograd_steps = [](const Engine& e) {
+    int n = 0;
+    for (const EngineStep& st : e.steps) n += st.tactic == "winograd4";
+    return n;
+  };
+  CompileResult all = compile(small_cnn(), o);
+  ASSERT_EQ(winograd_steps(all.engine), 1) << "c2 (8 -> 8); not c1, a stem on plain input";
+  o.excluded_tactics = {"winograd", "winograd4"};
+  CompileResult direct = compile(small_cnn(), o);
+  o.excluded_tactics.clear();
+  // c1 (a stem on plain input: 3 lanes x 9 taps x 16) and c2 (one block: 16 x 16 x 9) packed as
+  // the direct kernel reads them; fc packed for the GEMM (6 x 8).
+  EXPECT_EQ(direct.tuning.packed_bytes, (16 * 3 * 9 + 16 * 16 * 9 + 6 * 8) * 4);
+  // c2's F(4x4, 3x3) filters: 36 positions x 16 x 16.
+  EXPECT_EQ(all.tuning.packed_bytes - direct.tuning.packed_bytes, (36 - 9) * 16 * 16 * 4);
+  int64_t weights = 0;
+  for (const Tensor& c : all.engine.constants) weights += c.numel() * 4;
+  Target t = Target::host();
+  t.memory_budget = all.engine.memory.arena_bytes + weights + direct.tuning.packed_bytes;
+  o.target = t;
+  CompileResult fit = compile(small_cnn(), o);
+  EXPECT_EQ(winograd_steps(fit.engine), 0);
+  EXPECT_EQ(fit.tuning.packed_bytes, direct.tuning.packed_bytes);
+  Tensor x = random_tensor({2, 3, 9, 7}, DType::f32, 63);
+  EXPECT_TRUE(testing::all_close(Executor(std::make_shared<Engine>(fit.engine)).run({x})[0],
+                                 ir::run(small_cnn(), {x})[0], {1e-5, 1e-5}));
+  // A byte less: the GEMM's weight is read as it is; less than the convolutions' copies fails.
+  t.memory_budget -= 1;
+  o.target = t;
+  CompileResult less = compile(small_cnn(), o);
+  EXPECT_EQ(less.tuning.packed_bytes, (16 * 3 * 9 + 16 * 16 * 9) * 4);
+  for (const EngineStep& st : less.engine.steps) EXPECT_NE(st.tactic, "prepacked") << st.name;
+  t.memory_budget -= 6 * 8 * 4;
+  o.target = t;
+  EXPECT_KILN_ERROR(compile(small_cnn(), o), "memory budget", "packed weights", "--memory-budget");
+  t.memory_budget = all.engine.memory.arena_bytes + weights + all.tuning.packed_bytes;
+  o.target = t;
+  EXPECT_EQ(winograd_steps(compile(small_cnn(), o).engine), 1);
+
+  // The steps after a choice keep their own copies: a 3x3 layer's transformed filters (36 KiB) fit
+  // the room left beside its direct copy (9 KiB) and the next layer's (32 KiB), which that layer
+  // still needs.
+  ir::Graph g;
+  g.name = "reserve";
+  uint64_t seed = 300;
+  auto cst = [&](const std::string& n, const Shape& sh) {
+    return g.add_constant(n, random_tensor(sh, DType::f32, seed++, -0.5, 0.5));
+  };
+  const Attrs pad1{{"padding", std::vector<int64_t>{1, 1, 1, 1}}};
+  ir::Value* v = g.add_input("x", ir::ValueType{DType::f32, {ir::Dim::sym("batch"), 16, 8, 8}});
+  v = g.add_node(op("relu"), {g.add_node(op("conv2d"), {v, cst("a", {16, 16, 1, 1})})->output()})->output();
+  v = g.add_node(op("relu"), {g.add_node(op("conv2d"), {v, cst("b", {16, 16, 3, 3})}, pad1)->output()})->output();
+  g.add_output(g.add_node(op("conv2d"), {v, cst("c", {512, 16, 1, 1})})->output());
+  o.target = Target::host();
+  o.excluded_tactics = {"winograd", "winograd4"};
+  CompileResult plain = compile(g, o);
+  EXPECT_EQ(plain.tuning.packed_bytes, (16 * 16 + 16 * 16 * 9 + 512 * 16) * 4);
+  o.excluded_tactics = {"winograd"};
+  weights = (16 * 16 + 16 * 16 * 9 + 512 * 16) * 4;
+  t.memory_budget = plain.engine.memory.arena_bytes + weights + plain.tuning.packed_bytes;
+  o.target = t;
+  CompileResult r = compile(g, o);
+  EXPECT_EQ(winograd_steps(r.engine), 0);
+  EXPECT_EQ(r.tuning.packed_bytes, plain.tuning.packed_bytes);
 }
 
 TEST(EngineFile, KeepsTargetAndTactics) {

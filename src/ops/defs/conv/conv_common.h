@@ -25,6 +25,11 @@ int64_t window_out_size(const InferCtx& c, const char* dim, int64_t in, int64_t 
 // stride [] is the kernel).
 kernels::cpu::Pool2dParams pool_params(const std::string& op, const Shape& x, const Attrs& attrs, bool max);
 
+// Bytes of the packed filters fused_conv2d_nchwc keeps for filters of shape `w` (a constant) bound
+// with `attrs`, on an input of rank x_rank (4: plain NCHW, a stem; 5: blocked), with Winograd's
+// F(tile x tile, 3x3) tiles (2 or 4; the tactic must fit the layer) or the direct kernel (0).
+int64_t conv_nchwc_packed_bytes(size_t x_rank, const Shape& w, const Attrs& attrs, int winograd_tile);
+
 // `t` contiguous and in dtype `to` (t itself when it already is). For kernels: no dispatcher.
 Tensor contiguous_as(const Tensor& t, DType to);
 

@@ -157,6 +157,15 @@ struct PreparedConvNchwc {
   int winograd_tile = 0;                                  // Kind::winograd: 2 or 4
 };
 
+// The packed filters' size in floats: Winograd's transformed ones, the depthwise kernel's, or the
+// blocked kernel's.
+size_t packed_filter_floats(const kernels::cpu::Conv2dParams& p, kernels::cpu::NchwcInput input, bool depthwise,
+                            int winograd_tile) {
+  if (winograd_tile != 0) return kernels::cpu::conv2d_nchwc_winograd_packed_weight_f32_floats(p, winograd_tile);
+  if (depthwise) return kernels::cpu::depthwise_nchwc_packed_weight_f32_floats(p);
+  return kernels::cpu::conv2d_nchwc_packed_weight_f32_floats(p, input);
+}
+
 // panel_blocks: the blocked convolution's panel width (Note [Panels as tactics] in
 // conv_nchwc.cc), 0 for its own choice; depthwise layers have no panels (grouped ones do: Note
 // [Grouped blocks] in conv_nchwc.cc). winograd_tile: 2 or 4 for Winograd's F(2x2, 3x3) or
@@ -188,18 +197,17 @@ PreparedConvNchwc prepare_conv_nchwc(const Shape& x, const Tensor& w, const Shap
     c.kind = PreparedConvNchwc::Kind::winograd;
     c.winograd_tile = winograd_tile;
     c.packed = cached_packed_weight_f32(
-        w, {5, p.k, p.c, p.r, p.s, winograd_tile},
-        kernels::cpu::conv2d_nchwc_winograd_packed_weight_f32_floats(p, winograd_tile),
+        w, {5, p.k, p.c, p.r, p.s, winograd_tile}, packed_filter_floats(p, c.input, false, winograd_tile),
         [&](float* buf) { kernels::cpu::pack_conv2d_nchwc_winograd_weight_f32(p, winograd_tile, wp, buf); });
   } else if (depthwise) {
     c.kind = PreparedConvNchwc::Kind::depthwise;
-    c.packed = cached_packed_weight_f32(w, {4, p.k, p.r, p.s}, kernels::cpu::depthwise_nchwc_packed_weight_f32_floats(p),
+    c.packed = cached_packed_weight_f32(w, {4, p.k, p.r, p.s}, packed_filter_floats(p, c.input, true, 0),
                                         [&](float* buf) { kernels::cpu::pack_depthwise_nchwc_weight_f32(p, wp, buf); });
   } else {
     const kernels::cpu::NchwcTiling tiling = kernels::cpu::conv2d_nchwc_tiling(p);
     c.packed = cached_packed_weight_f32(
         w, {3, p.k, p.c, p.r, p.s, tiling.panel_blocks, static_cast<int64_t>(c.input), groups},
-        kernels::cpu::conv2d_nchwc_packed_weight_f32_floats(p, c.input),
+        packed_filter_floats(p, c.input, false, 0),
         [&](float* buf) { kernels::cpu::pack_conv2d_nchwc_weight_f32(p, wp, buf, c.input); });
     c.plan = kernels::cpu::conv2d_nchwc_plan(p, c.input);
   }
@@ -336,6 +344,22 @@ constexpr const char* kNoBatch = "compiler-emitted inference op: vmap the unbloc
 constexpr const char* kNoOnnx = "compiler-emitted inference op: export the unblocked graph";
 
 }  // namespace
+
+namespace defs {
+
+int64_t conv_nchwc_packed_bytes(size_t x_rank, const Shape& w, const Attrs& attrs, int winograd_tile) {
+  KILN_ASSERT(w.size() == 4, "conv_nchwc_packed_bytes: filters of rank ", w.size());
+  kernels::cpu::Conv2dParams p;
+  p.groups = attrs.get_int("groups");
+  p.k = w[0], p.c = w[1] * p.groups, p.r = w[2], p.s = w[3];
+  const auto input = x_rank == 4 ? kernels::cpu::NchwcInput::plain : kernels::cpu::NchwcInput::blocked;
+  const bool depthwise = depthwise_filters(p.groups, w);
+  // As prepare_conv_nchwc: Winograd's tiles on blocked input only.
+  const int tile = depthwise || input == kernels::cpu::NchwcInput::plain ? 0 : winograd_tile;
+  return static_cast<int64_t>(packed_filter_floats(p, input, depthwise, tile) * sizeof(float));
+}
+
+}  // namespace defs
 
 int64_t nchwc_conv_group_span(int64_t c, int64_t k, int64_t groups) {
   return groups == 1 ? 1 : kernels::cpu::nchwc_group_span(c, k, groups);

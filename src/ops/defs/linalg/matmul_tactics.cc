@@ -404,7 +404,7 @@ bool tactic_packs_weight(const std::string& tactic) {
   return tactic == "prepacked" || tactic == "direct" || tactic == "direct_columns" || tactic == "direct_pixels";
 }
 
-bool tactic_fits(const OpDef& op, const std::string& tactic, const Attrs& attrs, const Shape& weight) {
+bool tactic_fits(const OpDef& op, const std::string& tactic, const Attrs& attrs, const Shape& weight, size_t x_rank) {
   const std::string& name = op.name();
   // Note [Panels as tactics] in conv_nchwc.cc: the panel width matters where K leaves a narrower
   // last panel; a depthwise layer has no panels.
@@ -416,15 +416,28 @@ bool tactic_fits(const OpDef& op, const std::string& tactic, const Attrs& attrs,
     return span != 0 && (weight[0] + 15) / 16 / (groups / span) % 4 != 0;
   }
   // Note [Winograd tiles] in conv_nchwc.cc: 3x3 filters of stride 1 and dilation 1, one group,
-  // where a panel's transformed filters stay in L2.
+  // blocked input (not a stem's), where a panel's transformed filters stay in L2.
   if (name == "fused_conv2d_nchwc" && (tactic == "winograd" || tactic == "winograd4"))
-    return weight.size() == 4 && weight[2] == 3 && weight[3] == 3 && attrs.get_int("groups") == 1 &&
+    return x_rank == 5 && weight.size() == 4 && weight[2] == 3 && weight[3] == 3 && attrs.get_int("groups") == 1 &&
            attrs.get_ints("stride") == std::vector<int64_t>{1, 1} &&
            attrs.get_ints("dilation") == std::vector<int64_t>{1, 1} &&
            kernels::cpu::conv2d_nchwc_winograd_offered(weight[1], weight[0], tactic == "winograd" ? 2 : 4);
   if (!tactic_packs_weight(tactic) || (name != "conv2d" && name != "fused_conv2d")) return true;
   // Depthwise (one input channel per group): conv_params sends it to the default kernel.
   return !(weight.size() == 4 && attrs.get_int("groups") > 1 && weight[1] == 1);
+}
+
+int64_t packed_weight_bytes(const OpDef& op, const std::string& tactic, const Attrs& attrs, const Shape& weight,
+                            size_t x_rank) {
+  // Every kernel of the blocked convolution packs its filters (winograd, winograd4: transformed).
+  if (op.name() == "fused_conv2d_nchwc" && weight.size() == 4) {
+    const int tile = tactic == "winograd" ? 2 : tactic == "winograd4" ? 4 : 0;
+    return defs::conv_nchwc_packed_bytes(x_rank, weight, attrs, tile);
+  }
+  if (!tactic_packs_weight(tactic)) return 0;
+  int64_t n = 1;
+  for (int64_t d : weight) n *= d;
+  return n * static_cast<int64_t>(sizeof(float));
 }
 
 bool prepack_weight(const OpDef& op, const std::string& tactic, const Tensor& w, const Attrs& attrs) {
