@@ -1078,18 +1078,13 @@ int64_t winograd_positions(int tile) { return (tile + 2) * (tile + 2); }
 // panel's 4 blocks) would pass what a thread's L2 holds. The transforms' stores miss L1 (a line a
 // tile, block and position): chunks of 24 tiles ran a 64-channel 56 x 56 layer ~4-6% faster than 48,
 // on one thread and two, at batch 1 and 8; at 28 x 28 and 14 x 14 (two passes) 12, 24 and 48 were
-// within the noise. Where a panel's filters pass L2 (F(4x4, 3x3) from C = 128 on) every item
-// streams them again from L3, and one item a thread is enough: ResNet-50's 256 -> 256 layers at
-// 14 x 14 (16 tiles an image) at batch 1 on two threads ran 0.35-0.36 ms in 2 chunks, 0.27-0.28 in
-// one (F(2x2, 3x3): 0.30), its 128 -> 128 at 28 x 28 0.20-0.22 -> 0.19-0.20 (in the engine).
+// within the noise. In two passes a chunk is what a patches or outputs item covers.
 int64_t winograd_chunk(const Conv2dParams& p, int64_t positions, int64_t tiles, bool two_passes) {
   const int64_t blocks = two_passes ? 4 : nchwc_blocks(p.c) + nchwc_blocks(p.k);
   const int64_t panels = two_passes ? (nchwc_blocks(p.k) + 3) / 4 : 1;
-  const bool panel_past_l2 = static_cast<double>(positions * p.c * 4 * kChannelBlock * 4) > kNearBytes;
-  const int64_t want = two_passes && panel_past_l2 ? get_num_threads() : items_wanted();
   int64_t chunk = 24;
   while (chunk > 6 && (static_cast<double>(chunk * blocks * positions * 64) > kNearBytes ||
-                       panels * p.n * ((tiles + chunk - 1) / chunk) < want))
+                       panels * p.n * ((tiles + chunk - 1) / chunk) < items_wanted()))
     chunk /= 2;
   // As many chunks, as even as 6-pixel tiles make them: a 14 x 14 plane's 49 tiles went as 24, 24
   // and 1, and with two threads taking 12 items (4 panels a chunk, Note [Winograd in two passes])
@@ -1247,13 +1242,11 @@ void conv2d_nchwc_winograd_f32(const Conv2dParams& p, int tile, const float* x, 
       else winograd_input_scalar(mt, xb, p, tw, t0, count, vb, vpos);
     }
   };
-  // The products of `count` tiles from V (at vbase) at every position for panels [panel0, panel1)
-  // into M ([positions][4 blocks a panel][chunk][16]), in tiles of the micro-kernel's pixels (the last
-  // one's spare pixels repeat its last tile and are not stored); then M back to outputs, block by
-  // block, finished as they are stored.
-  auto products_and_outputs = [&](const float* v, int64_t vbase, int64_t img, int64_t t0, int64_t count, float* m,
-                                  int64_t panel0, int64_t panel1) {
-    const int64_t mpos = (panel1 - panel0) * 4 * chunk * kChannelBlock;
+  // The products at position xi for panel `panel` of `count` tiles from V (at vbase) into ypanel,
+  // its blocks yblk floats apart, tile i at 16 i, in tiles of the micro-kernel's pixels (the last
+  // one's spare pixels repeat its last tile and are not stored).
+  auto position_products = [&](const float* v, int64_t vbase, int64_t count, int64_t xi, int64_t panel, float* ypanel,
+                               int64_t yblk) {
     static constexpr int64_t kTap0 = 0;
     static constexpr int32_t kTapW0 = 0;
     int64_t pix[48];
@@ -1265,79 +1258,83 @@ void conv2d_nchwc_winograd_f32(const Conv2dParams& p, int tile, const float* x, 
     args.xblk = vtiles * kChannelBlock;
     args.lanes = static_cast<int>(kChannelBlock);
     args.ldc = 1;
-    args.yblk = chunk * kChannelBlock;
-    for (int64_t xi = 0; xi < positions; ++xi)
-      for (int64_t panel = panel0; panel < panel1; ++panel) {
-        const int nv = static_cast<int>(std::min<int64_t>(4, kb - 4 * panel));
-        const NchwcUkernelF32 uk = avx512 ? nchwc_ukernel_f32_avx512(nv, NchwcTiling{}.pixels(nv), false) : nullptr;
-        const int mr = uk != nullptr ? NchwcTiling{}.pixels(nv) : 4;
-        const float* wpanel =
-            packed_u + static_cast<size_t>(xi) * per_position + panel * 4 * kChannelBlock * cb * kChannelBlock;
-        float* ypanel = m + xi * mpos + (panel - panel0) * 4 * chunk * kChannelBlock;
-        for (int64_t b0 = 0; b0 < cb; b0 += slice_blocks) {
-          args.blocks = std::min(slice_blocks, cb - b0);
-          args.w = wpanel + b0 * kChannelBlock * kChannelBlock * nv;
-          args.x = v + xi * vpos + (b0 * vtiles + vbase) * kChannelBlock;
-          args.accumulate = b0 > 0;
-          // The next position's filters for this slice fetched into L2 as these run, a line a
-          // step by the first nv tiles (Note [Filters fetched ahead]; a slice is nv lines a step).
-          const int64_t steps = args.blocks * kChannelBlock;
-          const uintptr_t ahead = xi + 1 < positions ? reinterpret_cast<uintptr_t>(args.w + per_position) : 0;
-          for (int64_t t = 0; t < count; t += mr) {
-            const int64_t tile_index = t / mr;
-            args.prefetch = ahead != 0 && tile_index < nv ? ahead + static_cast<uintptr_t>(tile_index * steps * 64) : 0;
-            args.m = static_cast<int>(std::min<int64_t>(mr, count - t));
-            for (int i = 0; i < mr; ++i) pix[i] = (t + std::min(i, args.m - 1)) * kChannelBlock;
-            args.pix = pix;
-            int64_t yoff[4];
-            for (int i = 0; i < 4; ++i) yoff[i] = (t + std::min(i, args.m - 1)) * kChannelBlock;
-            args.yoff = yoff;
-            args.y = ypanel;
-            if (uk != nullptr) uk(args);
-            else nchwc_tile_scalar<4>(args, nv);
-          }
-        }
+    args.yblk = yblk;
+    const int nv = static_cast<int>(std::min<int64_t>(4, kb - 4 * panel));
+    const NchwcUkernelF32 uk = avx512 ? nchwc_ukernel_f32_avx512(nv, NchwcTiling{}.pixels(nv), false) : nullptr;
+    const int mr = uk != nullptr ? NchwcTiling{}.pixels(nv) : 4;
+    const float* wpanel =
+        packed_u + static_cast<size_t>(xi) * per_position + panel * 4 * kChannelBlock * cb * kChannelBlock;
+    for (int64_t b0 = 0; b0 < cb; b0 += slice_blocks) {
+      args.blocks = std::min(slice_blocks, cb - b0);
+      args.w = wpanel + b0 * kChannelBlock * kChannelBlock * nv;
+      args.x = v + xi * vpos + (b0 * vtiles + vbase) * kChannelBlock;
+      args.accumulate = b0 > 0;
+      // The next position's filters for this slice fetched into L2 as these run, a line a
+      // step by the first nv tiles (Note [Filters fetched ahead]; a slice is nv lines a step).
+      const int64_t steps = args.blocks * kChannelBlock;
+      const uintptr_t ahead = xi + 1 < positions ? reinterpret_cast<uintptr_t>(args.w + per_position) : 0;
+      for (int64_t t = 0; t < count; t += mr) {
+        const int64_t tile_index = t / mr;
+        args.prefetch = ahead != 0 && tile_index < nv ? ahead + static_cast<uintptr_t>(tile_index * steps * 64) : 0;
+        args.m = static_cast<int>(std::min<int64_t>(mr, count - t));
+        for (int i = 0; i < mr; ++i) pix[i] = (t + std::min(i, args.m - 1)) * kChannelBlock;
+        args.pix = pix;
+        int64_t yoff[4];
+        for (int i = 0; i < 4; ++i) yoff[i] = (t + std::min(i, args.m - 1)) * kChannelBlock;
+        args.yoff = yoff;
+        args.y = ypanel;
+        if (uk != nullptr) uk(args);
+        else nchwc_tile_scalar<4>(args, nv);
       }
-    for (int64_t o = 4 * panel0; o < std::min(kb, 4 * panel1); ++o) {
-      ConvTileEpilogueF32 ep;
-      ep.bias = bias + o * kChannelBlock;
-      ep.act = act;
-      ep.residual_before_activation = epilogue.residual_before_activation;
-      ep.residual = epilogue.residual != nullptr ? epilogue.residual + (img * kb + o) * yplane : nullptr;
-      float* yo = y + (img * kb + o) * yplane;
-      const float* mo = m + (o - 4 * panel0) * chunk * kChannelBlock;
-      if (avx512) output_avx512(mo, mpos, p.ho, p.wo, tw, t0, count, yo, ep);
-      else winograd_output_scalar(mt, mo, mpos, p, tw, t0, count, yo, ep);
     }
   };
-  auto thread_m = [&](int64_t panels_an_item) {
-    return thread_scratch<float, ScratchSlot::winograd_m>(
-        static_cast<size_t>(positions * panels_an_item * 4 * chunk * kChannelBlock));
+  // Output block o's tiles t0 .. t0 + count - 1 of image img from M (tile i at mo + 16 i, positions
+  // mpos apart), finished as they are stored.
+  auto outputs = [&](const float* mo, int64_t mpos, int64_t img, int64_t t0, int64_t count, int64_t o) {
+    ConvTileEpilogueF32 ep;
+    ep.bias = bias + o * kChannelBlock;
+    ep.act = act;
+    ep.residual_before_activation = epilogue.residual_before_activation;
+    ep.residual = epilogue.residual != nullptr ? epilogue.residual + (img * kb + o) * yplane : nullptr;
+    float* yo = y + (img * kb + o) * yplane;
+    if (avx512) output_avx512(mo, mpos, p.ho, p.wo, tw, t0, count, yo, ep);
+    else winograd_output_scalar(mt, mo, mpos, p, tw, t0, count, yo, ep);
   };
   if (!two_passes) {
-    // An item: an image's chunk of tiles, start to end.
+    // An item: an image's chunk of tiles, start to end; M is [positions][K/16][chunk][16].
+    const int64_t mpos = kb * chunk * kChannelBlock;
     parallel_for(0, p.n * chunks, 1, [&](int64_t i0, int64_t i1) {
       float* v = thread_scratch<float, ScratchSlot::winograd_v>(static_cast<size_t>(positions * vpos));
-      float* m = thread_m(panels);
+      float* m = thread_scratch<float, ScratchSlot::winograd_m>(static_cast<size_t>(positions * mpos));
       for (int64_t item = i0; item < i1; ++item) {
         const int64_t img = item / chunks, t0 = item % chunks * chunk, count = std::min(chunk, tiles - t0);
         patches(img, t0, count, v, 0, 0, cb);
-        products_and_outputs(v, 0, img, t0, count, m, 0, panels);
+        for (int64_t xi = 0; xi < positions; ++xi)
+          for (int64_t panel = 0; panel < panels; ++panel)
+            position_products(v, 0, count, xi, panel, m + xi * mpos + panel * 4 * chunk * kChannelBlock,
+                              chunk * kChannelBlock);
+        for (int64_t o = 0; o < kb; ++o) outputs(m + o * chunk * kChannelBlock, mpos, img, t0, count, o);
       }
     });
     return;
   }
   // Note [Winograd in two passes]
-  // Transformed filters past L2 (256 -> 256 channels: 4 MB) were read again by every item: ResNet-50's
-  // 14 x 14 layers ran 0.90 ms against the direct kernel's 0.71. There the patches of every image
-  // are transformed first, and the products and outputs then run as items of (panel, image, chunk),
-  // panel by panel: an item reads only its panel's filters (positions x C x 64 floats, 1 MB for
-  // F(2x2) and C = 256), which the panel's next items read again from L2. In a network those filters
-  // come from memory on the panel's first item: each position's products fetch the next position's
-  // filters into L2 as they run (products_and_outputs), which took ResNet-50's 14 x 14 layers from
-  // 0.67 to 0.59 ms at batch 1 on two threads (0.72 with the direct kernel), its 28 x 28 and 56 x 56
-  // ones 4-6%.
+  // Transformed filters past L2 (256 -> 256 channels: 4 MB for F(2x2, 3x3)) were read again by every
+  // item: ResNet-50's 14 x 14 layers ran 0.90 ms against the direct kernel's 0.71. There the patches
+  // of every image are transformed first; then each item is one position's products for one panel
+  // over every image's tiles, which reads that position's share of the panel's filters (C x 64
+  // floats, 64 KB for C = 256) once, the next position's fetched into L2 as it runs, the items of a
+  // position one after another (its V read from L2 by each panel's); then the outputs, as items of
+  // (block, image, chunk). M holds every position of every tile: [positions][K/16][images x
+  // tiles][16]. Items of (panel, image, chunk) that ran every position read their panel's filters
+  // again each (F(4x4, 3x3), C = 256: 2.4 MB an item, from L3): ResNet-50's F(4x4) layers at batch
+  // 8 on two threads, per-layer minima of 3 alternations, 128 -> 128 at 28 x 28 1.41-1.59 -> 1.29-
+  // 1.45 ms, 256 -> 256 at 14 x 14 1.91-2.10 -> 1.60-1.64 (batch 1: 0.24-0.27 -> 0.21-0.23 and
+  // 0.34 -> 0.31-0.33); whole engines alternated, ResNet-101 at batch 8 211.2 -> 203.0 ms, ResNet-50
+  // 118.1 -> 116.8, both even at batch 1.
   float* v = thread_scratch<float, ScratchSlot::winograd_v>(static_cast<size_t>(positions * vpos));
+  const int64_t all = p.n * tiles, mpos = kb * all * kChannelBlock;
+  float* m = thread_scratch<float, ScratchSlot::winograd_m>(static_cast<size_t>(positions * mpos));
   // The patches a chunk's input block at a time: by chunks alone a 14 x 14 plane was 3 items for
   // two threads (0.307-0.324 -> 0.298-0.316 ms for ResNet-50's 14 x 14 layers, as above).
   parallel_for(0, p.n * chunks * cb, 1, [&](int64_t i0, int64_t i1) {
@@ -1346,11 +1343,16 @@ void conv2d_nchwc_winograd_f32(const Conv2dParams& p, int tile, const float* x, 
       patches(img, t0, std::min(chunk, tiles - t0), v, img * tiles + t0, b, b + 1);
     }
   });
-  parallel_for(0, panels * p.n * chunks, 1, [&](int64_t i0, int64_t i1) {
-    float* m = thread_m(1);
+  parallel_for(0, panels * positions, 1, [&](int64_t i0, int64_t i1) {
     for (int64_t item = i0; item < i1; ++item) {
-      const int64_t panel = item / (p.n * chunks), img = item / chunks % p.n, t0 = item % chunks * chunk;
-      products_and_outputs(v, img * tiles + t0, img, t0, std::min(chunk, tiles - t0), m, panel, panel + 1);
+      const int64_t xi = item / panels, panel = item % panels;
+      position_products(v, 0, all, xi, panel, m + xi * mpos + panel * 4 * all * kChannelBlock, all * kChannelBlock);
+    }
+  });
+  parallel_for(0, kb * p.n * chunks, 1, [&](int64_t i0, int64_t i1) {
+    for (int64_t item = i0; item < i1; ++item) {
+      const int64_t o = item / (p.n * chunks), img = item / chunks % p.n, t0 = item % chunks * chunk;
+      outputs(m + (o * all + img * tiles + t0) * kChannelBlock, mpos, img, t0, std::min(chunk, tiles - t0), o);
     }
   });
 }
