@@ -1038,7 +1038,8 @@ void conv2d_nchwc_f32(const Conv2dParams& p, const float* x, const float* packed
 //   ~1e-5 of the outputs' spread for unit inputs). ResNet-50's 64-, 128- and 256-channel layers at
 //   56 x 56, 28 x 28 and 14 x 14 ran 1.39-1.42, 1.39-1.45 and 1.82-1.90 ms at batch 8 on two threads
 //   in the engine against F(2x2)'s 1.99-2.02, 2.02-2.04 and 2.17-2.25; 0.18-0.21, 0.19-0.20 and
-//   0.27-0.28 at batch 1 against 0.26-0.28, 0.26-0.27 and 0.30-0.31.
+//   0.27-0.28 at batch 1 against 0.26-0.28, 0.26-0.27 and 0.30-0.31 (before the two-pass items by
+//   position, Note [Winograd in two passes]).
 // Every work item reads the transformed filters, which must stay in L2: where all of them do not
 // (Note [Winograd in two passes]), a panel's must, so the tactics are offered where that holds
 // (conv2d_nchwc_winograd_offered), and taken where they time faster, or without timing wherever
@@ -1074,11 +1075,12 @@ WinogradMatrices winograd_matrices(int tile) {
 int64_t winograd_positions(int tile) { return (tile + 2) * (tile + 2); }
 
 // Tiles a work item at most: 24, or fewer while that leaves under 4 items a thread, or while the
-// item's V and M (4 bytes a position of a tile and channel of C and of K; two passes: M for a
-// panel's 4 blocks) would pass what a thread's L2 holds. The transforms' stores miss L1 (a line a
-// tile, block and position): chunks of 24 tiles ran a 64-channel 56 x 56 layer ~4-6% faster than 48,
-// on one thread and two, at batch 1 and 8; at 28 x 28 and 14 x 14 (two passes) 12, 24 and 48 were
-// within the noise. In two passes a chunk is what a patches or outputs item covers.
+// item's V and M (4 bytes a position of a tile and channel of C and of K) would pass what a thread's
+// L2 holds. The transforms' stores miss L1 (a line a tile, block and position): chunks of 24 tiles
+// ran a 64-channel 56 x 56 layer ~4-6% faster than 48, on one thread and two, at batch 1 and 8; at
+// 28 x 28 and 14 x 14 (two passes) 12, 24 and 48 were within the noise. In two passes V and M hold
+// every tile and a chunk is what a patches or outputs item covers; it is sized as it was when the
+// products ran by (panel, image, chunk), M a panel's 4 blocks (Note [Winograd in two passes]).
 int64_t winograd_chunk(const Conv2dParams& p, int64_t positions, int64_t tiles, bool two_passes) {
   const int64_t blocks = two_passes ? 4 : nchwc_blocks(p.c) + nchwc_blocks(p.k);
   const int64_t panels = two_passes ? (nchwc_blocks(p.k) + 3) / 4 : 1;
