@@ -435,6 +435,8 @@ int64_t packed_weight_bytes(const OpDef& op, const std::string& tactic, const At
     return defs::conv_nchwc_packed_bytes(x_rank, weight, attrs, tile);
   }
   if (!tactic_packs_weight(tactic)) return 0;
+  // The GEMM's and the NCHW direct kernels' copies hold the weight's values in another order: its
+  // size, their padding to the micro-kernels' panel widths aside.
   int64_t n = 1;
   for (int64_t d : weight) n *= d;
   return n * static_cast<int64_t>(sizeof(float));
