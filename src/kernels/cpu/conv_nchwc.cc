@@ -1175,7 +1175,7 @@ bool conv2d_nchwc_winograd_offered(int64_t c, int64_t k, int tile) {
   // against F(2x2)'s 2.00 ms, 256 -> 256 at 14 x 14 1.70 against 2.19). At 512 -> 512 (7 x 7) it won
   // only at batch 8 (3.10 against the direct kernel's 3.87 ms; 0.59 against 0.51 at batch 1) for
   // 38 MB of transformed filters a layer: not offered.
-  winograd_matrices(tile);
+  winograd_matrices(tile);  // checks the tile: 2 or 4
   Conv2dParams p;
   p.c = c, p.k = std::min<int64_t>(k, 4 * kChannelBlock), p.r = p.s = 3;
   return static_cast<double>(conv2d_nchwc_winograd_packed_weight_f32_floats(p, 2) * sizeof(float)) <= kNearBytes;
