@@ -10,6 +10,7 @@
 
 #include "kernels/cpu/gemm.h"
 #include "kernels/cpu/isa.h"
+#include "kernels/cpu/prefetch.h"
 #include "kiln/core/error.h"
 #include "kiln/core/thread_pool.h"
 #include "support/testing.h"
@@ -310,6 +311,34 @@ TEST_P(GemmIsaTest, OneAndTwoThreadsAgree) {
 
 INSTANTIATE_TEST_SUITE_P(Isa, GemmIsaTest, ::testing::Values(Isa::scalar, Isa::avx2, Isa::avx512),
                          [](const ::testing::TestParamInfo<Isa>& i) { return std::string(isa_name(i.param)); });
+
+// A tile's share of the next B panel goes out evenly over its k steps (Note [An even L2 stream] in
+// prefetch.h): all of it by the last step, never more than two lines a step, and at any step no
+// further ahead than its even pace (not a burst at the start), nor more than one interval behind.
+TEST(L2Stream, SpreadsTheShareEvenlyOverTheSteps) {
+  const uintptr_t base = 1 << 20;
+  for (int64_t steps : {1, 7, 64, 768}) {
+    for (int64_t lines : {0, 1, 5, 140, 768, 1000, 1536}) {
+      if (lines > 2 * steps) continue;  // more than the tile can ask for: not handed out so
+      SCOPED_TRACE(::testing::Message() << steps << " steps, " << lines << " lines");
+      L2Stream s(base, base + static_cast<uintptr_t>(lines) * 64, steps);
+      const int64_t every = lines > steps || lines == 0 ? 1 : steps / lines;
+      uintptr_t before = s.next();
+      for (int64_t p = 1; p <= steps; ++p) {
+        s.step();
+        const int64_t asked = static_cast<int64_t>(s.next() - base) / 64;
+        EXPECT_LE(s.next() - before, 128u);
+        before = s.next();
+        if (lines <= steps) {
+          EXPECT_LE(asked, std::min(lines, (p + every - 1) / every)) << "step " << p;
+          EXPECT_GE(asked, std::min(lines, p / every)) << "step " << p;
+        }
+      }
+      EXPECT_GE(s.next(), base + static_cast<uintptr_t>(lines) * 64);
+      EXPECT_LE(s.next(), base + static_cast<uintptr_t>(lines + 1) * 64);
+    }
+  }
+}
 
 TEST(IsaSelection, ParsesNamesAndRejectsUnknown) {
   EXPECT_EQ(parse_isa("avx512"), Isa::avx512);

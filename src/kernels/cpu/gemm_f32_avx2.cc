@@ -80,8 +80,9 @@ void f32_gemm_ukernel_6x16__avx2(int64_t k, const float* a, const float* b, int6
   prefetch_rows(reinterpret_cast<uintptr_t>(c), ldc, M, n);
 #pragma GCC unroll 6
   for (int i = 0; i < M; ++i) acc0[i] = acc1[i] = _mm256_setzero_ps();
+  L2Stream l2(l2_next, l2_end, k);
   for (int64_t p = 0; p < k; ++p) {
-    prefetch_l2_step(l2_next, l2_end);
+    l2.step();
     const __m256 b0 = _mm256_loadu_ps(b), b1 = _mm256_loadu_ps(b + 8);
 #pragma GCC unroll 6
     for (int i = 0; i < M; ++i) {

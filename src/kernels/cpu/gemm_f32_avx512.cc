@@ -82,11 +82,12 @@ void f32_gemm_ukernel_12x32__avx512(int64_t k, const float* a, const float* b, i
     _mm_prefetch(reinterpret_cast<const char*>(c + i * ldc), _MM_HINT_T0);
     _mm_prefetch(reinterpret_cast<const char*>(c + i * ldc + 16), _MM_HINT_T0);
   }
+  L2Stream l2(l2_next, l2_end, k);
 #pragma GCC unroll 4
   for (int64_t p = 0; p < k; ++p) {
     // As integers: the last steps' A and B rows lie past their panels (prefetch.h).
     _mm_prefetch(reinterpret_cast<const char*>(reinterpret_cast<uintptr_t>(a) + 8 * kMr * sizeof(float)), _MM_HINT_T0);
-    prefetch_l2_step(l2_next, l2_end);
+    l2.step();
     const uintptr_t b_ahead = reinterpret_cast<uintptr_t>(b) + static_cast<uintptr_t>(8 * ldb) * sizeof(float);
     _mm_prefetch(reinterpret_cast<const char*>(b_ahead), _MM_HINT_T0);
     _mm_prefetch(reinterpret_cast<const char*>(b_ahead + 64), _MM_HINT_T0);

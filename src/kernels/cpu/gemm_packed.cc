@@ -230,9 +230,10 @@ bool reads_a_in_place(const Problem& pr) {
 // 96 KiB panel stalled on its B loads, 14% of the micro-kernel's samples on the two loads (the
 // panel is then in L2 for the other ten tiles), and the hardware prefetcher does not follow from
 // one panel to the next. So while one panel's tiles run, they fetch the panel gemm_block
-// multiplies next into L2, its lines shared out between them, two a k-step. The next panel is
-// the next one in this block and slice, else (pre-packed B, whose slices and blocks all lie in one
-// buffer) the first of the next slice or of the next column block within [j0, j1).
+// multiplies next into L2, its lines shared out between them, each tile's share spread over its
+// k-steps (Note [An even L2 stream] in prefetch.h). The next panel is the next one in this block
+// and slice, else (pre-packed B, whose slices and blocks all lie in one buffer) the first of the
+// next slice or of the next column block within [j0, j1).
 // hf_bert at batch 1 on two threads (the Xeon): that layer 2.75-2.84 -> 2.48-2.54 ms, the model
 // 91.7 -> 87.2 ms (minima of medians over four alternations).
 struct NextPanel {

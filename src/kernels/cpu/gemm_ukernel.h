@@ -13,9 +13,9 @@ namespace kiln::kernels::cpu {
 // A~ is a packed micro-panel (k steps of mr floats, rows >= m zero-padded) and B~ is k rows of nr
 // floats, row p at b + p * ldb (a packed panel with ldb == nr, or B itself when its rows are
 // contiguous: the skinny path). 1 <= m <= mr, 1 <= n <= nr; all nr columns of B~ are readable.
-// While it runs, the tile fetches the lines [l2_next, l2_end) into L2, two a k-step (the next B
-// panel: Note [The next B panel] in gemm_packed.cc); an empty range fetches nothing. Addresses are
-// integers: they may lie past any buffer (prefetch.h).
+// While it runs, the tile fetches the lines [l2_next, l2_end) into L2, evenly over its k steps
+// (the next B panel: Note [The next B panel] in gemm_packed.cc, L2Stream in prefetch.h); an empty
+// range fetches nothing. Addresses are integers: they may lie past any buffer (prefetch.h).
 using GemmUkernelF32 = void (*)(int64_t k, const float* a, const float* b, int64_t ldb, float* c, int64_t ldc,
                                 int m, int n, float alpha, float beta, uintptr_t l2_next, uintptr_t l2_end);
 
