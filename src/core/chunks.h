@@ -62,8 +62,10 @@ class TwoEndedChunks {
       : c_(n, min, threads, per_thread), parts_(2 * std::max(1, threads)), left_(static_cast<uint64_t>(c_.slots)) {}
 
   // The next chunk [u0, u1) for thread t; false when none is left. Front and back are one word, so
-  // the two ends never hand out the same units.
-  bool take(int t, int64_t& u0, int64_t& u1) {
+  // the two ends never hand out the same units. With `after`, also where the chunk that t would
+  // take next begins if the other end took nothing in between (-1: none would be left), for a
+  // thread that fetches its next chunk's data ahead (Note [The next B panel] in gemm_packed.cc).
+  bool take(int t, int64_t& u0, int64_t& u1, int64_t* after = nullptr) {
     const bool front = t % 2 == 0;
     uint64_t cur = left_.load(std::memory_order_relaxed);
     for (;;) {
@@ -74,6 +76,12 @@ class TwoEndedChunks {
       const uint64_t next = front ? detail::ChunkSlots::pack(f + size, b) : detail::ChunkSlots::pack(f, b - size);
       if (left_.compare_exchange_weak(cur, next, std::memory_order_relaxed)) {
         c_.units(s0, size, u0, u1);
+        if (after != nullptr) {
+          const int64_t rest = b - f - size;  // slots left between the ends
+          int64_t unused = 0;
+          *after = -1;
+          if (rest > 0) c_.units(front ? f + size : b - size - c_.chunk(rest, parts_), 1, *after, unused);
+        }
         return true;
       }
     }

@@ -283,6 +283,37 @@ TEST(ThreadPool, TwoEndedChunksShrinkTowardsTheEnd) {
   EXPECT_EQ(covered, huge);
 }
 
+// take()'s `after`: where the same thread's next chunk begins when the other end takes nothing in
+// between, from either end, and -1 with nothing left; the front's guess holds whatever the back
+// takes, its chunks being contiguous.
+TEST(ThreadPool, TwoEndedChunksSayWhereTheNextChunkBegins) {
+  for (int64_t n : {1, 7, 33, 1000})
+    for (int t : {0, 1}) {
+      TwoEndedChunks q(n, 1, 2, 8);
+      int64_t u0 = -1, u1 = -1, after = -2, expected = -2;
+      int takes = 0;
+      while (q.take(t, u0, u1, &after)) {
+        if (expected != -2) {
+          EXPECT_EQ(u0, expected) << "n " << n << " thread " << t << " take " << takes;
+        }
+        expected = after;
+        ++takes;
+      }
+      EXPECT_EQ(expected, -1) << "n " << n << " thread " << t;
+      EXPECT_GT(takes, n >= 33 ? 2 : 0);
+    }
+  TwoEndedChunks q(1000, 1, 2, 8);
+  int64_t u0 = 0, u1 = 0, after = 0, front_after = -1;
+  for (int turn = 0; q.take(turn % 2, u0, u1, &after); ++turn) {
+    if (turn % 2 == 0) {
+      if (turn > 0 && front_after >= 0) {
+        EXPECT_EQ(u0, front_after);
+      }
+      front_after = after;
+    }
+  }
+}
+
 // Note [Loops by reference]: a FunctionRef calls the callable it was made from (its state
 // included, results returned), and the pool runs a lambda of many captures through one on every
 // thread, each index once, its captured variables read and written where they are.
