@@ -777,6 +777,62 @@ TEST(Optimize, EpilogueFusionKeepsNumerics) {
   for (size_t i = 0; i < got.size(); ++i) EXPECT_TRUE(testing::all_close(got[i], want[i], kTol)) << i;
 }
 
+// Note [Epilogues that grow]: a fused_gemm / fused_conv2d takes what its epilogue lacks, in the
+// order its kernel applies them (a residual it has comes before an activation taken now); a bias
+// add joins its bias; one with both a residual and an activation takes nothing more.
+TEST(Optimize, FusedAnchorsTakeWhatTheirEpilogueLacks) {
+  const char* text = R"(graph f(%m: f32[7, 6], %res: f32[7, 4], %x: f32[2, 3, 5, 5], %cres: f32[2, 4, 5, 5]) {
+  %b: f32[6, 4] = constant [1, -2, 3, 0.5, 1, 2, -1, 0.25, 0.5, 0.5, 1, -1, 2, 1, 0.5, -0.5, 1, 1, 1, 1, -1, 2, 0.5, 3]
+  %gb: f32[4] = constant [1, -1, 0.5, 2]
+  %w: f32[4, 3, 1, 1] = constant [0.5, -1, 2, 1.5, 0.25, -0.75, 1, 1, -2, 0.5, 0.5, 3]
+  %cb: f32[4] = constant [0.5, -0.5, 1, -1]
+  %f0: f32[7, 4] = fused_gemm(%m, %b, %gb, _) {activation="none", residual_before_activation=false}
+  %a0: f32[7, 4] = hardswish(%f0)
+  %r0: f32[7, 4] = add(%res, %a0)
+  %f1: f32[7, 4] = fused_gemm(%m, %b, _, %res) {activation="none", residual_before_activation=false}
+  %a1: f32[7, 4] = sigmoid(%f1)
+  %f2: f32[7, 4] = fused_gemm(%m, %b, %gb, _) {activation="relu", alpha=0.5, residual_before_activation=false}
+  %r2: f32[7, 4] = add(%f2, %res)
+  %f3: f32[7, 4] = fused_gemm(%m, %b, %gb, _) {activation="none", residual_before_activation=false}
+  %b3: f32[7, 4] = add(%f3, %gb)
+  %c0: f32[2, 4, 5, 5] = fused_conv2d(%x, %w, %cb, _) {activation="none", residual_before_activation=false}
+  %c1: f32[2, 4, 5, 5] = add(%c0, %cres)
+  %c2: f32[2, 4, 5, 5] = relu(%c1)
+  %f4: f32[7, 4] = fused_gemm(%m, %b, %gb, %res) {activation="relu", residual_before_activation=true}
+  %t4: f32[7, 4] = tanh(%f4)
+  return %r0, %a1, %r2, %b3, %c2, %t4
+})";
+  ir::Graph g = ir::parse(text);
+  ir::verify(g);
+  std::vector<Tensor> in{random_tensor({7, 6}, DType::f32, 31), random_tensor({7, 4}, DType::f32, 32),
+                         random_tensor({2, 3, 5, 5}, DType::f32, 33), random_tensor({2, 4, 5, 5}, DType::f32, 34)};
+  auto want = ir::run(g, in);
+  auto reps = compiler::run_passes(g, {"epilogue", "dce"}, true);
+  EXPECT_NE(reps[0].report.find("epilogue: fused 5:"), std::string::npos) << reps[0].report;
+  for (const char* gone : {"hardswish", "sigmoid", "add", "relu"}) EXPECT_EQ(count_op(g, gone), 0) << gone << ir::print(g);
+  EXPECT_EQ(count_op(g, "tanh"), 1) << ir::print(g);
+  auto producer = [&](const std::string& name) -> const ir::Node* {
+    for (const ir::Node* n : g.nodes())
+      if (n->output()->name() == name) return n;
+    return nullptr;
+  };
+  struct Want {
+    const char* value;
+    const char* act;
+    bool before;
+  };
+  for (const Want& w : {Want{"r0", "hardswish", false}, Want{"a1", "sigmoid", true}, Want{"r2", "relu", false},
+                        Want{"b3", "none", false}, Want{"c2", "relu", true}}) {
+    const ir::Node* n = producer(w.value);
+    ASSERT_NE(n, nullptr) << w.value << ir::print(g);
+    EXPECT_EQ(n->attrs().get_string("activation"), w.act) << w.value;
+    EXPECT_EQ(n->attrs().get_bool("residual_before_activation"), w.before) << w.value;
+  }
+  EXPECT_EQ(producer("r2")->attrs().get_float("alpha"), 0.5);  // the anchor's own attributes kept
+  auto got = ir::run(g, in);
+  for (size_t i = 0; i < got.size(); ++i) EXPECT_TRUE(testing::all_close(got[i], want[i], kTol)) << i;
+}
+
 // Pointwise chains with broadcasts fuse into fused_elementwise (-O3) and compute the same values,
 // for every program op, in f32 and f64, on a non-contiguous input.
 TEST(Optimize, EltwiseFusionKeepsNumerics) {

@@ -8,6 +8,15 @@
 // have exactly one reader and not be a graph output; a bias add needs a constant broadcast per
 // output channel ([C,1,1] / [1,C,1,1] for conv, [N] / [1,N] for gemm and matmul). Only f32 and f64
 // graphs fuse (the fused kernels' dtypes). A bare anchor with nothing to fuse stays as it is.
+//
+// Note [Epilogues that grow]: a fused_gemm / fused_conv2d is an anchor too, for what its epilogue
+// still lacks: a bias add where it has no residual or activation yet, a residual and an activation
+// where it has neither, the activation after its residual, the residual after its activation. A
+// later pass can bring an op next to a node this pass fused in an earlier round: LeViT's Linear +
+// BatchNorm1d is matmul -> flatten -> batch_norm -> reshape, and only after bn_fold put the
+// BatchNorm into the matmul's bias (fused in round 0) did the reshape pass, in round 1, remove the
+// reshapes between it and the hardswish and residual add that follow (22 hardswish and 20 add steps
+// left standing in timm's levit_128s).
 #include <algorithm>
 #include <set>
 
@@ -26,8 +35,13 @@ class EpiloguePass : public ir::Pass {
     for (ir::Node* n : g.nodes()) {
       if (erased.count(n)) continue;
       const std::string& op = n->op().name();
-      bool conv = op == "conv2d";
-      if (!conv && op != "gemm" && op != "matmul") continue;
+      const bool fused = op == "fused_gemm" || op == "fused_conv2d";  // Note [Epilogues that grow]
+      const bool conv = op == "conv2d" || op == "fused_conv2d";
+      if (!conv && !fused && op != "gemm" && op != "matmul") continue;
+      // What a fused anchor's epilogue has already: both a residual and an activation is all it takes.
+      ir::Value* residual = fused ? input_at(n, 3) : nullptr;
+      std::string act = fused ? n->attrs().get_string("activation") : "none";
+      if (residual && act != "none") continue;
       ir::Value* cur = n->output();
       const ir::ValueType type = cur->type();
       if (type.dtype != DType::f32 && type.dtype != DType::f64) continue;
@@ -36,7 +50,7 @@ class EpiloguePass : public ir::Pass {
       const bool seq_matmul = op == "matmul" && type.shape.size() >= 2 && n->inputs()[0]->type().shape.size() >= 2 &&
                               n->inputs()[1]->type().shape.size() == 2;
       if (op == "matmul" && !seq_matmul) continue;
-      if (!seq_matmul && type.shape.size() != (conv ? 4u : 2u)) continue;
+      if (!fused && !seq_matmul && type.shape.size() != (conv ? 4u : 2u)) continue;
       const size_t ch_axis = conv ? 1 : type.shape.size() - 1;
       if (type.shape[ch_axis].is_symbolic()) continue;
       if (!std::all_of(n->inputs().begin(), n->inputs().end(),
@@ -46,9 +60,9 @@ class EpiloguePass : public ir::Pass {
         const int64_t ch = type.shape[ch_axis].size;
         // The anchor's own bias.
         std::optional<std::vector<double>> bias;
-        ir::Value* conv_bias = nullptr;
-        if (conv) {
-          conv_bias = input_at(n, 2);
+        ir::Value* own_bias = nullptr;  // conv2d's and the fused anchors' bias input
+        if (conv || fused) {
+          own_bias = input_at(n, 2);
         } else if (op == "gemm" && input_at(n, 2)) {
           const ir::Value* c = input_at(n, 2);
           if (!is_const(c)) continue;
@@ -68,13 +82,15 @@ class EpiloguePass : public ir::Pass {
         };
         std::vector<ir::Node*> chain;
         std::vector<std::string> what;
-        // 1. bias add
-        if (ir::Node* u = sole_user(cur); u && u->op().name() == "add") {
+        // 1. bias add (a fused anchor's only before its residual and activation)
+        ir::Node* first = sole_user(cur);
+        if (first && first->op().name() == "add" && !residual && act == "none") {
+          ir::Node* u = first;
           ir::Value* other = u->inputs()[0] == cur ? u->inputs()[1] : u->inputs()[0];
           auto cb = per_channel_values(other, ch, conv);
-          if (cb && (!conv_bias || is_const(conv_bias))) {
-            if (conv && conv_bias) {
-              auto old = const_values(conv_bias);
+          if (cb && (!own_bias || is_const(own_bias))) {
+            if (own_bias) {
+              auto old = const_values(own_bias);
               for (size_t i = 0; i < cb->size(); ++i) (*cb)[i] += old[i];
             }
             if (bias)
@@ -85,10 +101,9 @@ class EpiloguePass : public ir::Pass {
             cur = u->output();
           }
         }
-        // 2. residual and activation, in either order
-        ir::Value* residual = nullptr;
-        bool before = false;
-        std::string act = "none";
+        // 2. residual and activation, in either order (a fused anchor's residual without an
+        // activation comes before one taken now)
+        bool before = residual != nullptr;
         auto take_residual = [&]() {
           ir::Node* u = sole_user(cur);
           if (!u || u->op().name() != "add" || u->inputs()[0] == u->inputs()[1]) return false;
@@ -100,8 +115,8 @@ class EpiloguePass : public ir::Pass {
           cur = u->output();
           return true;
         };
-        before = take_residual();
-        if (ir::Node* u = sole_user(cur)) {
+        if (!residual && act == "none") before = take_residual();
+        if (ir::Node* u = act == "none" ? sole_user(cur) : nullptr) {
           if (auto a = activation_of(u)) {
             act = *a;
             chain.push_back(u);
@@ -113,13 +128,17 @@ class EpiloguePass : public ir::Pass {
         if (chain.empty()) continue;
         // Build the fused node.
         std::vector<ir::Value*> ins{n->inputs()[0], n->inputs()[1], nullptr, residual};
-        Attrs a{{"activation", act}, {"residual_before_activation", before && act != "none"}};
+        Attrs a = fused ? n->attrs() : Attrs{};
+        a.set("activation", act);
+        a.set("residual_before_activation", before && act != "none");
         if (bias) {
           ins[2] = g.add_constant(g.fresh_name("epi_bias"), tensor_from(*bias, {ch}, type.dtype));
-        } else if (conv) {
-          ins[2] = conv_bias;
+        } else {
+          ins[2] = own_bias;
         }
-        if (conv) {
+        if (fused) {
+          // the anchor's own attributes, copied above
+        } else if (conv) {
           for (const char* k : {"stride", "padding", "dilation"}) a.set(k, n->attrs().get_ints(k));
           a.set("groups", n->attrs().get_int("groups"));
         } else if (op == "gemm") {
