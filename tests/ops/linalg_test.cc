@@ -95,6 +95,25 @@ TEST(Matmul, TransposedNonContiguousAndBroadcastOperands) {
   }
 }
 
+// Note [Products side by side] (matmul.cc): attention-sized products per head, too small to thread
+// one by one, run in parallel over the heads; B is a transposed view (K^T), as attention reads it.
+// Every product is summed the same way on one thread or two, so the bits agree.
+TEST(Matmul, HeadsSideBySideMatchOneThread) {
+  for (DType t : {DType::f32, DType::f64}) {
+    for (int64_t heads : {6, 3}) {  // shared evenly between two threads, and not
+      SCOPED_TRACE(::testing::Message() << dtype_name(t) << ", " << heads << " heads");
+      Tensor q = random_tensor({heads, 70, 64}, t, 41), k = random_tensor({heads, 71, 64}, t, 42);
+      set_num_threads(1);
+      Tensor one = matmul(q, k.transpose(1, 2));
+      set_num_threads(2);
+      Tensor two = matmul(q, k.transpose(1, 2));
+      set_num_threads(available_cores());
+      EXPECT_TRUE(testing::all_close(two, one, testing::Tol{0, 0}));
+      EXPECT_TRUE(matmul_matches(q, k.transpose(1, 2)));
+    }
+  }
+}
+
 TEST(Matmul, PromotesMixedDTypes) {
   EXPECT_EQ(matmul(ones({2, 3}, DType::i32), ones({3, 2}, DType::f32)).dtype(), DType::f32);
   EXPECT_EQ(matmul(ones({2, 3}, DType::f16), ones({3, 2}, DType::f64)).dtype(), DType::f64);
