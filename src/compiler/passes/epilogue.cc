@@ -83,9 +83,7 @@ class EpiloguePass : public ir::Pass {
         std::vector<ir::Node*> chain;
         std::vector<std::string> what;
         // 1. bias add (a fused anchor's only before its residual and activation)
-        ir::Node* first = sole_user(cur);
-        if (first && first->op().name() == "add" && !residual && act == "none") {
-          ir::Node* u = first;
+        if (ir::Node* u = sole_user(cur); u && u->op().name() == "add" && !residual && act == "none") {
           ir::Value* other = u->inputs()[0] == cur ? u->inputs()[1] : u->inputs()[0];
           auto cb = per_channel_values(other, ch, conv);
           if (cb && (!own_bias || is_const(own_bias))) {
@@ -128,7 +126,7 @@ class EpiloguePass : public ir::Pass {
         if (chain.empty()) continue;
         // Build the fused node.
         std::vector<ir::Value*> ins{n->inputs()[0], n->inputs()[1], nullptr, residual};
-        Attrs a = fused ? n->attrs() : Attrs{};
+        Attrs a = fused ? n->attrs() : Attrs{};  // a fused anchor's own attributes, its geometry with them
         a.set("activation", act);
         a.set("residual_before_activation", before && act != "none");
         if (bias) {
@@ -136,9 +134,7 @@ class EpiloguePass : public ir::Pass {
         } else {
           ins[2] = own_bias;
         }
-        if (fused) {
-          // the anchor's own attributes, copied above
-        } else if (conv) {
+        if (op == "conv2d") {
           for (const char* k : {"stride", "padding", "dilation"}) a.set(k, n->attrs().get_ints(k));
           a.set("groups", n->attrs().get_int("groups"));
         } else if (op == "gemm") {
