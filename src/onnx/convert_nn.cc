@@ -469,18 +469,19 @@ V group_norm(ConvertCtx& c) {
   return {c.emit("add", {c.emit("mul", {y, per_channel(c, scale, r)}), per_channel(c, bias, r)})};
 }
 
+// RMSNormalization (opset 23) is kiln's rms_norm, computed in at least f32 whatever stash_type says.
+// Its scale joins the op when it has the normalized shape and X's dtype; one that only broadcasts to
+// that shape, or is of another type (Y takes the scale's), multiplies the result instead.
 V rms_norm(ConvertCtx& c) {
-  int64_t r = c.rank(0);
-  int64_t axis = c.axis(c.attr_int("axis", -1), r);
-  Ints axes;
-  for (int64_t i = axis; i < r; ++i) axes.push_back(i);
+  const int64_t axis = c.axis(c.attr_int("axis", -1), c.rank(0));
   ir::Value* x = c.in(0);
-  DType dt = x->type().dtype;
-  ir::Value* xs = c.attr_int("stash_type", 1) == 1 ? c.cast(x, DType::f32) : x;
-  ir::Value* ms = c.emit("mean", {c.emit("mul", {xs, xs})}, {{"axes", axes}, {"keepdim", true}});
-  ir::Value* inv = c.emit("rsqrt", {c.emit("add", {ms, c.scalar(c.attr_float("epsilon", 1e-5), xs->type().dtype)})});
-  ir::Value* y = c.cast(c.emit("mul", {xs, inv}), dt);
-  return {c.emit("mul", {y, c.in(1)})};
+  ir::Value* scale = c.in(1);
+  const ir::SymShape& xs = x->type().shape;
+  const ir::SymShape normalized(xs.begin() + axis, xs.end());
+  const bool joins = scale->type().shape == normalized && scale->type().dtype == x->type().dtype;
+  ir::Value* y = c.emit("rms_norm", {x, joins ? scale : nullptr},
+                        {{"axis", axis}, {"eps", c.attr_float("epsilon", 1e-5)}});
+  return {joins ? y : c.emit("mul", {c.cast(y, scale->type().dtype), scale})};
 }
 
 V lrn(ConvertCtx& c) {

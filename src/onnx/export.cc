@@ -329,6 +329,24 @@ struct Forms {
     e.attr_f(e.last(), "epsilon", c.a.get_float("eps"));
     return {{y, t}};
   }
+  // rms_norm: opset 17 has no RMSNormalization (23), so x * Reciprocal(Sqrt(ReduceMean(x * x) + eps))
+  // [* weight], in f32 for half types (RMSNormalization's stash_type).
+  static R rms_norm(E& e, const NodeCtx& c) {
+    const DType t = c.dt[0], compute = t == DType::f64 ? t : DType::f32;
+    const int64_t rank = static_cast<int64_t>(c.in_type(0).shape.size());
+    int64_t axis = c.a.get_int("axis");
+    if (axis < 0) axis += rank;
+    std::vector<int64_t> axes;
+    for (int64_t d = axis; d < rank; ++d) axes.push_back(d);
+    std::string x = e.cast(c.in[0], t, compute);
+    std::string ms = e.op("ReduceMean", {e.op("Mul", {x, x})});
+    e.attr(e.last(), "axes", axes);
+    e.attr(e.last(), "keepdims", int64_t{1});
+    std::string rms = e.op("Sqrt", {e.op("Add", {ms, e.scalar(c.a.get_float("eps"), compute, "eps")})});
+    std::string y = e.op("Mul", {x, e.op("Reciprocal", {rms})});
+    if (c.has(1)) y = e.op("Mul", {y, e.cast(c.in[1], c.dt[1], compute)});
+    return {{e.cast(y, compute, t), t}};
+  }
   static R batch_norm(E& e, const NodeCtx& c) {
     const DType t = c.dt[0];
     Shape cs = e.static_dims(c.in_type(1), "batch_norm's mean");
@@ -646,6 +664,7 @@ const std::map<std::string, Exporter::Emit>& Exporter::emitters() {
 
     // normalization, linear algebra, convolution
     m["layer_norm"] = F::layer_norm;
+    m["rms_norm"] = F::rms_norm;
     m["batch_norm"] = F::batch_norm;
     m["lrn"] = [](Exporter& e, const NodeCtx& c) -> R {
       std::string y = e.op("LRN", {c.in[0]});

@@ -3,7 +3,7 @@
 // form, -inf and large-negative mask values, k given transposed or not, non-contiguous inputs;
 // and the layer_norm_fusion / gelu_fusion / attention_fusion passes on a BERT-like encoder block
 // (decomposed as exporters emit it): the optimized graph, run by the reference executor and as a
-// compiled engine, equals the unfused graph.
+// compiled engine, equals the unfused graph; the same for T5's and LLaMA's RMS norms.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -320,6 +320,44 @@ TEST(TransformerFusion, PipelineAndEngineMatchTheUnfusedGraph) {
 // Note [Attention output layout] (attention_fusion.cc): the head-merge permute after attention
 // folds into fused_attention's out_dims, BERT's [0, 2, 1, 3] and nn.MultiheadAttention's
 // [2, 0, 1, 3] alike; a permute that moves Dv, or an attention output read twice, stays.
+// T5's RMSNorm as PyTorch exports it (pow 2, mean, + eps, sqrt, 1 / that, * x, weight * that) and
+// LLaMA's (rsqrt) around a residual MLP, [B, S, E] with odd sizes: layer_norm_fusion makes each one
+// rms_norm (Note [RMS norms from their parts]), and the pass's graph, the -O2 pipeline's and the
+// compiled engine's outputs equal the unfused graph's.
+TEST(TransformerFusion, RmsNormsFuseAndKeepTheNumerics) {
+  const int64_t b = 2, s = 7, e = 33;
+  ir::Graph base;
+  ir::Value* x = base.add_input("x", {DType::f32, {b, s, e}});
+  Attrs last{{"axes", std::vector<int64_t>{-1}}, {"keepdim", true}};
+  auto ms = [&](ir::Value* v, ir::Value* eps) {
+    return node(base, "add", {node(base, "mean", {node(base, "pow", {v, scalar(base, 2)})}, last), eps});
+  };
+  ir::Value* inv = node(base, "div", {scalar(base, 1), node(base, "sqrt", {ms(x, scalar(base, 1e-6))})});
+  ir::Value* t5 = node(base, "mul", {weight(base, {e}, 90, 1.5), node(base, "mul", {x, inv})});
+  ir::Value* h = node(base, "add", {linear(base, t5, e, e, 91), x});
+  ir::Value* llama = node(base, "mul", {node(base, "mul", {h, node(base, "rsqrt", {ms(h, scalar(base, 1e-5))})}),
+                                       weight(base, {e}, 92, 1.5)});
+  base.add_output(llama);
+  ir::verify(base);
+  Tensor in = random_tensor({b, s, e}, DType::f32, 93, -2, 2);
+  Tensor want = ir::run(base, {in})[0];
+  ir::Graph g = base.clone();
+  auto reps = compiler::run_passes(g, {"layer_norm_fusion", "dce"}, true);
+  EXPECT_TRUE(reps[0].changed) << reps[0].report;
+  EXPECT_EQ(count_op(g, "rms_norm"), 2) << ir::print(g);
+  for (const char* gone : {"pow", "mean", "sqrt", "rsqrt", "div"}) EXPECT_EQ(count_op(g, gone), 0) << gone;
+  EXPECT_TRUE(testing::all_close(ir::run(g, {in})[0], want, testing::Tol{1e-5, 1e-5}));
+  runtime::CompileOptions co;
+  co.passes.opt_level = 2;
+  runtime::CompileResult compiled = runtime::compile(base, co);
+  int norms = 0;
+  for (const runtime::EngineStep& st : compiled.engine.steps) norms += st.op->name() == "rms_norm";
+  EXPECT_EQ(norms, 2);
+  runtime::Engine engine = runtime::Engine::deserialize(compiled.engine.serialize());
+  runtime::Executor ex(std::make_shared<runtime::Engine>(std::move(engine)));
+  EXPECT_TRUE(testing::all_close(ex.run({in})[0], want, testing::Tol{1e-5, 1e-5}));
+}
+
 TEST(TransformerFusion, HeadMergePermuteFoldsIntoAttention) {
   const int64_t b = 2, s = 7, h = 3, d = 4;
   struct Case {

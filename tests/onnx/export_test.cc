@@ -173,7 +173,8 @@ TEST(OnnxExport, ReductionsAndNormalization) {
                                    var(a), norm(a, {2}), logsumexp(a, {1}), argmax(a, 2), argmin(a, 1, true),
                                    cumsum(a, 1), cumsum(a, 2, true, true), sum(i, {2}), mean(i, {1}), cumsum(i, 0),
                                    prod(i, {0}), softmax(a, 1), log_softmax(a, 0), layer_norm(a, -1, w, bias),
-                                   layer_norm(a, 1, w2), layer_norm(a, 2)};
+                                   layer_norm(a, 1, w2), layer_norm(a, 2), rms_norm(a, -1, w), rms_norm(a, 1, w2, 1e-3),
+                                   rms_norm(a, 2)};
       },
       in, names({"a", "i"}, {}));
   EXPECT_TRUE(matches_onnxruntime(g, in, "reductions"));
@@ -365,7 +366,7 @@ TEST(OnnxExport, SymbolicBatchDecompositions) {
         const Tensor& a = x[0];
         return std::vector<Tensor>{var(a, {0}), std_dev(a), var(a, {0, 1}, 0, true), mean(a, {0}),
                                    layer_norm(a, -1), layer_norm(a, -1, w), a.unsqueeze(2).flatten(1), squeeze(a.unsqueeze(1), {1}),
-                                   softmax(a, 0), a.reshape({-1, 3, 2}).permute({1, 0, 2})};
+                                   softmax(a, 0), a.reshape({-1, 3, 2}).permute({1, 0, 2}), rms_norm(a, -1, w)};
       },
       {random_tensor({4, 6}, DType::f32, 81)}, names({"a"}, {}, true));
   EXPECT_TRUE(matches_onnxruntime(g, {random_tensor({11, 6}, DType::f32, 82)}, "symbolic"));
@@ -392,6 +393,7 @@ TEST(OnnxExport, CopyAndOtherDTypes) {
   node("where", {node("gt", {a, b}), a, b});
   node("exp", {a});
   node("cumsum", {b}, {{"axis", int64_t{0}}});
+  node("rms_norm", {a});
   const std::vector<Tensor> in = {random_tensor({2, 3}, DType::f64, 90), random_tensor({3}, DType::i64, 91, -50, 50),
                                   random_tensor({2, 3}, DType::u8, 92, 1, 200)};
   EXPECT_TRUE(matches_onnxruntime(g, in, "dtypes"));

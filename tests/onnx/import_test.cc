@@ -318,6 +318,42 @@ TEST(OnnxImport, InstanceAndGroupNormsNormalizeThroughLayerNorm) {
   }
 }
 
+// RMSNormalization (opset 23) imports as one rms_norm: its scale joins the op when it has the
+// normalized shape and X's dtype; a scale that only broadcasts to that shape, or one of another
+// dtype (Y takes the scale's), multiplies the result. Numerics against ref::rms_norm.
+TEST(OnnxImport, RmsNormalizationIsOneRmsNorm) {
+  struct Case {
+    Shape scale;
+    DType scale_dtype;
+    bool joins;
+  };
+  for (const Case& c :
+       {Case{{5, 7}, DType::f32, true}, Case{{1, 7}, DType::f32, false}, Case{{5, 7}, DType::f64, false}}) {
+    SCOPED_TRACE(shape_str(c.scale) + " " + std::string(dtype_name(c.scale_dtype)));
+    ModelBuilder b(23);
+    b.input("x", DType::f32, {ir::Dim::sym("batch"), 5, 7}).output("y");
+    Tensor scale = random_tensor(c.scale, c.scale_dtype, 18);
+    b.init("scale", scale);
+    auto* n = b.node("RMSNormalization", {"x", "scale"}, {"y"});
+    ModelBuilder::attr_int(n, "axis", -2);
+    ModelBuilder::attr_float(n, "epsilon", 1e-3f);
+    onnx::Model m = b.import();
+    int norms = 0, muls = 0, means = 0;
+    for (const ir::Node* nd : m.graph.nodes()) {
+      norms += nd->op().name() == "rms_norm";
+      muls += nd->op().name() == "mul";
+      means += nd->op().name() == "mean";
+    }
+    EXPECT_EQ(norms, 1);
+    EXPECT_EQ(means, 0);
+    EXPECT_EQ(muls, c.joins ? 0 : 1);
+    EXPECT_EQ(m.graph.outputs()[0]->type().dtype, c.scale_dtype);
+    Tensor x = random_tensor({3, 5, 7}, DType::f32, 19);
+    Tensor want = ref::rms_norm(x, 1, {}, static_cast<double>(1e-3f)) * scale.to(DType::f64);
+    EXPECT_TRUE(all_close(run(m, {x})[0], want, testing::Tol{1e-5, 1e-6}));  // f32 statistics
+  }
+}
+
 TEST(OnnxImport, SymbolicShapeArithmeticIsAnErrorNotAWrongNumber) {
   // batch * batch and batch + 1 are not scale * batch; Max of shape values is not followed at all.
   for (const char* op : {"Mul", "Add", "Max"}) {

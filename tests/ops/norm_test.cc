@@ -1,4 +1,4 @@
-// softmax, log_softmax, layer_norm and batch_norm against the float64 reference (ref/norm.cc):
+// softmax, log_softmax, layer_norm, rms_norm and batch_norm against the float64 reference (ref/norm.cc):
 // floating dtypes, odd sizes, several axes, non-contiguous inputs, optional weight/bias, stability
 // on large inputs, and error messages that name the op, the argument and both shapes.
 // Tolerance: tol_for(result dtype) (each result is computed in f64 and rounded once).
@@ -164,6 +164,75 @@ TEST(Norm, LayerNormAcrossPlanesOnEveryIsa) {
   }
 }
 
+TEST(Norm, RmsNormMatchesReference) {
+  for (DType t : testing::kFloatDTypes) {
+    for (int64_t n : testing::kOddSizes) {
+      const Shape shape{3, n, 5};
+      Tensor x = random_tensor(shape, t, 211 + static_cast<uint64_t>(n));
+      for (int64_t axis : {-1, 1, 0, 2, -2}) {
+        int64_t a = axis < 0 ? axis + 3 : axis;
+        Tensor w = random_tensor(Shape(shape.begin() + a, shape.end()), t, 223);
+        const std::string what =
+            std::string(dtype_name(t)) + " n=" + std::to_string(n) + " axis " + std::to_string(axis);
+        EXPECT_TRUE(all_close(rms_norm(x, axis), ref::rms_norm(x, axis, {}, 1e-5))) << what;
+        EXPECT_TRUE(all_close(rms_norm(x, axis, w), ref::rms_norm(x, axis, w, 1e-5))) << what << " weight";
+        EXPECT_TRUE(all_close(rms_norm(x, axis, w, 0.1), ref::rms_norm(x, axis, w, 0.1))) << what << " eps 0.1";
+      }
+    }
+  }
+}
+
+TEST(Norm, RmsNormStridedInputsAndWeight) {
+  Tensor x = random_tensor({4, 7, 33}, DType::f32, 227);
+  Tensor w = random_tensor({7, 33}, DType::f32, 229);
+  EXPECT_TRUE(all_close(rms_norm(noncontiguous(x), 1, noncontiguous(w)), ref::rms_norm(x, 1, w, 1e-5)));
+  Tensor xt = random_tensor({33, 7}, DType::f32, 233).t();
+  EXPECT_TRUE(all_close(rms_norm(xt, -1), ref::rms_norm(xt, -1, {}, 1e-5)));
+  // An f64 weight on f32 rows takes the generic loop.
+  Tensor w64 = random_tensor({33}, DType::f64, 239);
+  EXPECT_TRUE(all_close(rms_norm(x, 2, w64), ref::rms_norm(x, 2, w64, 1e-5)));
+}
+
+// Contiguous f32 rows take the vector row kernel (Note [RMS norm in f32 lanes]) on every ISA this
+// machine has: rows past one 4096-element chunk, short rows, rows far from zero, many rows split
+// over the pool, two normalized dims, and a NaN or inf in one row (that row NaN where the float64
+// loop makes it so, the other rows intact).
+TEST(Norm, RmsNormF32RowsOnEveryIsa) {
+  for (kernels::cpu::Isa isa : kernels::cpu::supported_isas()) {
+    kernels::cpu::IsaOverride o(isa);
+    const std::string name(kernels::cpu::isa_name(isa));
+    for (int64_t n : {1, 7, 16, 33, 64, 768, 1023, 4096, 5000, 9001}) {
+      for (double offset : {0.0, 1000.0, -3e4}) {
+        Tensor x = random_tensor({5, n}, DType::f32, 241 + static_cast<uint64_t>(n), offset - 1, offset + 1);
+        Tensor w = random_tensor({n}, DType::f32, 251);
+        EXPECT_TRUE(all_close(rms_norm(x, 1, w), ref::rms_norm(x, 1, w, 1e-5)))
+            << name << " n=" << n << " offset " << offset;
+        EXPECT_TRUE(all_close(rms_norm(x, -1, {}, 1e-3), ref::rms_norm(x, -1, {}, 1e-3)))
+            << name << " n=" << n << " offset " << offset << " no weight";
+      }
+    }
+    Tensor many = random_tensor({6001, 17}, DType::f32, 257);
+    Tensor w17 = random_tensor({17}, DType::f32, 263);
+    EXPECT_TRUE(all_close(rms_norm(many, 1, w17), ref::rms_norm(many, 1, w17, 1e-5))) << name;
+    Tensor x4 = random_tensor({2, 3, 33, 17}, DType::f32, 269);
+    Tensor w2 = random_tensor({33, 17}, DType::f32, 271);
+    EXPECT_TRUE(all_close(rms_norm(x4, 2, w2), ref::rms_norm(x4, 2, w2, 1e-5))) << name;
+    for (float bad : {std::nanf(""), INFINITY, -INFINITY}) {
+      Tensor x = random_tensor({3, 37}, DType::f32, 277);
+      static_cast<float*>(x.data_ptr())[37 + 20] = bad;
+      Tensor y = rms_norm(x, 1);
+      Tensor want = ref::rms_norm(x, 1, {}, 1e-5);
+      const float* yp = static_cast<const float*>(y.data_ptr());
+      const double* wp = static_cast<const double*>(want.contiguous().data_ptr());
+      for (int64_t j = 0; j < 37; ++j)
+        EXPECT_EQ(std::isnan(yp[37 + j]), std::isnan(wp[37 + j])) << name << " " << bad << " j=" << j;
+      EXPECT_TRUE(std::isnan(yp[37 + 20])) << name << " " << bad;
+      EXPECT_TRUE(all_close(y.slice(0, 0, 1), want.slice(0, 0, 1))) << name;
+      EXPECT_TRUE(all_close(y.slice(0, 2, 3), want.slice(0, 2, 3))) << name;
+    }
+  }
+}
+
 TEST(Norm, BatchNormMatchesReference) {
   for (DType t : testing::kFloatDTypes) {
     for (int64_t n : testing::kOddSizes) {
@@ -207,6 +276,10 @@ TEST(Norm, Errors) {
   EXPECT_KILN_ERROR(layer_norm(x, -1, {}, ones({4})), "layer_norm", "'bias'", "[4]", "[5]");
   EXPECT_KILN_ERROR(layer_norm(x, 3), "layer_norm", "axis 3", "rank 3");
   EXPECT_KILN_ERROR(layer_norm(ones({2, 3}, DType::i32), 1), "layer_norm", "'x'", "floating", "i32[2, 3]");
+  EXPECT_KILN_ERROR(rms_norm(x, 1, ones({4})), "rms_norm", "'weight'", "[4]", "[4, 5]");
+  EXPECT_KILN_ERROR(rms_norm(x, 3), "rms_norm", "axis 3", "rank 3");
+  EXPECT_KILN_ERROR(rms_norm(x, -1, {}, -1.0), "rms_norm", "eps", ">= 0");
+  EXPECT_KILN_ERROR(rms_norm(ones({2, 3}, DType::i32)), "rms_norm", "'x'", "floating", "i32[2, 3]");
   Tensor c4 = ones({4});
   EXPECT_KILN_ERROR(batch_norm(x, ones({5}), c4), "batch_norm", "'mean'", "[5]", "[4]", "[2, 4, 5]");
   EXPECT_KILN_ERROR(batch_norm(x, c4, ones({2, 2})), "batch_norm", "'var'", "[2, 2]", "[4]");

@@ -11,6 +11,10 @@ Tensor log_softmax(const Tensor& x, int64_t axis = -1, SourceLoc loc = KILN_HERE
 // bias (optional) have the normalized shape.
 Tensor layer_norm(const Tensor& x, int64_t axis, const Tensor& weight = {}, const Tensor& bias = {},
                   double eps = 1e-5, SourceLoc loc = KILN_HERE);
+// Root-mean-square norm over the dims from `axis` to the end (ONNX RMSNormalization's axis; T5's and
+// LLaMA's RMSNorm): x / sqrt(mean(x^2) + eps) * weight; weight (optional) has the normalized shape.
+Tensor rms_norm(const Tensor& x, int64_t axis = -1, const Tensor& weight = {}, double eps = 1e-5,
+                SourceLoc loc = KILN_HERE);
 // Inference form over channel dim 1: (x - mean) / sqrt(var + eps) * weight + bias.
 Tensor batch_norm(const Tensor& x, const Tensor& mean, const Tensor& var, const Tensor& weight = {},
                   const Tensor& bias = {}, double eps = 1e-5, SourceLoc loc = KILN_HERE);

@@ -34,9 +34,21 @@ void layer_norm_columns__scalar(const float* x, int64_t ldx, float* y, int64_t l
   layer_norm_columns_by(gather_rows_scalar, layer_norm_rows__scalar, x, ldx, y, ldy, rows, n, w, b, eps);
 }
 
+void rms_norm_rows__scalar(const float* x, int64_t ldx, float* y, int64_t ldy, int64_t rows, int64_t n, const float* w,
+                           double eps) {
+  for (int64_t r = 0; r < rows; ++r, x += ldx, y += ldy) {
+    double ss = 0;
+    for (int64_t j = 0; j < n; ++j) ss += static_cast<double>(x[j]) * x[j];
+    const double rstd = 1.0 / std::sqrt(ss / static_cast<double>(n) + eps);
+    for (int64_t j = 0; j < n; ++j) y[j] = static_cast<float>(x[j] * rstd * (w != nullptr ? w[j] : 1.0));
+  }
+}
+
 }  // namespace
 
-NormKernelsF32 norm_kernels_f32_scalar() { return {layer_norm_rows__scalar, layer_norm_columns__scalar}; }
+NormKernelsF32 norm_kernels_f32_scalar() {
+  return {layer_norm_rows__scalar, layer_norm_columns__scalar, rms_norm_rows__scalar};
+}
 
 NormKernelsF32 norm_kernels_f32(Isa isa) {
   if (isa == Isa::avx512) return norm_kernels_f32_avx512();

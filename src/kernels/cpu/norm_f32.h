@@ -1,6 +1,7 @@
 // f32 row kernels for normalization over contiguous rows (layer_norm's last dims), one set per ISA
 // (Note [ISA code in one binary] in gemm_f32_avx512.cc). The ops choose them for contiguous f32
-// rows and keep their generic (f64-statistics, any-stride) loops for everything else.
+// rows and keep their generic (f64-statistics, any-stride) loops for everything else. rms_norm's
+// rows use the same passes with no mean (Note [RMS norm in f32 lanes]).
 #pragma once
 
 #include <algorithm>
@@ -32,6 +33,10 @@ struct NormKernelsF32 {
   // the rows consecutive; y as above.
   void (*layer_norm_columns)(const float* x, int64_t ldx, float* y, int64_t ldy, int64_t rows, int64_t n,
                              const float* w, const float* b, double eps);
+  // y[r * ldy + j] = x[r * ldx + j] / sqrt(mean_j(x[r * ldx + j]^2) + eps) * w[j]; w may be null.
+  // y may equal x.
+  void (*rms_norm_rows)(const float* x, int64_t ldx, float* y, int64_t ldy, int64_t rows, int64_t n, const float* w,
+                        double eps);
 };
 NormKernelsF32 norm_kernels_f32_scalar();
 NormKernelsF32 norm_kernels_f32_avx2();
@@ -65,6 +70,22 @@ void layer_norm_rows_in_lanes(const float* x, int64_t ldx, float* y, int64_t ldy
     else if (w != nullptr) Lanes::template normalize<true, false>(x, y, n, mf, rf, shift, w, b);
     else if (b != nullptr) Lanes::template normalize<false, true>(x, y, n, mf, rf, shift, w, b);
     else Lanes::template normalize<false, false>(x, y, n, mf, rf, shift, w, b);
+  }
+}
+
+// Note [RMS norm in f32 lanes]
+// rms_norm (T5's and LLaMA's RMSNorm, ONNX RMSNormalization) is layer_norm without the mean: one
+// pass for the sum of squares (Lanes::sum_sq with no shift: every term is >= 0, so no
+// cancellation, the same f32 chunks added up in f64) and one normalizing pass (Lanes::normalize
+// with mean and shift 0, no bias). No new per-ISA code.
+template <class Lanes>
+void rms_norm_rows_in_lanes(const float* x, int64_t ldx, float* y, int64_t ldy, int64_t rows, int64_t n,
+                            const float* w, double eps) {
+  for (int64_t r = 0; r < rows; ++r, x += ldx, y += ldy) {
+    const double rstd = 1.0 / std::sqrt(Lanes::sum_sq(x, n, 0.0f) / static_cast<double>(n) + eps);
+    const float rf = static_cast<float>(rstd);
+    if (w != nullptr) Lanes::template normalize<true, false>(x, y, n, 0.0f, rf, 0.0f, w, nullptr);
+    else Lanes::template normalize<false, false>(x, y, n, 0.0f, rf, 0.0f, nullptr, nullptr);
   }
 }
 

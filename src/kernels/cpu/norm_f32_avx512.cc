@@ -106,7 +106,7 @@ struct Lanes {
 }  // namespace
 
 NormKernelsF32 norm_kernels_f32_avx512() {
-  return {layer_norm_rows_in_lanes<Lanes>, layer_norm_columns_in_lanes<Lanes>};
+  return {layer_norm_rows_in_lanes<Lanes>, layer_norm_columns_in_lanes<Lanes>, rms_norm_rows_in_lanes<Lanes>};
 }
 
 }  // namespace kiln::kernels::cpu

@@ -1,4 +1,4 @@
-// Reference softmax, layer_norm and batch_norm on row-major values in long double.
+// Reference softmax, layer_norm, rms_norm and batch_norm on row-major values in long double.
 #include <algorithm>
 #include <cmath>
 
@@ -50,6 +50,25 @@ Tensor layer_norm(const Tensor& x, int64_t axis, const Tensor& weight, const Ten
       size_t p = base + static_cast<size_t>(i);
       out[p] = static_cast<double>((v[p] - m) / std::sqrt(var + eps) * w[static_cast<size_t>(i)] + b[static_cast<size_t>(i)]);
     }
+  }
+  return from_values(out, s);
+}
+
+Tensor rms_norm(const Tensor& x, int64_t axis, const Tensor& weight, double eps) {
+  const Shape& s = x.shape();
+  const int64_t rank = static_cast<int64_t>(s.size());
+  const int64_t a = axis < 0 ? axis + rank : axis;
+  int64_t rows = 1, len = 1;
+  for (int64_t d = 0; d < rank; ++d) (d < a ? rows : len) *= s[static_cast<size_t>(d)];
+  std::vector<double> v = values(x), out(v.size());
+  std::vector<double> w = weight.defined() ? values(weight) : std::vector<double>(static_cast<size_t>(len), 1.0);
+  for (int64_t r = 0; r < rows; ++r) {
+    const double* row = v.data() + r * len;
+    long double ss = 0;
+    for (int64_t i = 0; i < len; ++i) ss += static_cast<long double>(row[i]) * row[i];
+    const long double inv = 1.0L / std::sqrt(ss / len + eps);
+    for (int64_t i = 0; i < len; ++i)
+      out[static_cast<size_t>(r * len + i)] = static_cast<double>(row[i] * inv * w[static_cast<size_t>(i)]);
   }
   return from_values(out, s);
 }

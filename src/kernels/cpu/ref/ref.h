@@ -48,6 +48,8 @@ Tensor cumprod(const Tensor& x, int64_t axis, bool exclusive = false, bool rever
 Tensor softmax(const Tensor& x, int64_t axis, bool log = false);
 // weight/bias may be undefined.
 Tensor layer_norm(const Tensor& x, int64_t axis, const Tensor& weight, const Tensor& bias, double eps);
+// x / sqrt(mean(x^2) + eps) * weight over dims axis..end; weight may be undefined.
+Tensor rms_norm(const Tensor& x, int64_t axis, const Tensor& weight, double eps);
 Tensor batch_norm(const Tensor& x, const Tensor& mean, const Tensor& var, const Tensor& weight,
                   const Tensor& bias, double eps);
 

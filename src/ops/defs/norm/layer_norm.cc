@@ -1,7 +1,8 @@
-// Normalization layers: layer_norm (over the trailing dims from `axis`, ONNX
-// LayerNormalization's convention) and batch_norm in inference form (per channel, dim 1, with
-// given running statistics). Statistics and the affine transform are computed in double, except
-// layer_norm on contiguous f32 rows (vector row kernels, Note [Layer norm in f32 lanes]).
+// Normalization layers: layer_norm and rms_norm (over the trailing dims from `axis`, ONNX
+// LayerNormalization's and RMSNormalization's convention) and batch_norm in inference form (per
+// channel, dim 1, with given running statistics). Statistics and the affine transform are computed
+// in double, except layer_norm and rms_norm on contiguous f32 rows (vector row kernels, Note [Layer
+// norm in f32 lanes] and Note [RMS norm in f32 lanes] in kernels/cpu/norm_f32.h).
 #include <algorithm>
 #include <cmath>
 #include <numeric>
@@ -37,15 +38,15 @@ int64_t layer_norm_axis(const char* op, const Shape& shape, int64_t axis) {
   return normalize_axis(axis, static_cast<int64_t>(shape.size()), op);
 }
 
-std::vector<TensorMeta> infer_layer_norm(const InferCtx& c) {
+// layer_norm's and rms_norm's: y like x, the weight (and bias) of the normalized dims' shape.
+std::vector<TensorMeta> infer_trailing_norm(const InferCtx& c) {
   defs::check_floating_input(c, 0);
   const TensorMeta& x = c.in(0);
-  int64_t axis = layer_norm_axis("layer_norm", x.shape, c.attrs.get_int("axis"));
+  int64_t axis = layer_norm_axis(c.op.name().c_str(), x.shape, c.attrs.get_int("axis"));
   if (c.attrs.get_float("eps") < 0) c.fail("eps must be >= 0, got " + std::to_string(c.attrs.get_float("eps")));
   Shape normalized(x.shape.begin() + std::min<int64_t>(axis, static_cast<int64_t>(x.shape.size())), x.shape.end());
   std::string what = "the normalized dims " + std::to_string(axis) + ".. of input 'x' " + shape_str(x.shape);
-  check_param(c, 1, normalized, what);
-  check_param(c, 2, normalized, what);
+  for (size_t i = 1; i < c.num_inputs(); ++i) check_param(c, i, normalized, what);
   return {x};
 }
 
@@ -75,9 +76,11 @@ AffineF32 affine_f32(const KernelCall& k) {
 }
 
 // f32 rows contiguous in x and out, with f32 (or no) weight and bias: the vector row kernels of
-// kernels/cpu/norm_f32.h (Note [Layer norm in f32 lanes]), rows split over the pool. False when
-// the call does not qualify (the generic loop below then runs).
-bool layer_norm_f32_rows(const KernelCall& k, int64_t axis, double eps) {
+// kernels/cpu/norm_f32.h (Note [Layer norm in f32 lanes], Note [RMS norm in f32 lanes]), rows
+// split over the pool, each task's handed to rows_kernel(kernels, x, y, rows, n, affine). False
+// when the call does not qualify (the generic loop then runs).
+template <class RowsKernel>
+bool f32_rows(const KernelCall& k, int64_t axis, RowsKernel rows_kernel) {
   const Tensor& x = k.in(0);
   const Tensor& out = k.out(0);
   if (x.dtype() != DType::f32 || out.dtype() != DType::f32 || !x.is_contiguous() || !out.is_contiguous()) return false;
@@ -93,9 +96,18 @@ bool layer_norm_f32_rows(const KernelCall& k, int64_t axis, double eps) {
   // About 32K elements per task: a BERT-base LayerNorm (128 x 768) splits in three, not 128.
   const int64_t grain = std::max<int64_t>(1, 32768 / inner);
   parallel_for(0, rows, grain, [&](int64_t r0, int64_t r1) {
-    kern.layer_norm_rows(xp + r0 * inner, inner, yp + r0 * inner, inner, r1 - r0, inner, affine.wp, affine.bp, eps);
+    rows_kernel(kern, xp + r0 * inner, yp + r0 * inner, r1 - r0, inner, affine);
   });
   return true;
+}
+
+// The generic loop's rows: x and out over the normalized dims axis..end, any strides.
+RowPlan<2> norm_rows(const Tensor& x, const Tensor& out, int64_t axis) {
+  std::vector<int64_t> axes;
+  for (int64_t d = axis; d < x.dim(); ++d) axes.push_back(d);
+  std::array<std::vector<int64_t>, 2> st{defs::byte_strides(x), defs::byte_strides(out)};
+  std::array<char*, 2> base{static_cast<char*>(x.data_ptr()), static_cast<char*>(out.data_ptr())};
+  return defs::make_row_plan<2>(x.shape(), st, base, axes);
 }
 
 // f32 rows stored across (Note [Layer norm across] in kernels/cpu/norm_f32.h): one normalized dim,
@@ -141,12 +153,10 @@ void layer_norm_kernel(const KernelCall& k) {
   const Tensor& out = k.out(0);
   const int64_t axis = layer_norm_axis("layer_norm", x.shape(), k.attrs.get_int("axis"));
   const double eps = k.attrs.get_float("eps");
-  if (layer_norm_f32_rows(k, axis, eps) || layer_norm_f32_columns(k, axis, eps)) return;
-  std::vector<int64_t> axes;
-  for (int64_t d = axis; d < x.dim(); ++d) axes.push_back(d);
-  std::array<std::vector<int64_t>, 2> st{defs::byte_strides(x), defs::byte_strides(out)};
-  std::array<char*, 2> base{static_cast<char*>(x.data_ptr()), static_cast<char*>(out.data_ptr())};
-  RowPlan<2> plan = defs::make_row_plan<2>(x.shape(), st, base, axes);
+  auto rows = [&](const kernels::cpu::NormKernelsF32& kern, const float* xp, float* yp, int64_t m, int64_t n,
+                  const AffineF32& a) { kern.layer_norm_rows(xp, n, yp, n, m, n, a.wp, a.bp, eps); };
+  if (f32_rows(k, axis, rows) || layer_norm_f32_columns(k, axis, eps)) return;
+  RowPlan<2> plan = norm_rows(x, out, axis);
   // Trailing optional inputs may be absent altogether (a text-IR node `layer_norm(%x)`).
   const bool has_w = k.inputs.size() > 1 && k.in(1).defined(), has_b = k.inputs.size() > 2 && k.in(2).defined();
   const std::vector<double> w = has_w ? defs::values_f64(k.in(1)) : std::vector<double>{};
@@ -174,6 +184,42 @@ void layer_norm_kernel(const KernelCall& k) {
           if (!w.empty()) v *= w[j];
           if (!b.empty()) v += b[j];
           *reinterpret_cast<T*>(q[1] + i * s[1]) = convert<T>(v);
+        }
+      });
+    });
+  });
+}
+
+// ---- rms_norm -------------------------------------------------------------------------------------
+// y = x / sqrt(mean(x^2) + eps) * weight over dims axis..end: T5's and LLaMA's RMSNorm.
+
+void rms_norm_kernel(const KernelCall& k) {
+  const Tensor& x = k.in(0);
+  const Tensor& out = k.out(0);
+  const int64_t axis = layer_norm_axis("rms_norm", x.shape(), k.attrs.get_int("axis"));
+  const double eps = k.attrs.get_float("eps");
+  auto rows = [&](const kernels::cpu::NormKernelsF32& kern, const float* xp, float* yp, int64_t m, int64_t n,
+                  const AffineF32& a) { kern.rms_norm_rows(xp, n, yp, n, m, n, a.wp, eps); };
+  if (f32_rows(k, axis, rows)) return;
+  RowPlan<2> plan = norm_rows(x, out, axis);
+  const bool has_w = k.inputs.size() > 1 && k.in(1).defined();
+  const std::vector<double> w = has_w ? defs::values_f64(k.in(1)) : std::vector<double>{};
+  visit_floating(x.dtype(), "rms_norm", [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    defs::for_each_row(plan, [&](int64_t, char** row) {
+      double ss = 0;
+      defs::for_each_inner_run(plan, row, [&](char** q, const int64_t* s, int64_t n) {
+        for (int64_t i = 0; i < n; ++i) {
+          const double v = defs::load_f64<T>(q[0], s[0], i);
+          ss += v * v;
+        }
+      });
+      const double rstd = 1.0 / std::sqrt(ss / static_cast<double>(plan.inner) + eps);
+      size_t j = 0;  // row-major position within the normalized dims
+      defs::for_each_inner_run(plan, row, [&](char** q, const int64_t* s, int64_t n) {
+        for (int64_t i = 0; i < n; ++i, ++j) {
+          const double v = defs::load_f64<T>(q[0], s[0], i) * rstd;
+          *reinterpret_cast<T*>(q[1] + i * s[1]) = convert<T>(w.empty() ? v : v * w[j]);
         }
       });
     });
@@ -228,29 +274,54 @@ void batch_norm_kernel(const KernelCall& k) {
 // Note [Norm backward recomputes statistics]: the rules recompute mean and variance from the saved
 // input instead of saving them, so the forward kernels stay single-output (and traced graphs hold
 // one definition of the statistics).
+// The normalized dims (axis..end) of a trailing norm's input and the leading ones, for its rule.
+struct NormDims {
+  std::vector<int64_t> norm, lead;
+  NormDims(const VjpCtx& c, const char* op) {
+    const int64_t rank = c.inputs[0].dim();
+    const int64_t axis = normalize_axis(c.attrs.get_int("axis"), rank, op);
+    for (int64_t d = 0; d < rank; ++d) (d >= axis ? norm : lead).push_back(d);
+  }
+  // t summed over the leading dims, to a parameter's shape.
+  Tensor lead_sum(const Tensor& t, const Shape& to) const {
+    return defs::sum_to(lead.empty() ? t : kiln::sum(t, lead, false), to);
+  }
+};
+
 std::vector<Tensor> layer_norm_vjp(const VjpCtx& c, std::span<const Tensor> gs) {
   const Tensor& x = c.inputs[0];
   const Tensor& w = c.inputs[1];
   const Tensor& g = gs[0];
-  const int64_t rank = x.dim();
-  const int64_t axis = normalize_axis(c.attrs.get_int("axis"), rank, "layer_norm");
-  std::vector<int64_t> norm_axes, lead_axes;
-  for (int64_t d = 0; d < rank; ++d) (d >= axis ? norm_axes : lead_axes).push_back(d);
-  Tensor mu = kiln::mean(x, norm_axes, true);
+  const NormDims dims(c, "layer_norm");
+  Tensor mu = kiln::mean(x, dims.norm, true);
   Tensor xc = x - mu;
-  Tensor rstd = rsqrt(kiln::mean(xc * xc, norm_axes, true) + c.attrs.get_float("eps"));
+  Tensor rstd = rsqrt(kiln::mean(xc * xc, dims.norm, true) + c.attrs.get_float("eps"));
   Tensor xhat = xc * rstd;
   std::vector<Tensor> r(3);
   if (c.needs(0)) {
     Tensor dxhat = w.defined() ? g * w : g;
-    r[0] = rstd * (dxhat - kiln::mean(dxhat, norm_axes, true) - xhat * kiln::mean(dxhat * xhat, norm_axes, true));
+    r[0] = rstd * (dxhat - kiln::mean(dxhat, dims.norm, true) - xhat * kiln::mean(dxhat * xhat, dims.norm, true));
   }
-  auto lead_sum = [&](const Tensor& t, const Shape& to) {
-    return defs::sum_to(lead_axes.empty() ? t : kiln::sum(t, lead_axes, false), to);
-  };
-  if (c.needs(1)) r[1] = lead_sum(g * xhat, c.in_shape(1));
-  if (c.needs(2)) r[2] = lead_sum(g, c.in_shape(2));
+  if (c.needs(1)) r[1] = dims.lead_sum(g * xhat, c.in_shape(1));
+  if (c.needs(2)) r[2] = dims.lead_sum(g, c.in_shape(2));
   return r;
+}
+
+// y = x * r * w with r = (mean(x^2) + eps)^-1/2 over the normalized dims: dr/dx_j = -r^3 x_j / n, so
+// dx = r * gw - x * r^3 * mean(gw * x) with gw = g * w, and dw = sum over the leading dims of g * x * r.
+std::vector<Tensor> rms_norm_vjp(const VjpCtx& c, std::span<const Tensor> gs) {
+  const Tensor& x = c.inputs[0];
+  const Tensor& w = c.inputs[1];
+  const Tensor& g = gs[0];
+  const NormDims dims(c, "rms_norm");
+  Tensor r = rsqrt(kiln::mean(x * x, dims.norm, true) + c.attrs.get_float("eps"));
+  std::vector<Tensor> out(2);
+  if (c.needs(0)) {
+    Tensor gw = w.defined() ? g * w : g;
+    out[0] = r * gw - x * (r * r * r) * kiln::mean(gw * x, dims.norm, true);
+  }
+  if (c.needs(1)) out[1] = dims.lead_sum(g * x * r, c.in_shape(1));
+  return out;
 }
 
 // Inference batch norm: y = (x - mean) * rsqrt(var + eps) * weight + bias, parameters along dim 1.
@@ -286,10 +357,16 @@ namespace defs {
 void register_norm_layer_ops(OpRegistry& r) {
   rules_pending(r.add("layer_norm(Tensor x, Tensor? weight, Tensor? bias, int axis=-1, float eps=1e-5) -> Tensor"),
                 "LayerNormalization", 17)
-      .infer(infer_layer_norm)
+      .infer(infer_trailing_norm)
       .kernel(DeviceType::cpu, DTypeSet::floating(), layer_norm_kernel)
       .vjp(VjpRule{layer_norm_vjp, {0, 1}, {}})
       .doc("(x - mean) / sqrt(var + eps) * weight + bias, statistics over dims axis..end (population variance)");
+  rules_pending(r.add("rms_norm(Tensor x, Tensor? weight, int axis=-1, float eps=1e-5) -> Tensor"), "RMSNormalization",
+                23)
+      .infer(infer_trailing_norm)
+      .kernel(DeviceType::cpu, DTypeSet::floating(), rms_norm_kernel)
+      .vjp(VjpRule{rms_norm_vjp, {0, 1}, {}})
+      .doc("x / sqrt(mean(x^2) + eps) * weight, the mean over dims axis..end (RMSNorm)");
   rules_pending(r.add("batch_norm(Tensor x, Tensor mean, Tensor var, Tensor? weight, Tensor? bias, float eps=1e-5) -> Tensor"),
                 "BatchNormalization", 15)
       .infer(infer_batch_norm)
@@ -303,6 +380,9 @@ void register_norm_layer_ops(OpRegistry& r) {
 
 Tensor layer_norm(const Tensor& x, int64_t axis, const Tensor& weight, const Tensor& bias, double eps, SourceLoc loc) {
   return dispatch1(op("layer_norm"), {x, weight, bias}, {{"axis", axis}, {"eps", eps}}, loc);
+}
+Tensor rms_norm(const Tensor& x, int64_t axis, const Tensor& weight, double eps, SourceLoc loc) {
+  return dispatch1(op("rms_norm"), {x, weight}, {{"axis", axis}, {"eps", eps}}, loc);
 }
 Tensor batch_norm(const Tensor& x, const Tensor& mean, const Tensor& var, const Tensor& weight, const Tensor& bias,
                   double eps, SourceLoc loc) {
