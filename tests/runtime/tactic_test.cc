@@ -992,6 +992,39 @@ TEST(Target, PackedFiltersCountAgainstTheMemoryBudget) {
   EXPECT_EQ(r.tuning.packed_bytes, plain.tuning.packed_bytes);
 }
 
+// Note [Packed weights in the budget]: a weight two steps read is packed once when the engine
+// loads (the pack cache hands both the same copy), so it is charged once, and a budget with room
+// for that one copy keeps both steps packed.
+TEST(Target, AWeightStepsShareIsChargedOnce) {
+  ir::Graph g;
+  g.name = "shared";
+  ir::Value* w = g.add_constant("w", random_tensor({16, 24}, DType::f32, 500, -0.5, 0.5));
+  ir::Value* x = g.add_input("x", ir::ValueType{DType::f32, {ir::Dim::sym("batch"), 16}});
+  g.add_output(g.add_node(op("matmul"), {x, w})->output());
+  g.add_output(g.add_node(op("matmul"), {g.add_node(op("relu"), {x})->output(), w})->output());
+  CompileOptions o = tuned("none");
+  o.autotune = false;
+  auto prepacked_steps = [](const Engine& e) {
+    int n = 0;
+    for (const EngineStep& st : e.steps) n += st.tactic == "prepacked";
+    return n;
+  };
+  CompileResult all = compile(g, o);
+  ASSERT_EQ(prepacked_steps(all.engine), 2);
+  EXPECT_EQ(all.tuning.packed_bytes, 16 * 24 * 4);
+  Target t = Target::host();
+  t.memory_budget = all.engine.memory.arena_bytes + 2 * (16 * 24 * 4);  // the weight and one packed copy
+  o.target = t;
+  CompileResult fit = compile(g, o);
+  EXPECT_EQ(prepacked_steps(fit.engine), 2);
+  const int64_t before = prepacked_weight_count();
+  Executor ex(std::make_shared<Engine>(fit.engine));
+  EXPECT_EQ(prepacked_weight_count(), before + 1) << "one packed copy for both steps";
+  Tensor in = random_tensor({3, 16}, DType::f32, 501);
+  std::vector<Tensor> got = ex.run({in}), want = ir::run(g, {in});
+  for (size_t i = 0; i < 2; ++i) EXPECT_TRUE(testing::all_close(got[i], want[i], {1e-5, 1e-5})) << i;
+}
+
 TEST(EngineFile, KeepsTargetAndTactics) {
   std::string cache = temp_path("roundtrip");
   CompileOptions o = tuned(cache);
