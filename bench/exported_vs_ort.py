@@ -93,7 +93,12 @@ TRANSFORMERS = {"transformers_bert": ("Bert", {}), "transformers_roberta": ("Rob
                     vocab_size=128100, hidden_size=768, num_hidden_layers=6, num_attention_heads=12,
                     intermediate_size=3072, relative_attention=True, pos_att_type=["p2c", "c2p"],
                     position_buckets=256, max_relative_positions=-1, norm_rel_ebd="layer_norm",
-                    share_att_key=True))}
+                    share_att_key=True)),
+                # A decoder of today's shape: RMSNorm, rotary positions, grouped-query causal
+                # attention, a SiLU-gated MLP.
+                "transformers_llama": ("Llama", dict(
+                    vocab_size=32000, hidden_size=768, intermediate_size=2048, num_hidden_layers=6,
+                    num_attention_heads=12, num_key_value_heads=4, use_cache=False))}
 ENCODERS = ["torch_encoder", "torch_encoder_prenorm", "torch_encoder_512", "hf_bert", "distil_bert", "sdpa_bert",
             "sdpa_bool_bert"] + list(TRANSFORMERS)
 # timm's models (random weights): squeeze-excites that pool with x.mean((2, 3)), ResNet-D's average-pooled
@@ -185,7 +190,8 @@ def transformers_model(name):
     import transformers
     arch, cfg = TRANSFORMERS[name]
     config = getattr(transformers, arch.removesuffix("Encoder") + "Config")(**cfg)
-    extra = {} if arch in ("DistilBert", "Electra", "GPT2", "T5Encoder", "DebertaV2") else {"add_pooling_layer": False}
+    plain = ("DistilBert", "Electra", "GPT2", "T5Encoder", "DebertaV2", "Llama")
+    extra = {} if arch in plain else {"add_pooling_layer": False}
     model = getattr(transformers, arch + "Model")(config, **extra).eval()
 
     class Hidden(torch.nn.Module):
