@@ -484,6 +484,65 @@ V rms_norm(ConvertCtx& c) {
   return {joins ? y : c.emit("mul", {c.cast(y, scale->type().dtype), scale})};
 }
 
+// RotaryEmbedding (opset 23) as kiln's rotary_embedding, which takes cos and sin at full width
+// beside x: the half-width caches ([max position + 1, rd/2] gathered by position_ids, or [B, S,
+// rd/2]) are widened by a gather along their last dim (each angle twice: c0..c(h-1) c0..c(h-1),
+// or c0 c0 c1 c1 .. interleaved) and given a heads dim. X is [B, H, S, D], or [B, S, H * D] with
+// num_heads (split to [B, S, H, D] and back); only its first rd = rotary_embedding_dim elements of
+// each head turn (all when 0), the rest pass through.
+V rotary_embedding(ConvertCtx& c) {
+  const int64_t rank = c.rank(0);
+  if (rank != 3 && rank != 4)
+    c.fail("input 'X' must be [batch, heads, seq, head] or [batch, seq, hidden], got " + ir::type_str(c.type(0)));
+  const bool interleaved = c.attr_int("interleaved", 0) != 0;
+  const ir::SymShape& xs = c.type(0).shape;
+  if (xs.back().is_symbolic()) c.fail("the last dim of 'X' must be static, got " + ir::type_str(c.type(0)));
+  ir::Value* x = c.in(0);
+  Ints whole;  // a 3-D input's shape, its symbolic dim (at most one) as -1
+  if (rank == 3) {
+    const int64_t heads = c.attr_int("num_heads", 0);
+    if (heads <= 0 || xs[2].size % heads != 0)
+      c.fail("a 3-D input needs num_heads dividing its hidden size " + std::to_string(xs[2].size) + ", got " +
+             std::to_string(heads));
+    Ints split;
+    for (size_t i = 0; i < 2; ++i) split.push_back(xs[i].is_symbolic() ? -1 : xs[i].size);
+    if (std::count(split.begin(), split.end(), -1) > 1)
+      c.fail("a 3-D input with both batch and sequence symbolic cannot be split into heads; fix one (--dim)");
+    whole = {split[0], split[1], xs[2].size};
+    split.insert(split.end(), {heads, xs[2].size / heads});
+    x = c.emit("reshape", {x}, {{"shape", split}});
+  }
+  const int64_t d = x->type().shape.back().size;
+  const int64_t rd = c.attr_int("rotary_embedding_dim", 0) == 0 ? d : c.attr_int("rotary_embedding_dim", 0);
+  if (rd <= 0 || rd > d || rd % 2 != 0)
+    c.fail("rotary_embedding_dim " + std::to_string(rd) + " must be even and at most the head size " +
+           std::to_string(d));
+  std::vector<int64_t> twice;
+  for (int64_t i = 0; i < rd; ++i) twice.push_back(interleaved ? i / 2 : i % (rd / 2));
+  ir::Value* index = c.constant(from_vector(twice));
+  auto widen = [&](ir::Value* cache) {
+    if (c.has_input(3)) cache = c.emit("gather", {cache, c.in(3)}, {{"axis", int64_t{0}}});
+    if (cache->type().shape.size() != 3)
+      c.fail("cos and sin must be [batch, seq, rd/2] (or [positions, rd/2] with position_ids), got " +
+             ir::type_str(cache->type()));
+    cache = c.emit("gather", {cache, index}, {{"axis", int64_t{2}}});
+    return c.emit("unsqueeze", {cache}, {{"dims", Ints{rank == 4 ? 1 : 2}}});
+  };
+  ir::Value* cos = widen(c.in(1));
+  ir::Value* sin = widen(c.in(2));
+  ir::Value* y;
+  if (rd == d) {
+    y = c.emit("rotary_embedding", {x, cos, sin}, {{"interleaved", interleaved}});
+  } else {
+    auto part = [&](int64_t from, int64_t to) {
+      return c.emit("slice", {x}, {{"starts", Ints{from}}, {"ends", Ints{to}}, {"axes", Ints{-1}}});
+    };
+    ir::Value* turned = c.emit("rotary_embedding", {part(0, rd), cos, sin}, {{"interleaved", interleaved}});
+    y = c.emit("concat", {turned, part(rd, d)}, {{"axis", int64_t{-1}}});
+  }
+  return {rank == 3 ? c.emit("reshape", {y}, {{"shape", whole}}) : y};
+}
+
 V lrn(ConvertCtx& c) {
   return {c.emit("lrn", {c.in(0)},
                  {{"size", c.attr_int("size")}, {"alpha", c.attr_float("alpha", 1e-4)},
@@ -816,6 +875,7 @@ void add_nn_converters(std::map<std::string, Converter>& m) {
   m["LayerNormalization"] = layer_norm;
   m["GroupNormalization"] = group_norm;
   m["RMSNormalization"] = rms_norm;
+  m["RotaryEmbedding"] = rotary_embedding;
   m["LRN"] = lrn;
   m["LpNormalization"] = lp_norm;
   m["MeanVarianceNormalization"] = mvn;

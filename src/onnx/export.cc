@@ -347,6 +347,27 @@ struct Forms {
     if (c.has(1)) y = e.op("Mul", {y, e.cast(c.in[1], c.dt[1], compute)});
     return {{e.cast(y, compute, t), t}};
   }
+  // rotary_embedding: opset 17 has no RotaryEmbedding (23), so x * cos + R(x) * sin with R(x) a
+  // Gather of each element's partner times its sign (-1 for the first of each pair).
+  static R rotary_embedding(E& e, const NodeCtx& c) {
+    const DType t = c.dt[0];
+    const ir::Dim& last = c.in_type(0).shape.back();
+    KILN_CHECK(!last.is_symbolic(), e.where(), ": rotary_embedding needs a static last dim, got ",
+               ir::type_str(c.in_type(0)));
+    const int64_t d = last.size, h = d / 2;
+    const bool interleaved = c.a.get_bool("interleaved");
+    std::vector<int64_t> partner;
+    std::vector<double> sign;
+    for (int64_t i = 0; i < d; ++i) {
+      partner.push_back(interleaved ? (i ^ 1) : (i < h ? i + h : i - h));
+      sign.push_back((interleaved ? i % 2 == 0 : i < h) ? -1.0 : 1.0);
+    }
+    std::string turned = e.op("Gather", {c.in[0], e.ints(partner, "partner")});
+    e.attr(e.last(), "axis", int64_t{-1});
+    turned = e.op("Mul", {turned, e.initializer(from_vector(sign).to(t), e.stem_ + "_sign")});
+    std::string y = e.op("Add", {e.op("Mul", {c.in[0], c.in[1]}), e.op("Mul", {turned, c.in[2]})});
+    return {{y, t}};
+  }
   static R batch_norm(E& e, const NodeCtx& c) {
     const DType t = c.dt[0];
     Shape cs = e.static_dims(c.in_type(1), "batch_norm's mean");
@@ -665,6 +686,7 @@ const std::map<std::string, Exporter::Emit>& Exporter::emitters() {
     // normalization, linear algebra, convolution
     m["layer_norm"] = F::layer_norm;
     m["rms_norm"] = F::rms_norm;
+    m["rotary_embedding"] = F::rotary_embedding;
     m["batch_norm"] = F::batch_norm;
     m["lrn"] = [](Exporter& e, const NodeCtx& c) -> R {
       std::string y = e.op("LRN", {c.in[0]});

@@ -90,6 +90,10 @@ std::vector<Case> cases() {
   c.push_back({"layer_norm_plain", [](auto& x) { return layer_norm(x[0], -1); }, {nc({3, 5}, 68)}});
   c.push_back({"rms_norm", [](auto& x) { return rms_norm(x[0], 1, x[1]); }, {nc({2, 3, 4}, 74), rt({3, 4}, 75)}, true});
   c.push_back({"rms_norm_plain", [](auto& x) { return rms_norm(x[0], -1, {}, 0.1); }, {nc({3, 5}, 76)}});
+  c.push_back({"rotary_embedding", [](auto& x) { return rotary_embedding(x[0], x[1], x[2]); },
+               {nc({2, 3, 6}, 77), rt({3, 6}, 78), rt({3, 6}, 79)}, true});
+  c.push_back({"rotary_interleaved", [](auto& x) { return rotary_embedding(x[0], x[1], x[2], true); },
+               {nc({3, 4}, 177), rt({4}, 178), rt({3, 4}, 179)}});
   c.push_back({"batch_norm", [](auto& x) { return batch_norm(x[0], x[1], x[2], x[3], x[4]); },
                {nc({2, 3, 2, 2}, 69), rt({3}, 70), random_positive({3}, DType::f64, 71), rt({3}, 72), rt({3}, 73)}});
   // views

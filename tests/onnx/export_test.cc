@@ -164,6 +164,7 @@ TEST(OnnxExport, ElementwiseOps) {
 TEST(OnnxExport, ReductionsAndNormalization) {
   Tensor w = random_tensor({9}, DType::f32, 30), bias = random_tensor({9}, DType::f32, 31);
   Tensor w2 = random_tensor({5, 9}, DType::f32, 32);
+  Tensor c = random_tensor({5, 8}, DType::f32, 35), sn = random_tensor({5, 8}, DType::f32, 36);
   const std::vector<Tensor> in = {random_tensor({4, 5, 9}, DType::f32, 33), random_tensor({4, 5, 9}, DType::i32, 34)};
   ir::Graph g = fn::trace(
       [&](const std::vector<Tensor>& x) {
@@ -174,7 +175,8 @@ TEST(OnnxExport, ReductionsAndNormalization) {
                                    cumsum(a, 1), cumsum(a, 2, true, true), sum(i, {2}), mean(i, {1}), cumsum(i, 0),
                                    prod(i, {0}), softmax(a, 1), log_softmax(a, 0), layer_norm(a, -1, w, bias),
                                    layer_norm(a, 1, w2), layer_norm(a, 2), rms_norm(a, -1, w), rms_norm(a, 1, w2, 1e-3),
-                                   rms_norm(a, 2)};
+                                   rms_norm(a, 2), rotary_embedding(a.slice(2, 0, 8), c, sn),
+                                   rotary_embedding(a.slice(2, 1, 9), c, sn.slice(0, 1, 2), true)};
       },
       in, names({"a", "i"}, {}));
   EXPECT_TRUE(matches_onnxruntime(g, in, "reductions"));

@@ -1,4 +1,5 @@
-// softmax, log_softmax, layer_norm, rms_norm and batch_norm against the float64 reference (ref/norm.cc):
+// softmax, log_softmax, layer_norm, rms_norm, batch_norm and rotary_embedding against the float64
+// reference (ref/norm.cc):
 // floating dtypes, odd sizes, several axes, non-contiguous inputs, optional weight/bias, stability
 // on large inputs, and error messages that name the op, the argument and both shapes.
 // Tolerance: tol_for(result dtype) (each result is computed in f64 and rounded once).
@@ -233,6 +234,52 @@ TEST(Norm, RmsNormF32RowsOnEveryIsa) {
   }
 }
 
+// rotary_embedding against the long-double reference: every float dtype, rows of 2 to 130 over odd
+// leading sizes, both pair layouts, cos and sin of x's shape and broadcast ([S, D] over [B, H, S,
+// D]), and heads permuted out of [B, S, H, D] as attention reads them (not contiguous).
+TEST(Norm, RotaryEmbeddingMatchesReference) {
+  for (DType t : testing::kFloatDTypes) {
+    for (int64_t d : {2, 8, 66, 130}) {
+      for (int64_t n : {1, 7, 33}) {
+        Tensor x = random_tensor({2, 3, n, d}, t, 281 + static_cast<uint64_t>(n + d));
+        Tensor c = random_tensor({n, d}, t, 283), s = random_tensor({n, d}, t, 293);
+        Tensor cf = random_tensor({2, 3, n, d}, t, 307), sf = random_tensor({2, 3, n, d}, t, 311);
+        Tensor heads = random_tensor({2, n, 3, d}, t, 313).permute({0, 2, 1, 3});
+        for (bool il : {false, true}) {
+          const std::string what = std::string(dtype_name(t)) + " d=" + std::to_string(d) +
+                                   " n=" + std::to_string(n) + (il ? " interleaved" : "");
+          EXPECT_TRUE(all_close(rotary_embedding(x, c, s, il), ref::rotary_embedding(x, c, s, il))) << what;
+          EXPECT_TRUE(all_close(rotary_embedding(x, cf, sf, il), ref::rotary_embedding(x, cf, sf, il))) << what;
+          EXPECT_TRUE(all_close(rotary_embedding(heads, c, s, il), ref::rotary_embedding(heads, c, s, il)))
+              << what << " permuted heads";
+          EXPECT_TRUE(all_close(rotary_embedding(noncontiguous(x), noncontiguous(c), s, il),
+                                ref::rotary_embedding(x, c, s, il)))
+              << what << " strided";
+        }
+      }
+    }
+  }
+}
+
+// A quarter turn by hand: the pair (x_i, x_{i+2}) of a 4-wide row (or (x_2i, x_2i+1) interleaved)
+// turned by angle a: (x cos a - y sin a, y cos a + x sin a).
+TEST(Norm, RotaryEmbeddingTurnsEachPair) {
+  const double a = 0.3, b = -1.1;
+  Tensor x = from_vector<double>({1, 2, 3, 4}, Shape{1, 4});
+  Tensor c = from_vector<double>({std::cos(a), std::cos(b), std::cos(a), std::cos(b)}, Shape{4});
+  Tensor s = from_vector<double>({std::sin(a), std::sin(b), std::sin(a), std::sin(b)}, Shape{4});
+  Tensor half = from_vector<double>({1 * std::cos(a) - 3 * std::sin(a), 2 * std::cos(b) - 4 * std::sin(b),
+                                     3 * std::cos(a) + 1 * std::sin(a), 4 * std::cos(b) + 2 * std::sin(b)},
+                                    Shape{1, 4});
+  EXPECT_TRUE(all_close(rotary_embedding(x, c, s), half));
+  Tensor ci = from_vector<double>({std::cos(a), std::cos(a), std::cos(b), std::cos(b)}, Shape{4});
+  Tensor si = from_vector<double>({std::sin(a), std::sin(a), std::sin(b), std::sin(b)}, Shape{4});
+  Tensor pairs = from_vector<double>({1 * std::cos(a) - 2 * std::sin(a), 2 * std::cos(a) + 1 * std::sin(a),
+                                      3 * std::cos(b) - 4 * std::sin(b), 4 * std::cos(b) + 3 * std::sin(b)},
+                                     Shape{1, 4});
+  EXPECT_TRUE(all_close(rotary_embedding(x, ci, si, true), pairs));
+}
+
 TEST(Norm, BatchNormMatchesReference) {
   for (DType t : testing::kFloatDTypes) {
     for (int64_t n : testing::kOddSizes) {
@@ -280,6 +327,11 @@ TEST(Norm, Errors) {
   EXPECT_KILN_ERROR(rms_norm(x, 3), "rms_norm", "axis 3", "rank 3");
   EXPECT_KILN_ERROR(rms_norm(x, -1, {}, -1.0), "rms_norm", "eps", ">= 0");
   EXPECT_KILN_ERROR(rms_norm(ones({2, 3}, DType::i32)), "rms_norm", "'x'", "floating", "i32[2, 3]");
+  EXPECT_KILN_ERROR(rotary_embedding(ones({2, 3}), ones({3}), ones({3})), "rotary_embedding", "even last dim");
+  EXPECT_KILN_ERROR(rotary_embedding(ones({2, 4, 6}), ones({2, 6}), ones({6})), "rotary_embedding", "'cos'",
+                    "[2, 6]", "[2, 4, 6]");
+  EXPECT_KILN_ERROR(rotary_embedding(ones({2, 4}), ones({4}), ones({4}, DType::f64)), "rotary_embedding", "'sin'",
+                    "f64", "share a dtype");
   Tensor c4 = ones({4});
   EXPECT_KILN_ERROR(batch_norm(x, ones({5}), c4), "batch_norm", "'mean'", "[5]", "[4]", "[2, 4, 5]");
   EXPECT_KILN_ERROR(batch_norm(x, c4, ones({2, 2})), "batch_norm", "'var'", "[2, 2]", "[4]");

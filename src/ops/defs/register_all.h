@@ -15,7 +15,7 @@ void register_unary_ops(OpRegistry& r);    // defs/unary/*.cc
 void register_binary_ops(OpRegistry& r);   // defs/binary/*.cc (incl. where)
 void register_reduce_ops(OpRegistry& r);   // defs/reduce/*.cc
 void register_scan_ops(OpRegistry& r);     // defs/scan/*.cc
-void register_norm_ops(OpRegistry& r);     // defs/norm/*.cc (softmax, layer_norm, batch_norm)
+void register_norm_ops(OpRegistry& r);     // defs/norm/*.cc (softmax, layer/rms/batch norms, rotary_embedding)
 void register_linalg_ops(OpRegistry& r);   // defs/linalg/*.cc (matmul, gemm)
 void register_conv_ops(OpRegistry& r);     // defs/conv/*.cc (conv2d, pooling, lrn)
 void register_index_ops(OpRegistry& r);    // defs/index/*.cc (gather, scatter, one_hot, topk)

@@ -1,4 +1,4 @@
-// Reference softmax, layer_norm, rms_norm and batch_norm on row-major values in long double.
+// Reference softmax, layer_norm, rms_norm, batch_norm and rotary_embedding on row-major values in long double.
 #include <algorithm>
 #include <cmath>
 
@@ -70,6 +70,22 @@ Tensor rms_norm(const Tensor& x, int64_t axis, const Tensor& weight, double eps)
     for (int64_t i = 0; i < len; ++i)
       out[static_cast<size_t>(r * len + i)] = static_cast<double>(row[i] * inv * w[static_cast<size_t>(i)]);
   }
+  return from_values(out, s);
+}
+
+Tensor rotary_embedding(const Tensor& x, const Tensor& cos, const Tensor& sin, bool interleaved) {
+  const Shape& s = x.shape();
+  const int64_t d = s.back(), h = d / 2;
+  std::vector<double> v = values(x), c = values(cos.broadcast_to(s)), sn = values(sin.broadcast_to(s));
+  std::vector<double> out(v.size());
+  for (size_t r = 0; r < v.size(); r += static_cast<size_t>(d))
+    for (int64_t i = 0; i < d; ++i) {
+      const int64_t j = interleaved ? (i ^ 1) : (i < h ? i + h : i - h);
+      const bool negate = interleaved ? i % 2 == 0 : i < h;
+      const size_t at = r + static_cast<size_t>(i);
+      const long double rx = negate ? -v[r + static_cast<size_t>(j)] : v[r + static_cast<size_t>(j)];
+      out[at] = static_cast<double>(static_cast<long double>(v[at]) * c[at] + rx * sn[at]);
+    }
   return from_values(out, s);
 }
 

@@ -50,6 +50,9 @@ Tensor softmax(const Tensor& x, int64_t axis, bool log = false);
 Tensor layer_norm(const Tensor& x, int64_t axis, const Tensor& weight, const Tensor& bias, double eps);
 // x / sqrt(mean(x^2) + eps) * weight over dims axis..end; weight may be undefined.
 Tensor rms_norm(const Tensor& x, int64_t axis, const Tensor& weight, double eps);
+// x * cos + R(x) * sin on the last dim, R(x) = (-x2, x1) for pairs (i, i + D/2), or (2i, 2i + 1)
+// when interleaved; cos and sin broadcast to x.
+Tensor rotary_embedding(const Tensor& x, const Tensor& cos, const Tensor& sin, bool interleaved);
 Tensor batch_norm(const Tensor& x, const Tensor& mean, const Tensor& var, const Tensor& weight,
                   const Tensor& bias, double eps);
 

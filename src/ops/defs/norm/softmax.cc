@@ -131,6 +131,7 @@ void register_norm_ops(OpRegistry& r) {
                    {}, {0}})
       .doc("x - max - log(sum(exp(x - max))) along axis");
   defs::register_norm_layer_ops(r);
+  defs::register_rotary_ops(r);
 }
 
 Tensor softmax(const Tensor& x, int64_t axis, SourceLoc loc) { return dispatch1(op("softmax"), {x}, {{"axis", axis}}, loc); }
