@@ -2,7 +2,7 @@
 //   -O0: nothing (the verifier only)
 //   -O1: identity, dce, cse                       (cleanups that never change numerics)
 //   -O2: identity, fold, transpose, reshape, unstack, pad_fold, bn_fold, branch_merge,
-//        layer_norm_fusion, gelu_fusion, attention_fusion, epilogue, cse, dce
+//        layer_norm_fusion, gelu_fusion, rotary_fusion, attention_fusion, epilogue, cse, dce
 //        (+ folding, transformer-pattern and epilogue fusion; bn_fold rounds folded weights once
 //        to the weight dtype, and branch_merge sums the folded branches' kernels after it; the
 //        transformer patterns run before epilogue so a fused gelu can join a gemm's epilogue)
@@ -31,6 +31,7 @@ void register_passes() {
     ir::register_pass("eltwise", passes::make_eltwise);
     ir::register_pass("layer_norm_fusion", passes::make_layer_norm_fusion);
     ir::register_pass("gelu_fusion", passes::make_gelu_fusion);
+    ir::register_pass("rotary_fusion", passes::make_rotary_fusion);
     ir::register_pass("attention_fusion", passes::make_attention_fusion);
     ir::register_pass("layout", passes::make_layout);
     ir::register_pass("layout_all", passes::make_layout_all);
@@ -42,10 +43,10 @@ std::vector<std::string> pipeline(int opt_level) {
   KILN_CHECK(opt_level >= 0 && opt_level <= 3, "optimization level -O", opt_level, " is not one of 0..3");
   if (opt_level == 0) return {};
   if (opt_level == 1) return {"identity", "dce", "cse"};
-  std::vector<std::string> o2{"identity",         "fold",         "transpose",         "reshape",
-                              "unstack",          "pad_fold",     "bn_fold",           "branch_merge",
-                              "layer_norm_fusion", "gelu_fusion", "attention_fusion",  "epilogue",
-                              "cse",              "dce"};
+  std::vector<std::string> o2{"identity",          "fold",        "transpose",     "reshape",
+                              "unstack",           "pad_fold",    "bn_fold",       "branch_merge",
+                              "layer_norm_fusion", "gelu_fusion", "rotary_fusion", "attention_fusion",
+                              "epilogue",          "cse",         "dce"};
   if (opt_level == 2) return o2;
   o2.push_back("eltwise");
   return o2;

@@ -3,7 +3,8 @@
 // form, -inf and large-negative mask values, k given transposed or not, non-contiguous inputs;
 // and the layer_norm_fusion / gelu_fusion / attention_fusion passes on a BERT-like encoder block
 // (decomposed as exporters emit it): the optimized graph, run by the reference executor and as a
-// compiled engine, equals the unfused graph; the same for T5's and LLaMA's RMS norms.
+// compiled engine, equals the unfused graph; the same for T5's and LLaMA's RMS norms and LLaMA's
+// rotary embeddings.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -356,6 +357,54 @@ TEST(TransformerFusion, RmsNormsFuseAndKeepTheNumerics) {
   runtime::Engine engine = runtime::Engine::deserialize(compiled.engine.serialize());
   runtime::Executor ex(std::make_shared<runtime::Engine>(std::move(engine)));
   EXPECT_TRUE(testing::all_close(ex.run({in})[0], want, testing::Tol{1e-5, 1e-5}));
+}
+
+// LLaMA's rotary embedding of q and k as PyTorch exports it (rotate_half: slice, neg, concat; the
+// heads permuted out of [B, S, H, D] first; cos and sin [1, 1, S, D] constants of RoPE angles):
+// rotary_fusion makes each one rotary_embedding (Note [Rotary embeddings from their parts]), and
+// the pass's graph and the compiled engine equal the unfused graph.
+TEST(TransformerFusion, RotaryEmbeddingsFuseAndKeepTheNumerics) {
+  const int64_t b = 2, s = 7, d = 10;
+  ir::Graph base;
+  ir::Value* q = base.add_input("q", {DType::f32, {b, s, 3, d}});
+  ir::Value* k = base.add_input("k", {DType::f32, {b, s, 1, d}});
+  Tensor cos = empty({1, 1, s, d}, TensorOptions(DType::f32)), sin = empty({1, 1, s, d}, TensorOptions(DType::f32));
+  for (int64_t p = 0; p < s; ++p)
+    for (int64_t i = 0; i < d; ++i) {
+      const double angle = static_cast<double>(p) * std::pow(10000.0, -2.0 * static_cast<double>(i % (d / 2)) / d);
+      cos.data<float>()[p * d + i] = static_cast<float>(std::cos(angle));
+      sin.data<float>()[p * d + i] = static_cast<float>(std::sin(angle));
+    }
+  ir::Value* c = base.add_constant("cos", cos);
+  ir::Value* sn = base.add_constant("sin", sin);
+  auto half = [&](ir::Value* x, int64_t from, int64_t to) {
+    return node(base, "slice", {x}, {{"starts", std::vector<int64_t>{from}}, {"ends", std::vector<int64_t>{to}},
+                                     {"axes", std::vector<int64_t>{3}}});
+  };
+  auto rope = [&](ir::Value* x) {
+    x = node(base, "permute", {x}, {{"dims", std::vector<int64_t>{0, 2, 1, 3}}});
+    ir::Value* turned = node(base, "concat", {node(base, "neg", {half(x, d / 2, d)}), half(x, 0, d / 2)},
+                             {{"axis", int64_t{3}}});
+    return node(base, "add", {node(base, "mul", {x, c}), node(base, "mul", {turned, sn})});
+  };
+  base.add_output(rope(q));
+  base.add_output(rope(k));
+  ir::verify(base);
+  std::vector<Tensor> in{random_tensor({b, s, 3, d}, DType::f32, 94), random_tensor({b, s, 1, d}, DType::f32, 95)};
+  std::vector<Tensor> want = ir::run(base, in);
+  ir::Graph g = base.clone();
+  auto reps = compiler::run_passes(g, {"rotary_fusion", "dce"}, true);
+  EXPECT_TRUE(reps[0].changed) << reps[0].report;
+  EXPECT_EQ(count_op(g, "rotary_embedding"), 2) << ir::print(g);
+  for (const char* gone : {"neg", "concat", "slice", "mul", "add"}) EXPECT_EQ(count_op(g, gone), 0) << gone;
+  runtime::CompileOptions co;
+  co.passes.opt_level = 2;
+  runtime::Executor ex(std::make_shared<runtime::Engine>(runtime::compile(base, co).engine));
+  std::vector<Tensor> fused = ir::run(g, in), engine = ex.run(in);
+  for (size_t i = 0; i < 2; ++i) {
+    EXPECT_TRUE(testing::all_close(fused[i], want[i], testing::Tol{1e-6, 1e-6})) << i;
+    EXPECT_TRUE(testing::all_close(engine[i], want[i], testing::Tol{1e-6, 1e-6})) << i;
+  }
 }
 
 TEST(TransformerFusion, HeadMergePermuteFoldsIntoAttention) {

@@ -64,6 +64,7 @@ std::unique_ptr<ir::Pass> make_epilogue();
 std::unique_ptr<ir::Pass> make_eltwise();
 std::unique_ptr<ir::Pass> make_layer_norm_fusion();
 std::unique_ptr<ir::Pass> make_gelu_fusion();
+std::unique_ptr<ir::Pass> make_rotary_fusion();
 std::unique_ptr<ir::Pass> make_attention_fusion();
 std::unique_ptr<ir::Pass> make_layout();
 std::unique_ptr<ir::Pass> make_layout_all();
