@@ -407,6 +407,54 @@ TEST(TransformerFusion, RotaryEmbeddingsFuseAndKeepTheNumerics) {
   }
 }
 
+// Grouped-query attention as PyTorch exports repeat_kv (unsqueeze, expand, reshape of k and v)
+// with a [B, 1, S, S] mask and the head merge after it: attention_fusion runs fused_attention on
+// the expand's stride-0 views (Note [Grouped-query heads read in place]), no copy of k or v left;
+// with a mask per head it keeps the plain form. Both equal the unfused graph, through the pass and
+// an engine.
+TEST(TransformerFusion, GroupedQueryHeadsAreReadInPlace) {
+  const int64_t b = 2, s = 7, kv = 2, group = 3, h = kv * group, d = 8;
+  for (bool per_head_mask : {false, true}) {
+    SCOPED_TRACE(per_head_mask ? "mask per head" : "mask [B, 1, S, S]");
+    ir::Graph base;
+    ir::Value* q = base.add_input("q", {DType::f32, {b, s, h, d}});
+    ir::Value* k = base.add_input("k", {DType::f32, {b, s, kv, d}});
+    ir::Value* v = base.add_input("v", {DType::f32, {b, s, kv, d}});
+    ir::Value* mask = base.add_input("mask", {DType::f32, {b, per_head_mask ? h : 1, s, s}});
+    auto heads = [&](ir::Value* x) { return node(base, "permute", {x}, {{"dims", std::vector<int64_t>{0, 2, 1, 3}}}); };
+    auto repeat = [&](ir::Value* x) {
+      x = node(base, "unsqueeze", {heads(x)}, {{"dims", std::vector<int64_t>{2}}});
+      x = node(base, "expand", {x}, {{"shape", std::vector<int64_t>{b, kv, group, s, d}}});
+      return node(base, "reshape", {x}, {{"shape", std::vector<int64_t>{b, h, s, d}}});
+    };
+    ir::Value* kt = node(base, "permute", {repeat(k)}, {{"dims", std::vector<int64_t>{0, 1, 3, 2}}});
+    ir::Value* scores = node(base, "mul", {node(base, "matmul", {heads(q), kt}), scalar(base, 0.35)});
+    ir::Value* p = node(base, "softmax", {node(base, "add", {scores, mask})}, {{"axis", int64_t{-1}}});
+    ir::Value* ctx = heads(node(base, "matmul", {p, repeat(v)}));
+    base.add_output(node(base, "reshape", {ctx}, {{"shape", std::vector<int64_t>{b, s, h * d}}}));
+    ir::verify(base);
+    std::vector<Tensor> in{random_tensor({b, s, h, d}, DType::f32, 96), random_tensor({b, s, kv, d}, DType::f32, 97),
+                           random_tensor({b, s, kv, d}, DType::f32, 98),
+                           random_tensor({b, per_head_mask ? h : 1, s, s}, DType::f32, 99, -3, 0)};
+    Tensor want = ir::run(base, in)[0];
+    ir::Graph g = base.clone();
+    auto reps = compiler::run_passes(g, {"attention_fusion", "dce"}, true);
+    ASSERT_EQ(count_op(g, "fused_attention"), 1) << reps[0].report;
+    const ir::Node* fa = nullptr;
+    for (const ir::Node* nd : g.nodes())
+      if (nd->op().name() == "fused_attention") fa = nd;
+    for (size_t i : {1, 2})
+      EXPECT_EQ(fa->inputs()[i]->producer()->op().name(), per_head_mask ? "reshape" : "expand") << i;
+    EXPECT_EQ(reps[0].report.find("key heads read by groups of 3") != std::string::npos, !per_head_mask)
+        << reps[0].report;
+    EXPECT_TRUE(testing::all_close(ir::run(g, in)[0], want, kF32Tol));
+    runtime::CompileOptions co;
+    co.passes.opt_level = 2;
+    runtime::Executor ex(std::make_shared<runtime::Engine>(runtime::compile(base, co).engine));
+    EXPECT_TRUE(testing::all_close(ex.run(in)[0], want, kF32Tol));
+  }
+}
+
 TEST(TransformerFusion, HeadMergePermuteFoldsIntoAttention) {
   const int64_t b = 2, s = 7, h = 3, d = 4;
   struct Case {

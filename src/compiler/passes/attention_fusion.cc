@@ -269,6 +269,89 @@ class AttentionFusion {
   const Uses& uses_;
 };
 
+// Note [Grouped-query heads read in place]
+// Grouped-query attention (LLaMA 2/3, Mistral, Qwen) keeps Hkv key and value heads for H = Hkv * G
+// query heads, and PyTorch exports its repeat_kv as unsqueeze(kv, 2), expand to [B, Hkv, G, S, D]
+// (a view: stride 0 along G), reshape to [B, H, S, D]: that reshape cannot be a view, so every
+// layer copied k and v G times over (in a LLaMA-shaped decoder with 12 query and 4 key heads,
+// 0.1 ms a layer at batch 1 and 0.34 at batch 8 on two threads). fused_attention reads any strides
+// in place, so the grouped form runs it on 5-D operands instead: q split to [B, Hkv, G, Sq, D] (a
+// view), k and v the expand's stride-0 views, a mask [B, 1, Sq, Sk] given a dim for the group, and
+// out_dims carried over with H as the (Hkv, G) pair, whose output reshapes back to the 4-D one as a
+// view. Where k and v are not both repeated alike, q's dims past the batch are not static, or a
+// mask varies by head, the plain form stays.
+struct GroupedHeads {
+  ir::Value* k = nullptr;  // the expand's [B, Hkv, G, S, D]
+  ir::Value* v = nullptr;
+  int64_t kv_heads = 0, group = 0;
+};
+
+// The expand's output where k is reshape(expand(unsqueeze(x, [2]))) to [B, Hkv * G, .., ..].
+ir::Value* repeated_heads(ir::Value* k, int64_t& kv_heads, int64_t& group) {
+  ir::Node* rs = producer_op(k, "reshape");
+  ir::Node* ex = rs ? producer_op(rs->inputs()[0], "expand") : nullptr;
+  ir::Node* un = ex ? producer_op(ex->inputs()[0], "unsqueeze") : nullptr;
+  if (!un) return nullptr;
+  const std::vector<int64_t> dims = un->attrs().get_ints("dims");
+  if (dims.size() != 1 || (dims[0] != 2 && dims[0] != -3)) return nullptr;
+  const ir::SymShape& es = ex->output()->type().shape;
+  const ir::SymShape& ks = k->type().shape;
+  if (es.size() != 5 || ks.size() != 4 || !(es[0] == ks[0]) || !(es[3] == ks[2]) || !(es[4] == ks[3])) return nullptr;
+  if (es[1].is_symbolic() || es[2].is_symbolic() || ks[1].is_symbolic() || es[1].size * es[2].size != ks[1].size)
+    return nullptr;
+  kv_heads = es[1].size;
+  group = es[2].size;
+  return ex->output();
+}
+
+std::optional<GroupedHeads> grouped_heads(const AttentionMatch& m) {
+  GroupedHeads gh;
+  int64_t hv = 0, gv = 0;
+  gh.k = repeated_heads(m.k, gh.kv_heads, gh.group);
+  gh.v = repeated_heads(m.v, hv, gv);
+  if (!gh.k || !gh.v || hv != gh.kv_heads || gv != gh.group || gh.group < 2) return std::nullopt;
+  const ir::SymShape& qs = m.q->type().shape;
+  if (qs.size() != 4 || qs[1].is_symbolic() || qs[1].size != gh.kv_heads * gh.group) return std::nullopt;
+  for (size_t d = 1; d < 4; ++d)
+    if (qs[d].is_symbolic()) return std::nullopt;
+  if (m.mask) {
+    const ir::SymShape& ms = m.mask->type().shape;
+    const bool per_head = ms.size() >= 3 && !(ms[ms.size() - 3] == ir::Dim(1));
+    if (per_head) return std::nullopt;
+  }
+  return gh;
+}
+
+// The fused node in its grouped form (Note [Grouped-query heads read in place]) and the reshape
+// back to the plain form's output (the last of the nodes returned).
+std::vector<ir::Node*> add_grouped_attention(ir::Graph& g, const AttentionMatch& m, const GroupedHeads& gh,
+                                             Attrs attrs, const ir::ValueType& want) {
+  std::vector<ir::Node*> made;
+  const ir::SymShape& qs = m.q->type().shape;
+  auto dim = [](const ir::Dim& d) { return d.is_symbolic() ? int64_t{-1} : d.size; };
+  std::vector<int64_t> split{dim(qs[0]), gh.kv_heads, gh.group, qs[2].size, qs[3].size};
+  made.push_back(g.add_node(kiln::op("reshape"), {m.q}, {{"shape", split}}));
+  ir::Value* q = made.back()->output();
+  ir::Value* mask = m.mask;
+  if (mask && mask->type().shape.size() == 4) {
+    made.push_back(g.add_node(kiln::op("unsqueeze"), {mask}, {{"dims", std::vector<int64_t>{1}}}));
+    mask = made.back()->output();
+  }
+  if (!m.out_dims.empty()) {
+    std::vector<int64_t> od;
+    for (int64_t d : m.out_dims) {
+      if (d == 1) od.insert(od.end(), {1, 2});
+      else od.push_back(d < 1 ? d : d + 1);
+    }
+    attrs.set("out_dims", od);
+  }
+  made.push_back(g.add_node(kiln::op("fused_attention"), {q, gh.k, gh.v, mask}, attrs));
+  std::vector<int64_t> back;
+  for (const ir::Dim& d : want.shape) back.push_back(dim(d));
+  made.push_back(g.add_node(kiln::op("reshape"), {made.back()->output()}, {{"shape", back}}));
+  return made;
+}
+
 std::string format_double(double v) {
   std::ostringstream os;
   os << v;
@@ -297,9 +380,14 @@ class AttentionFusionPass : public ir::Pass {
                                                   m->fill_first ? zero : fill});
         m->mask = additive->output();
       }
-      ir::Node* fa = g.add_node(kiln::op("fused_attention"), {m->q, m->k, m->v, m->mask}, attrs);
-      if (!(fa->output()->type() == m->root->output()->type())) {
-        g.erase_nodes({fa});
+      const ir::ValueType& want = m->root->output()->type();
+      std::optional<GroupedHeads> gh = grouped_heads(*m);
+      std::vector<ir::Node*> made =
+          gh ? add_grouped_attention(g, *m, *gh, attrs, want)
+             : std::vector<ir::Node*>{g.add_node(kiln::op("fused_attention"), {m->q, m->k, m->v, m->mask}, attrs)};
+      ir::Node* fa = made.back();
+      if (!(fa->output()->type() == want)) {
+        for (auto it = made.rbegin(); it != made.rend(); ++it) g.erase_nodes({*it});
         if (additive) g.erase_nodes({additive});
         continue;
       }
@@ -307,12 +395,15 @@ class AttentionFusionPass : public ir::Pass {
       size_t count = m->nodes.size();
       replace_pattern(g, m->root, fa, m->nodes);
       erased.insert(m->nodes.begin(), m->nodes.end());
-      std::string item = "%" + out + " = fused_attention(%" + m->q->name() + ", %" + m->k->name() + ", %" +
-                         m->v->name() + (m->mask ? ", %" + m->mask->name() : std::string()) +
+      std::string item = "%" + out + " = fused_attention(%" + m->q->name() + ", %" + (gh ? gh->k : m->k)->name() +
+                         ", %" + (gh ? gh->v : m->v)->name() + (m->mask ? ", %" + m->mask->name() : std::string()) +
                          ") {scale=" + format_double(m->scale) +
                          (m->k_transposed ? ", k_transposed" : "") + (m->zero_nan_rows ? ", zero_nan_rows" : "") +
                          (m->out_dims.empty() ? "" : ", out_dims=" + shape_str(Shape(m->out_dims.begin(), m->out_dims.end()))) +
-                         "} from " + std::to_string(count) + " nodes";
+                         "} from " + std::to_string(count) + " nodes" +
+                         (gh ? ", " + std::to_string(gh->kv_heads) + " key heads read by groups of " +
+                                   std::to_string(gh->group)
+                             : std::string());
       items.push_back(std::move(item));
       uses = g.uses();
     }
