@@ -64,9 +64,16 @@ void rotate_row(char* const* p, const int64_t* st, int64_t d, bool interleaved) 
   const int64_t ys = st[3] / static_cast<int64_t>(sizeof(T));
   if constexpr (std::is_same_v<T, float>) {
     const int64_t one = static_cast<int64_t>(sizeof(float));
-    if (!interleaved && st[0] == one && st[1] == one && st[2] == one && ys == 1) {
-      // The common layout: unit-stride rows, vectorizable halves.
+    if (st[0] == one && st[1] == one && st[2] == one && ys == 1) {
+      // Unit-stride rows: loops the compiler vectorizes.
       const float *x = at(0, 0), *c = at(1, 0), *s = at(2, 0);
+      if (interleaved) {
+        for (int64_t i = 0; i < d; i += 2) {
+          y[i] = x[i] * c[i] - x[i + 1] * s[i];
+          y[i + 1] = x[i + 1] * c[i + 1] + x[i] * s[i + 1];
+        }
+        return;
+      }
       const int64_t h = d / 2;
       for (int64_t i = 0; i < h; ++i) y[i] = x[i] * c[i] - x[i + h] * s[i];
       for (int64_t i = h; i < d; ++i) y[i] = x[i] * c[i] + x[i - h] * s[i];
