@@ -516,12 +516,11 @@ TuneReport select_tactics(Engine& e, const CompileOptions& options) {
       // Note [Packed weights in the budget]: the tactics whose packed copy fits, or the least.
       if (e.target.memory_budget > 0) {
         const int64_t room = e.target.memory_budget - e.memory.arena_bytes - weight_bytes - packed_bytes - pending;
+        std::map<std::string, int64_t> cost;
+        for (const std::string& t : tactics) cost[t] = packed_for(st, t);
         int64_t least = std::numeric_limits<int64_t>::max();
-        for (const std::string& t : tactics) least = std::min(least, packed_for(st, t));
-        std::erase_if(tactics, [&](const std::string& t) {
-          const int64_t cost = packed_for(st, t);
-          return cost > room && cost > least;
-        });
+        for (const auto& [t, bytes] : cost) least = std::min(least, bytes);
+        std::erase_if(tactics, [&](const std::string& t) { return cost[t] > room && cost[t] > least; });
       }
       if (!options.autotune) {
         // Note [Heuristic tactics]: without timing, a convolution with constant filters takes the

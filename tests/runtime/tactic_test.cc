@@ -29,14 +29,21 @@ namespace {
 
 using kiln::testing::random_tensor;
 
+// Seeded random constants for a test graph: each call adds one in [-range, range) from the next seed.
+struct SeededConstants {
+  ir::Graph& g;
+  uint64_t seed;
+  double range = 0.5;
+  ir::Value* operator()(const std::string& name, const Shape& shape) {
+    return g.add_constant(name, random_tensor(shape, DType::f32, seed++, -range, range));
+  }
+};
+
 // x[batch, 13] -> gemm(w1^T) + b1 -> relu -> matmul(w2) + b2 -> gelu -> gemm(w3^T, c = b3)
 ir::Graph mlp() {
   ir::Graph g;
   g.name = "mlp";
-  uint64_t seed = 7;
-  auto cst = [&](const std::string& n, const Shape& s) {
-    return g.add_constant(n, random_tensor(s, DType::f32, seed++, -0.5, 0.5));
-  };
+  SeededConstants cst{g, 7};
   ir::Value* x = g.add_input("x", ir::ValueType{DType::f32, {ir::Dim::sym("batch"), 13}});
   ir::Value* h = g.add_node(op("gemm"), {x, cst("w1", {24, 13}), cst("b1", {24})}, {{"trans_b", true}})->output();
   h = g.add_node(op("relu"), {h})->output();
@@ -55,10 +62,7 @@ ir::Graph mlp() {
 ir::Graph small_cnn() {
   ir::Graph g;
   g.name = "small_cnn";
-  uint64_t seed = 100;
-  auto cst = [&](const std::string& n, const Shape& s) {
-    return g.add_constant(n, random_tensor(s, DType::f32, seed++, -0.5, 0.5));
-  };
+  SeededConstants cst{g, 100};
   ir::Value* x = g.add_input("x", ir::ValueType{DType::f32, {ir::Dim::sym("batch"), 3, 9, 7}});
   ir::Value* c = g.add_node(op("conv2d"), {x, cst("c1_w", {8, 3, 3, 3}), cst("c1_b", {8})},
                             {{"padding", std::vector<int64_t>{1, 1, 1, 1}}})->output();
@@ -748,10 +752,7 @@ TEST(Tactics, ForcedTacticsRunInsideEnginesWithoutFallingBack) {
 TEST(Tactics, DepthwiseConvolutionsAreNotTuned) {
   ir::Graph g;
   g.name = "depthwise";
-  uint64_t seed = 300;
-  auto cst = [&](const std::string& n, const Shape& s) {
-    return g.add_constant(n, random_tensor(s, DType::f32, seed++, -0.5, 0.5));
-  };
+  SeededConstants cst{g, 300};
   ir::Value* x = g.add_input("x", ir::ValueType{DType::f32, {ir::Dim::sym("batch"), 8, 9, 7}});
   const Attrs pad{{"padding", std::vector<int64_t>{1, 1, 1, 1}}};
   Attrs depthwise = pad, grouped = pad;
@@ -838,10 +839,7 @@ TEST(Tactics, BlockedConvolutionPanelWidthsMatchTheDefault) {
 ir::Graph blocked_pair() {
   ir::Graph g;
   g.name = "blocked_pair";
-  uint64_t seed = 800;
-  auto cst = [&](const std::string& n, const Shape& s) {
-    return g.add_constant(n, random_tensor(s, DType::f32, seed++, -0.3, 0.3));
-  };
+  SeededConstants cst{g, 800, 0.3};
   const Attrs pad{{"padding", std::vector<int64_t>{1, 1, 1, 1}}};
   ir::Value* x = g.add_input("x", ir::ValueType{DType::f32, {ir::Dim::sym("batch"), 16, 14, 14}});
   ir::Value* c = g.add_node(op("conv2d"), {x, cst("w96", {96, 16, 3, 3}), cst("b96", {96})}, pad)->output();
@@ -970,10 +968,7 @@ TEST(Target, PackedFiltersCountAgainstTheMemoryBudget) {
   // still needs.
   ir::Graph g;
   g.name = "reserve";
-  uint64_t seed = 300;
-  auto cst = [&](const std::string& n, const Shape& sh) {
-    return g.add_constant(n, random_tensor(sh, DType::f32, seed++, -0.5, 0.5));
-  };
+  SeededConstants cst{g, 300};
   const Attrs pad1{{"padding", std::vector<int64_t>{1, 1, 1, 1}}};
   ir::Value* v = g.add_input("x", ir::ValueType{DType::f32, {ir::Dim::sym("batch"), 16, 8, 8}});
   v = g.add_node(op("relu"), {g.add_node(op("conv2d"), {v, cst("a", {16, 16, 1, 1})})->output()})->output();

@@ -54,6 +54,26 @@ int64_t window_out_size(const InferCtx& c, const char* dim, int64_t in, int64_t 
   return out;
 }
 
+kernels::cpu::Conv2dParams filter_params(const Shape& w, int64_t groups) {
+  kernels::cpu::Conv2dParams p;
+  p.groups = groups;
+  p.k = w[0], p.c = w[1] * groups, p.r = w[2], p.s = w[3];
+  return p;
+}
+
+kernels::cpu::Conv2dParams conv2d_params(const std::string& op, const Shape& x, const Shape& w, const Shape& y,
+                                         const Attrs& attrs) {
+  kernels::cpu::Conv2dParams p = filter_params(w, attrs.get_int("groups"));
+  const auto pad = padding_attr(op, attrs);
+  const auto& stride = attrs.get_ints("stride");
+  const auto& dil = attrs.get_ints("dilation");
+  p.n = x[0], p.h = x[2], p.w = x[3];
+  p.ho = y[2], p.wo = y[3];
+  p.stride_h = stride[0], p.stride_w = stride[1], p.pad_top = pad[0], p.pad_left = pad[1];
+  p.dil_h = dil[0], p.dil_w = dil[1];
+  return p;
+}
+
 Tensor contiguous_as(const Tensor& t, DType to) {
   if (t.dtype() == to && t.is_contiguous()) return t;
   Tensor out = empty(t.shape(), TensorOptions(to, t.device()));
@@ -105,15 +125,7 @@ void conv2d_kernel(const KernelCall& k) {
   Tensor x = defs::contiguous_as(k.in(0), ct), w = defs::contiguous_as(k.in(1), ct);
   Tensor bias = k.inputs.size() > 2 && k.in(2).defined() ? defs::contiguous_as(k.in(2), ct) : Tensor();
   Tensor y = out.dtype() == ct && out.is_contiguous() ? out : empty(out.shape(), TensorOptions(ct, out.device()));
-  auto pad = defs::padding_attr("conv2d", k.attrs);
-  const auto& stride = k.attrs.get_ints("stride");
-  const auto& dil = k.attrs.get_ints("dilation");
-  kernels::cpu::Conv2dParams p;
-  p.n = x.shape()[0], p.c = x.shape()[1], p.h = x.shape()[2], p.w = x.shape()[3];
-  p.k = w.shape()[0], p.r = w.shape()[2], p.s = w.shape()[3];
-  p.ho = out.shape()[2], p.wo = out.shape()[3];
-  p.stride_h = stride[0], p.stride_w = stride[1], p.pad_top = pad[0], p.pad_left = pad[1];
-  p.dil_h = dil[0], p.dil_w = dil[1], p.groups = k.attrs.get_int("groups");
+  const kernels::cpu::Conv2dParams p = defs::conv2d_params("conv2d", x.shape(), w.shape(), out.shape(), k.attrs);
   if (y.numel() > 0) {
     if (ct == DType::f64)
       kernels::cpu::conv2d_nchw_f64(p, x.data<double>(), w.data<double>(), bias.defined() ? bias.data<double>() : nullptr,

@@ -4,6 +4,7 @@
 #include <string>
 #include <vector>
 
+#include "kernels/cpu/conv.h"
 #include "kernels/cpu/pool.h"
 #include "kiln/core/tensor.h"
 #include "kiln/ops/op_def.h"
@@ -24,6 +25,15 @@ int64_t window_out_size(const InferCtx& c, const char* dim, int64_t in, int64_t 
 // The pooling geometry of a call of `op` on x of shape [N, C, H, W] (`max` pools have dilation;
 // stride [] is the kernel).
 kernels::cpu::Pool2dParams pool_params(const std::string& op, const Shape& x, const Attrs& attrs, bool max);
+
+// The geometry of a 2-D convolution `op` of x [N, C, H, W] (or blocked [N, C/16, H, W, 16]) with
+// filters w [K, C / groups, R, S] into y [N, K, Ho, Wo] (or blocked), bound with attrs (stride,
+// padding, dilation, groups).
+kernels::cpu::Conv2dParams conv2d_params(const std::string& op, const Shape& x, const Shape& w, const Shape& y,
+                                         const Attrs& attrs);
+// What the filters w [K, C / groups, R, S] and the groups tell alone: for packing filters ahead of
+// a call.
+kernels::cpu::Conv2dParams filter_params(const Shape& w, int64_t groups);
 
 // Bytes of the packed filters fused_conv2d_nchwc keeps for filters of shape `w` (a constant) bound
 // with `attrs`, on an input of rank x_rank (4: plain NCHW, a stem; 5: blocked), with Winograd's

@@ -173,18 +173,11 @@ size_t packed_filter_floats(const kernels::cpu::Conv2dParams& p, kernels::cpu::N
 // input's shape, w: the filters (contiguous), y: the output's shape.
 PreparedConvNchwc prepare_conv_nchwc(const Shape& x, const Tensor& w, const Shape& y, const Attrs& attrs,
                                      int panel_blocks, int winograd_tile) {
-  const auto pad = defs::padding_attr("fused_conv2d_nchwc", attrs);
-  const auto& stride = attrs.get_ints("stride");
-  const auto& dil = attrs.get_ints("dilation");
   PreparedConvNchwc c;
   c.input = x.size() == 4 ? kernels::cpu::NchwcInput::plain : kernels::cpu::NchwcInput::blocked;
   const int64_t groups = attrs.get_int("groups");
   kernels::cpu::Conv2dParams& p = c.p;
-  p.n = x[0], p.c = w.shape()[1] * groups, p.h = x[2], p.w = x[3];
-  p.k = w.shape()[0], p.r = w.shape()[2], p.s = w.shape()[3];
-  p.ho = y[2], p.wo = y[3];
-  p.stride_h = stride[0], p.stride_w = stride[1], p.pad_top = pad[0], p.pad_left = pad[1];
-  p.dil_h = dil[0], p.dil_w = dil[1], p.groups = groups;
+  p = defs::conv2d_params("fused_conv2d_nchwc", x, w.shape(), y, attrs);
   const bool depthwise = depthwise_filters(groups, w.shape());
   p.nchwc_panel_blocks = depthwise ? 0 : panel_blocks;
   c.activation = parse_activation(attrs.get_string("activation"));
@@ -349,9 +342,7 @@ namespace defs {
 
 int64_t conv_nchwc_packed_bytes(size_t x_rank, const Shape& w, const Attrs& attrs, int winograd_tile) {
   KILN_ASSERT(w.size() == 4, "conv_nchwc_packed_bytes: filters of rank ", w.size());
-  kernels::cpu::Conv2dParams p;
-  p.groups = attrs.get_int("groups");
-  p.k = w[0], p.c = w[1] * p.groups, p.r = w[2], p.s = w[3];
+  const kernels::cpu::Conv2dParams p = filter_params(w, attrs.get_int("groups"));
   const auto input = x_rank == 4 ? kernels::cpu::NchwcInput::plain : kernels::cpu::NchwcInput::blocked;
   const bool depthwise = depthwise_filters(p.groups, w);
   // As prepare_conv_nchwc: Winograd's tiles on blocked input only.

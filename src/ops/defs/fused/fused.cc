@@ -235,15 +235,7 @@ void fused_conv2d_f32(const KernelCall& k, const Tensor& y, const Tensor& bias_i
   Tensor x = k.in(0).contiguous(), w = k.in(1).contiguous();
   Tensor bias = bias_in.defined() ? bias_in.contiguous() : Tensor();
   Tensor res = k.inputs.size() > 3 && k.in(3).defined() ? k.in(3).contiguous() : Tensor();
-  auto pad = defs::padding_attr("fused_conv2d", k.attrs);
-  const auto& stride = k.attrs.get_ints("stride");
-  const auto& dil = k.attrs.get_ints("dilation");
-  kernels::cpu::Conv2dParams p;
-  p.n = x.shape()[0], p.c = x.shape()[1], p.h = x.shape()[2], p.w = x.shape()[3];
-  p.k = w.shape()[0], p.r = w.shape()[2], p.s = w.shape()[3];
-  p.ho = y.shape()[2], p.wo = y.shape()[3];
-  p.stride_h = stride[0], p.stride_w = stride[1], p.pad_top = pad[0], p.pad_left = pad[1];
-  p.dil_h = dil[0], p.dil_w = dil[1], p.groups = k.attrs.get_int("groups");
+  const kernels::cpu::Conv2dParams p = defs::conv2d_params("fused_conv2d", x.shape(), w.shape(), y.shape(), k.attrs);
   kernels::cpu::Conv2dEpilogue ep;
   ep.activation = gemm_act(act_of(k.attrs));
   ep.residual = ptr_or_null<float>(res);

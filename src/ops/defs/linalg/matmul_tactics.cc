@@ -260,14 +260,7 @@ bool conv_params(const KernelCall& k, const char* name, kernels::cpu::Conv2dPara
   const Tensor& w = k.in(1);
   const Tensor& out = k.out(0);
   if (!w.is_contiguous() || !out.is_contiguous() || out.numel() == 0 || aliases(out, x) || aliases(out, w)) return false;
-  auto pad = defs::padding_attr(name, k.attrs);
-  const auto& stride = k.attrs.get_ints("stride");
-  const auto& dil = k.attrs.get_ints("dilation");
-  p.n = x.shape()[0], p.c = x.shape()[1], p.h = x.shape()[2], p.w = x.shape()[3];
-  p.k = w.shape()[0], p.r = w.shape()[2], p.s = w.shape()[3];
-  p.ho = out.shape()[2], p.wo = out.shape()[3];
-  p.stride_h = stride[0], p.stride_w = stride[1], p.pad_top = pad[0], p.pad_left = pad[1];
-  p.dil_h = dil[0], p.dil_w = dil[1], p.groups = k.attrs.get_int("groups");
+  p = defs::conv2d_params(name, x.shape(), w.shape(), out.shape(), k.attrs);
   const bool depthwise = p.groups > 1 && p.c / p.groups == 1;
   return !depthwise && p.c / p.groups * p.r * p.s > 0;
 }
@@ -456,9 +449,7 @@ bool prepack_weight(const OpDef& op, const std::string& tactic, const Tensor& w,
     return true;
   }
   if ((name == "conv2d" || name == "fused_conv2d") && w.dim() == 4 && w.is_contiguous()) {
-    kernels::cpu::Conv2dParams p;
-    p.groups = attrs.get_int("groups");
-    p.k = w.shape()[0], p.c = w.shape()[1] * p.groups, p.r = w.shape()[2], p.s = w.shape()[3];
+    const kernels::cpu::Conv2dParams p = defs::filter_params(w.shape(), attrs.get_int("groups"));
     if (p.groups > 1 && w.shape()[1] == 1) return false;  // depthwise: the default kernel
     // The direct layout depends on the image size too (its register tile), which the weight alone
     // does not tell: those filters are packed on the step's first run instead.
