@@ -360,50 +360,66 @@ TEST(TransformerFusion, RmsNormsFuseAndKeepTheNumerics) {
 }
 
 // LLaMA's rotary embedding of q and k as PyTorch exports it (rotate_half: slice, neg, concat; the
-// heads permuted out of [B, S, H, D] first; cos and sin [1, 1, S, D] constants of RoPE angles):
-// rotary_fusion makes each one rotary_embedding (Note [Rotary embeddings from their parts]), and
-// the pass's graph and the compiled engine equal the unfused graph.
+// heads permuted out of [B, S, H, D] first; cos and sin [1, 1, S, D] constants of RoPE angles), and
+// GPT-J's (rotate_every_two: strided slices, neg, unsqueeze, concat, reshape back; each angle
+// twice in a row): rotary_fusion makes each one rotary_embedding (Note [Rotary embeddings from
+// their parts]), and the pass's graph and the compiled engine equal the unfused graph.
 TEST(TransformerFusion, RotaryEmbeddingsFuseAndKeepTheNumerics) {
   const int64_t b = 2, s = 7, d = 10;
-  ir::Graph base;
-  ir::Value* q = base.add_input("q", {DType::f32, {b, s, 3, d}});
-  ir::Value* k = base.add_input("k", {DType::f32, {b, s, 1, d}});
-  Tensor cos = empty({1, 1, s, d}, TensorOptions(DType::f32)), sin = empty({1, 1, s, d}, TensorOptions(DType::f32));
-  for (int64_t p = 0; p < s; ++p)
-    for (int64_t i = 0; i < d; ++i) {
-      const double angle = static_cast<double>(p) * std::pow(10000.0, -2.0 * static_cast<double>(i % (d / 2)) / d);
-      cos.data<float>()[p * d + i] = static_cast<float>(std::cos(angle));
-      sin.data<float>()[p * d + i] = static_cast<float>(std::sin(angle));
+  for (bool pairs : {false, true}) {
+    SCOPED_TRACE(pairs ? "GPT-J pairs" : "rotate_half");
+    ir::Graph base;
+    ir::Value* q = base.add_input("q", {DType::f32, {b, s, 3, d}});
+    ir::Value* k = base.add_input("k", {DType::f32, {b, s, 1, d}});
+    Tensor cos = empty({1, 1, s, d}, TensorOptions(DType::f32)), sin = empty({1, 1, s, d}, TensorOptions(DType::f32));
+    for (int64_t p = 0; p < s; ++p)
+      for (int64_t i = 0; i < d; ++i) {
+        const int64_t pair = pairs ? i / 2 : i % (d / 2);
+        const double angle = static_cast<double>(p) * std::pow(10000.0, -2.0 * static_cast<double>(pair) / d);
+        cos.data<float>()[p * d + i] = static_cast<float>(std::cos(angle));
+        sin.data<float>()[p * d + i] = static_cast<float>(std::sin(angle));
+      }
+    ir::Value* c = base.add_constant("cos", cos);
+    ir::Value* sn = base.add_constant("sin", sin);
+    auto part = [&](ir::Value* x, int64_t from, int64_t to, int64_t step) {
+      return node(base, "slice", {x}, {{"starts", std::vector<int64_t>{from}}, {"ends", std::vector<int64_t>{to}},
+                                       {"axes", std::vector<int64_t>{3}}, {"steps", std::vector<int64_t>{step}}});
+    };
+    auto turn = [&](ir::Value* x) {
+      if (!pairs)
+        return node(base, "concat", {node(base, "neg", {part(x, d / 2, d, 1)}), part(x, 0, d / 2, 1)},
+                    {{"axis", int64_t{3}}});
+      const Attrs last{{"dims", std::vector<int64_t>{-1}}};
+      ir::Value* odd = node(base, "unsqueeze", {node(base, "neg", {part(x, 1, d, 2)})}, last);
+      ir::Value* even = node(base, "unsqueeze", {part(x, 0, d, 2)}, last);
+      ir::Value* st = node(base, "concat", {odd, even}, {{"axis", int64_t{-1}}});
+      std::vector<int64_t> shape;
+      for (const ir::Dim& dim : x->type().shape) shape.push_back(dim.size);
+      return node(base, "reshape", {st}, {{"shape", shape}});
+    };
+    auto rope = [&](ir::Value* x) {
+      x = node(base, "permute", {x}, {{"dims", std::vector<int64_t>{0, 2, 1, 3}}});
+      return node(base, "add", {node(base, "mul", {x, c}), node(base, "mul", {turn(x), sn})});
+    };
+    base.add_output(rope(q));
+    base.add_output(rope(k));
+    ir::verify(base);
+    std::vector<Tensor> in{random_tensor({b, s, 3, d}, DType::f32, 94), random_tensor({b, s, 1, d}, DType::f32, 95)};
+    std::vector<Tensor> want = ir::run(base, in);
+    ir::Graph g = base.clone();
+    auto reps = compiler::run_passes(g, {"rotary_fusion", "dce"}, true);
+    EXPECT_TRUE(reps[0].changed) << reps[0].report;
+    EXPECT_EQ(count_op(g, "rotary_embedding"), 2) << ir::print(g);
+    for (const char* gone : {"neg", "concat", "slice", "mul", "add", "unsqueeze"})
+      EXPECT_EQ(count_op(g, gone), 0) << gone;
+    runtime::CompileOptions co;
+    co.passes.opt_level = 2;
+    runtime::Executor ex(std::make_shared<runtime::Engine>(runtime::compile(base, co).engine));
+    std::vector<Tensor> fused = ir::run(g, in), engine = ex.run(in);
+    for (size_t i = 0; i < 2; ++i) {
+      EXPECT_TRUE(testing::all_close(fused[i], want[i], testing::Tol{1e-6, 1e-6})) << i;
+      EXPECT_TRUE(testing::all_close(engine[i], want[i], testing::Tol{1e-6, 1e-6})) << i;
     }
-  ir::Value* c = base.add_constant("cos", cos);
-  ir::Value* sn = base.add_constant("sin", sin);
-  auto half = [&](ir::Value* x, int64_t from, int64_t to) {
-    return node(base, "slice", {x}, {{"starts", std::vector<int64_t>{from}}, {"ends", std::vector<int64_t>{to}},
-                                     {"axes", std::vector<int64_t>{3}}});
-  };
-  auto rope = [&](ir::Value* x) {
-    x = node(base, "permute", {x}, {{"dims", std::vector<int64_t>{0, 2, 1, 3}}});
-    ir::Value* turned = node(base, "concat", {node(base, "neg", {half(x, d / 2, d)}), half(x, 0, d / 2)},
-                             {{"axis", int64_t{3}}});
-    return node(base, "add", {node(base, "mul", {x, c}), node(base, "mul", {turned, sn})});
-  };
-  base.add_output(rope(q));
-  base.add_output(rope(k));
-  ir::verify(base);
-  std::vector<Tensor> in{random_tensor({b, s, 3, d}, DType::f32, 94), random_tensor({b, s, 1, d}, DType::f32, 95)};
-  std::vector<Tensor> want = ir::run(base, in);
-  ir::Graph g = base.clone();
-  auto reps = compiler::run_passes(g, {"rotary_fusion", "dce"}, true);
-  EXPECT_TRUE(reps[0].changed) << reps[0].report;
-  EXPECT_EQ(count_op(g, "rotary_embedding"), 2) << ir::print(g);
-  for (const char* gone : {"neg", "concat", "slice", "mul", "add"}) EXPECT_EQ(count_op(g, gone), 0) << gone;
-  runtime::CompileOptions co;
-  co.passes.opt_level = 2;
-  runtime::Executor ex(std::make_shared<runtime::Engine>(runtime::compile(base, co).engine));
-  std::vector<Tensor> fused = ir::run(g, in), engine = ex.run(in);
-  for (size_t i = 0; i < 2; ++i) {
-    EXPECT_TRUE(testing::all_close(fused[i], want[i], testing::Tol{1e-6, 1e-6})) << i;
-    EXPECT_TRUE(testing::all_close(engine[i], want[i], testing::Tol{1e-6, 1e-6})) << i;
   }
 }
 

@@ -2,6 +2,8 @@
 // Mistral, Qwen, Phi) as PyTorch exports it,
 //   x1 = slice(x, last dim, 0 .. D/2)      x2 = slice(x, last dim, D/2 .. D)
 //   y  = x * cos + concat(-x2, x1, last dim) * sin
+// or GPT-J's rotate_every_two, concat(unsqueeze(-x[1::2], -1), unsqueeze(x[0::2], -1), -1)
+// reshaped back to x's shape in place of concat(-x2, x1) (interleaved pairs),
 // (the products and the sum in either operand order) becomes one rotary_embedding(x, cos, sin)
 // (src/ops/defs/norm/rotary.cc), where cos and sin have x's dtype and broadcast to its shape
 // without growing it, x's last dim is static and even, and every intermediate is private to the
@@ -23,47 +25,74 @@ struct RotaryMatch {
   ir::Value* x = nullptr;
   ir::Value* cos = nullptr;
   ir::Value* sin = nullptr;
+  bool interleaved = false;  // GPT-J's pairs (2i, 2i + 1), not rotate_half's halves
   ir::Node* root = nullptr;
   std::set<ir::Node*> nodes;
 };
 
-// Whether slice node n takes [from, to) of x's last dim (size d) with step 1, and nothing else.
-bool slices_last(const ir::Node* n, const ir::Value* x, int64_t d, int64_t from, int64_t to) {
+// Whether slice node n takes the elements from, from + step, .. of x's last dim (size d) below `to`
+// (step 1: exactly [from, to); step 2: d / 2 elements), and nothing else.
+bool slices_last(const ir::Node* n, const ir::Value* x, int64_t d, int64_t from, int64_t to, int64_t step = 1) {
   if (n == nullptr || n->op().name() != "slice" || n->inputs()[0] != x) return false;
   const int64_t r = static_cast<int64_t>(x->type().shape.size());
   const auto starts = n->attrs().get_ints("starts"), ends = n->attrs().get_ints("ends");
   const auto axes = n->attrs().get_ints("axes"), steps = n->attrs().get_ints("steps");
   if (starts.size() != 1 || ends.size() != 1) return false;
   if (axes.empty() ? r != 1 : (axes.size() != 1 || (axes[0] != r - 1 && axes[0] != -1))) return false;
-  if (!steps.empty() && (steps.size() != 1 || steps[0] != 1)) return false;
+  if (steps.empty() ? step != 1 : (steps.size() != 1 || steps[0] != step)) return false;
   auto clamp = [d](int64_t v) { return std::clamp<int64_t>(v < 0 ? v + d : v, 0, d); };
-  return clamp(starts[0]) == from && clamp(ends[0]) == to;
+  const int64_t begin = clamp(starts[0]), end = clamp(ends[0]);
+  if (step == 1) return begin == from && end == to;
+  return begin == from && end > begin && (end - begin + step - 1) / step == d / 2;
+}
+
+// Whether n is unsqueeze(v) adding a last dim to v of rank r.
+bool unsqueezes_last(const ir::Node* n, int64_t r) {
+  if (n == nullptr || n->op().name() != "unsqueeze") return false;
+  const auto dims = n->attrs().get_ints("dims");
+  return dims.size() == 1 && (dims[0] == r || dims[0] == -1);
 }
 
 class RotaryFusion {
  public:
   RotaryFusion(const ir::Graph& g, const Uses& uses) : g_(g), uses_(uses) {}
 
-  // From the concat that builds rotate_half(x).
+  // From the concat that builds rotate_half(x), or rotate_every_two(x) before its flatten.
   std::optional<RotaryMatch> match(ir::Node* cat) {
     if (cat->inputs().size() != 2) return std::nullopt;
-    ir::Node* neg = producer_op(cat->inputs()[0], "neg");
-    ir::Node* lo = producer_op(cat->inputs()[1], "slice");
+    // GPT-J's form: concat(unsqueeze(-x[1::2], -1), unsqueeze(x[0::2], -1), -1) flattened back.
+    ir::Node* first = producer_op(cat->inputs()[0], "unsqueeze");
+    ir::Node* second = producer_op(cat->inputs()[1], "unsqueeze");
+    const bool pairs = first && second;
+    ir::Node* neg = producer_op(pairs ? first->inputs()[0] : cat->inputs()[0], "neg");
+    ir::Node* lo = producer_op(pairs ? second->inputs()[0] : cat->inputs()[1], "slice");
     ir::Node* hi = neg ? producer_op(neg->inputs()[0], "slice") : nullptr;
     if (!lo || !hi) return std::nullopt;
     RotaryMatch m;
     m.x = lo->inputs()[0];
+    m.interleaved = pairs;
     const ir::ValueType& xt = m.x->type();
     if (!is_floating(xt.dtype) || xt.shape.empty() || xt.shape.back().is_symbolic()) return std::nullopt;
     const int64_t r = static_cast<int64_t>(xt.shape.size()), d = xt.shape.back().size;
     const int64_t axis = cat->attrs().get_int("axis");
-    if (d % 2 != 0 || (axis != r - 1 && axis != -1) || !(cat->output()->type() == xt)) return std::nullopt;
-    if (!slices_last(lo, m.x, d, 0, d / 2) || !slices_last(hi, m.x, d, d / 2, d)) return std::nullopt;
+    if (d % 2 != 0) return std::nullopt;
     m.nodes = {lo, hi, neg, cat};
+    ir::Node* turned = cat;  // the node whose output is R(x)
+    if (pairs) {
+      if ((axis != r && axis != -1) || !unsqueezes_last(first, r) || !unsqueezes_last(second, r)) return std::nullopt;
+      if (!slices_last(lo, m.x, d, 0, d, 2) || !slices_last(hi, m.x, d, 1, d, 2)) return std::nullopt;
+      turned = sole_reader(g_, uses_, cat->output());
+      if (!turned || turned->op().name() != "reshape") return std::nullopt;
+      m.nodes.insert({first, second, turned});
+    } else {
+      if ((axis != r - 1 && axis != -1)) return std::nullopt;
+      if (!slices_last(lo, m.x, d, 0, d / 2) || !slices_last(hi, m.x, d, d / 2, d)) return std::nullopt;
+    }
+    if (!(turned->output()->type() == xt)) return std::nullopt;
     // * sin, then + x * cos.
-    ir::Node* times_sin = sole_reader(g_, uses_, cat->output());
+    ir::Node* times_sin = sole_reader(g_, uses_, turned->output());
     if (!times_sin || times_sin->op().name() != "mul") return std::nullopt;
-    m.sin = other_operand(times_sin, cat->output());
+    m.sin = other_operand(times_sin, turned->output());
     ir::Node* sum = sole_reader(g_, uses_, times_sin->output());
     if (!m.sin || !sum || sum->op().name() != "add" || !(sum->output()->type() == xt)) return std::nullopt;
     ir::Node* times_cos = other_operand(sum, times_sin->output()) ? other_operand(sum, times_sin->output())->producer()
@@ -96,7 +125,8 @@ class RotaryFusionPass : public ir::Pass {
       if (erased.count(n) || n->op().name() != "concat") continue;
       auto m = RotaryFusion(g, uses).match(n);
       if (!m) continue;
-      ir::Node* rot = g.add_node(kiln::op("rotary_embedding"), {m->x, m->cos, m->sin});
+      ir::Node* rot =
+          g.add_node(kiln::op("rotary_embedding"), {m->x, m->cos, m->sin}, {{"interleaved", m->interleaved}});
       if (!(rot->output()->type() == m->root->output()->type())) {
         g.erase_nodes({rot});
         continue;
@@ -106,7 +136,8 @@ class RotaryFusionPass : public ir::Pass {
       replace_pattern(g, m->root, rot, m->nodes);
       erased.insert(m->nodes.begin(), m->nodes.end());
       items.push_back("%" + out + " = rotary_embedding(%" + m->x->name() + ", %" + m->cos->name() + ", %" +
-                      m->sin->name() + ") from " + std::to_string(count) + " nodes");
+                      m->sin->name() + ")" + (m->interleaved ? " {interleaved}" : "") + " from " +
+                      std::to_string(count) + " nodes");
       uses = g.uses();
     }
     if (!items.empty()) topo_reorder(g);
