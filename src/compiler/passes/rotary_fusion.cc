@@ -95,9 +95,8 @@ class RotaryFusion {
     m.sin = other_operand(times_sin, turned->output());
     ir::Node* sum = sole_reader(g_, uses_, times_sin->output());
     if (!m.sin || !sum || sum->op().name() != "add" || !(sum->output()->type() == xt)) return std::nullopt;
-    ir::Node* times_cos = other_operand(sum, times_sin->output()) ? other_operand(sum, times_sin->output())->producer()
-                                                                   : nullptr;
-    if (!times_cos || times_cos->op().name() != "mul" || times_cos->outputs().size() != 1) return std::nullopt;
+    ir::Node* times_cos = producer_op(other_operand(sum, times_sin->output()), "mul");
+    if (!times_cos) return std::nullopt;
     m.cos = other_operand(times_cos, m.x);
     if (!m.cos || m.cos == m.x) return std::nullopt;
     for (const ir::Node* p : {times_sin, times_cos})

@@ -30,15 +30,32 @@ Tensor softmax(const Tensor& x, int64_t axis, bool log) {
   return from_values(out, s);
 }
 
-Tensor layer_norm(const Tensor& x, int64_t axis, const Tensor& weight, const Tensor& bias, double eps) {
-  const Shape& s = x.shape();
+namespace {
+
+// The dims of `shape` before `axis` as rows of the dims from it to the end (a trailing norm's).
+struct TrailingRows {
+  int64_t rows = 1, len = 1;
+};
+TrailingRows trailing_rows(const Shape& s, int64_t axis) {
   const int64_t rank = static_cast<int64_t>(s.size());
   const int64_t a = axis < 0 ? axis + rank : axis;
-  int64_t rows = 1, len = 1;
-  for (int64_t d = 0; d < rank; ++d) (d < a ? rows : len) *= s[static_cast<size_t>(d)];
+  TrailingRows t;
+  for (int64_t d = 0; d < rank; ++d) (d < a ? t.rows : t.len) *= s[static_cast<size_t>(d)];
+  return t;
+}
+
+// t's values, or n copies of `fill` where t is undefined (an absent weight or bias).
+std::vector<double> values_or(const Tensor& t, int64_t n, double fill) {
+  return t.defined() ? values(t) : std::vector<double>(static_cast<size_t>(n), fill);
+}
+
+}  // namespace
+
+Tensor layer_norm(const Tensor& x, int64_t axis, const Tensor& weight, const Tensor& bias, double eps) {
+  const Shape& s = x.shape();
+  const auto [rows, len] = trailing_rows(s, axis);
   std::vector<double> v = values(x), out(v.size());
-  std::vector<double> w = weight.defined() ? values(weight) : std::vector<double>(static_cast<size_t>(len), 1.0);
-  std::vector<double> b = bias.defined() ? values(bias) : std::vector<double>(static_cast<size_t>(len), 0.0);
+  std::vector<double> w = values_or(weight, len, 1.0), b = values_or(bias, len, 0.0);
   for (int64_t r = 0; r < rows; ++r) {
     const size_t base = static_cast<size_t>(r * len);
     long double m = 0, var = 0;
@@ -56,12 +73,9 @@ Tensor layer_norm(const Tensor& x, int64_t axis, const Tensor& weight, const Ten
 
 Tensor rms_norm(const Tensor& x, int64_t axis, const Tensor& weight, double eps) {
   const Shape& s = x.shape();
-  const int64_t rank = static_cast<int64_t>(s.size());
-  const int64_t a = axis < 0 ? axis + rank : axis;
-  int64_t rows = 1, len = 1;
-  for (int64_t d = 0; d < rank; ++d) (d < a ? rows : len) *= s[static_cast<size_t>(d)];
+  const auto [rows, len] = trailing_rows(s, axis);
   std::vector<double> v = values(x), out(v.size());
-  std::vector<double> w = weight.defined() ? values(weight) : std::vector<double>(static_cast<size_t>(len), 1.0);
+  std::vector<double> w = values_or(weight, len, 1.0);
   for (int64_t r = 0; r < rows; ++r) {
     const double* row = v.data() + r * len;
     long double ss = 0;
@@ -96,8 +110,7 @@ Tensor batch_norm(const Tensor& x, const Tensor& mean, const Tensor& var, const 
   int64_t inner = 1;
   for (size_t d = 2; d < s.size(); ++d) inner *= s[d];
   std::vector<double> v = values(x), out(v.size()), m = values(mean), vr = values(var);
-  std::vector<double> w = weight.defined() ? values(weight) : std::vector<double>(static_cast<size_t>(channels), 1.0);
-  std::vector<double> b = bias.defined() ? values(bias) : std::vector<double>(static_cast<size_t>(channels), 0.0);
+  std::vector<double> w = values_or(weight, channels, 1.0), b = values_or(bias, channels, 0.0);
   for (size_t p = 0; p < v.size(); ++p) {
     size_t c = static_cast<size_t>((static_cast<int64_t>(p) / inner) % channels);
     out[p] = static_cast<double>((v[p] - static_cast<long double>(m[c])) / std::sqrt(static_cast<long double>(vr[c]) + eps) * w[c] + b[c]);
