@@ -15,8 +15,15 @@ TensorImpl& Tensor::impl() const {
   return *impl_;
 }
 
-int64_t Tensor::size(int64_t d) const { return impl().shape[normalize_axis(d, dim(), "size")]; }
-int64_t Tensor::stride(int64_t d) const { return impl().strides[normalize_axis(d, dim(), "stride")]; }
+// A 0-d tensor has no dims to ask about (normalize_axis lets axis 0 / -1 name a 0-d tensor itself).
+int64_t Tensor::size(int64_t d) const {
+  KILN_CHECK(dim() > 0, "size(", d, "): the tensor is 0-d and has no dims");
+  return impl().shape[static_cast<size_t>(normalize_axis(d, dim(), "size"))];
+}
+int64_t Tensor::stride(int64_t d) const {
+  KILN_CHECK(dim() > 0, "stride(", d, "): the tensor is 0-d and has no dims");
+  return impl().strides[static_cast<size_t>(normalize_axis(d, dim(), "stride"))];
+}
 
 bool Tensor::is_contiguous() const {
   const auto& s = impl().shape;

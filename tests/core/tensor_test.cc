@@ -150,6 +150,14 @@ TEST(Tensor, ViewErrorsNameTheOp) {
   EXPECT_KILN_ERROR(a.slice(0, 0, 1, 0), "slice", "step cannot be 0");
   EXPECT_KILN_ERROR(a.select(1, 3), "select", "index 3");
   EXPECT_KILN_ERROR(a.broadcast_to({3}), "broadcast");
+  // Axis 0 / -1 may name a 0-d tensor itself (sum, softmax), but there is no dim to size, slice or index.
+  Tensor s = scalar_tensor(2.5);
+  EXPECT_KILN_ERROR(s.size(0), "size(0)", "0-d");
+  EXPECT_KILN_ERROR(s.stride(-1), "stride(-1)", "0-d");
+  EXPECT_KILN_ERROR(s.slice(0, 0, 1), "slice", "0-d tensor");
+  Tensor st = s.transpose(0, -1);  // as torch.transpose: the tensor itself
+  EXPECT_EQ(st.shape(), Shape{});
+  EXPECT_EQ(st.item<double>(), 2.5);
 }
 
 TEST(Tensor, ContiguousCloneAndCast) {

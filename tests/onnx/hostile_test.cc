@@ -523,6 +523,16 @@ TEST(OnnxHostile, TypeMismatches) {
   add_node(k, "Conv", {"x", "W"}, {"y"}, "conv");
   add_output(k, "y");
   EXPECT_KILN_ERROR(import(k), "node #0 'conv' (Conv)");
+
+  // A 0-d input to an op that names its dims (the fuzzer found Slice reading dim 0 of a scalar).
+  ModelProto z = new_model();
+  add_input(z, "x", TensorProto::FLOAT, {});
+  add_init(z, "starts", from_vector<int64_t>({1}));
+  add_init(z, "ends", from_vector<int64_t>({7}));
+  add_init(z, "axes", from_vector<int64_t>({0}));
+  add_node(z, "Slice", {"x", "starts", "ends", "axes"}, {"y"}, "cut");
+  add_output(z, "y");
+  EXPECT_KILN_ERROR(import(z), "node #0 'cut' (Slice)", "cannot slice a 0-d tensor");
 }
 
 TEST(OnnxHostile, WrongAttributeTypes) {

@@ -183,6 +183,8 @@ SliceSpec slice_spec(const Shape& shape, const Attrs& a) {
   if (steps.empty()) steps.assign(starts.size(), 1);
   KILN_CHECK(axes.size() == starts.size() && steps.size() == starts.size(), "slice: starts, ends, axes and steps ",
              "must have the same length (", starts.size(), ", ", ends.size(), ", ", axes.size(), ", ", steps.size(), ")");
+  KILN_CHECK(rank > 0 || axes.empty(), "slice: cannot slice a 0-d tensor (axes ", shape_str(axes),
+             "); slice needs a tensor of rank >= 1");
   SliceSpec spec;
   for (size_t i = 0; i < axes.size(); ++i) {
     int64_t ax = normalize_axis(axes[i], rank, "slice");
@@ -423,6 +425,7 @@ Tensor transpose(const Tensor& x, int64_t d0, int64_t d1, SourceLoc loc) {
   int64_t r = x.dim();
   d0 = normalize_axis(d0, r, "transpose");
   d1 = normalize_axis(d1, r, "transpose");
+  if (r == 0) return permute(x, {}, loc);  // as torch.transpose: dims 0 / -1 of a 0-d tensor name itself
   std::vector<int64_t> p(static_cast<size_t>(r));
   for (int64_t i = 0; i < r; ++i) p[static_cast<size_t>(i)] = i;
   std::swap(p[static_cast<size_t>(d0)], p[static_cast<size_t>(d1)]);
