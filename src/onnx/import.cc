@@ -936,10 +936,12 @@ ir::Value* ConvertCtx::cast(ir::Value* v, DType dt) {
 }
 
 int64_t ConvertCtx::axis(int64_t a, int64_t r, const char* what) const {
-  int64_t lo = r == 0 ? -1 : -r, hi = r == 0 ? 0 : r - 1;
-  if (a < lo || a > hi)
+  // ONNX's range, [-r, r - 1]: a 0-d input has no axis to name (kiln's normalize_axis lets 0 / -1 name
+  // a 0-d tensor itself, which converters that index the input's dims must not see).
+  if (r == 0) fail(std::string(what) + " " + std::to_string(a) + " given for a 0-d input, which has no axes");
+  if (a < -r || a > r - 1)
     fail(std::string(what) + " " + std::to_string(a) + " is out of range for rank " + std::to_string(r));
-  return a < 0 ? a + std::max<int64_t>(r, 1) : a;
+  return a < 0 ? a + r : a;
 }
 
 void ConvertCtx::fail(const std::string& msg) const { KILN_FAIL(msg); }

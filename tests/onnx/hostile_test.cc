@@ -524,15 +524,30 @@ TEST(OnnxHostile, TypeMismatches) {
   add_output(k, "y");
   EXPECT_KILN_ERROR(import(k), "node #0 'conv' (Conv)");
 
-  // A 0-d input to an op that names its dims (the fuzzer found Slice reading dim 0 of a scalar).
-  ModelProto z = new_model();
-  add_input(z, "x", TensorProto::FLOAT, {});
-  add_init(z, "starts", from_vector<int64_t>({1}));
-  add_init(z, "ends", from_vector<int64_t>({7}));
-  add_init(z, "axes", from_vector<int64_t>({0}));
-  add_node(z, "Slice", {"x", "starts", "ends", "axes"}, {"y"}, "cut");
-  add_output(z, "y");
-  EXPECT_KILN_ERROR(import(z), "node #0 'cut' (Slice)", "cannot slice a 0-d tensor");
+  // A 0-d input to ops that name its dims (the fuzzer found Slice reading dim 0 of a scalar): ONNX's
+  // axis range [-r, r - 1] is empty there, and slice itself refuses when the axes are implied.
+  auto on_scalar = [](const std::string& op, const std::vector<std::pair<std::string, Tensor>>& consts) {
+    ModelProto z = new_model(18);
+    add_input(z, "x", TensorProto::FLOAT, {});
+    std::vector<std::string> ins = {"x"};
+    for (const auto& [name, t] : consts) {
+      add_init(z, name, t);
+      ins.push_back(name);
+    }
+    add_node(z, op, ins, {"y"}, "n");
+    add_output(z, "y");
+    return z;
+  };
+  const Tensor one = from_vector<int64_t>({1}), zero = from_vector<int64_t>({0});
+  EXPECT_KILN_ERROR(import(on_scalar("Slice", {{"starts", one}, {"ends", one}, {"axes", zero}})),
+                    "node #0 'n' (Slice)", "axes entry 0 given for a 0-d input");
+  EXPECT_KILN_ERROR(import(on_scalar("Slice", {{"starts", one}, {"ends", one}})), "node #0 'n' (Slice)",
+                    "cannot slice a 0-d tensor");
+  EXPECT_KILN_ERROR(import(on_scalar("Split", {})), "node #0 'n' (Split)", "axis 0 given for a 0-d input");
+  EXPECT_KILN_ERROR(import(on_scalar("Pad", {{"pads", from_vector<int64_t>({1, 1})}, {"value", scalar_tensor(0.0, TensorOptions(DType::f32))},
+                                               {"axes", zero}})),
+                    "node #0 'n' (Pad)", "axes entry 0 given for a 0-d input");
+  EXPECT_KILN_ERROR(import(on_scalar("Softmax", {})), "node #0 'n' (Softmax)", "axis -1 given for a 0-d input");
 }
 
 TEST(OnnxHostile, WrongAttributeTypes) {
