@@ -4,7 +4,7 @@
 // and the layer_norm_fusion / gelu_fusion / attention_fusion passes on a BERT-like encoder block
 // (decomposed as exporters emit it): the optimized graph, run by the reference executor and as a
 // compiled engine, equals the unfused graph; the same for T5's and LLaMA's RMS norms and LLaMA's
-// rotary embeddings.
+// rotary embeddings, and SqueezeBERT's 1-D convolutions with their epilogues.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -316,6 +316,45 @@ TEST(TransformerFusion, PipelineAndEngineMatchTheUnfusedGraph) {
   auto o2 = compiler::pipeline(2);
   for (const char* p : {"layer_norm_fusion", "gelu_fusion", "attention_fusion"})
     EXPECT_NE(std::find(o2.begin(), o2.end(), p), o2.end()) << p;
+}
+
+// SqueezeBERT's feed-forward block as PyTorch exports it: [B, C, S] activations, grouped Conv1d
+// layers (unsqueeze -> conv2d -> squeeze in kiln), a GELU between them, a residual add of the block's
+// input, itself a permuted view of a [B, S, C] layer norm: the GELU and the residual join the
+// convolutions (Note [Epilogues past a reshape] in epilogue.cc), no squeeze / unsqueeze pair is
+// left between them, and the -O2 graph and the compiled engine equal the unfused graph.
+TEST(TransformerFusion, OneDimensionalConvolutionsTakeTheirEpilogues) {
+  const int64_t b = 2, s = 9, c = 12, inner = 24, groups = 4;
+  ir::Graph base;
+  ir::Value* t = base.add_input("t", {DType::f32, {b, s, c}});
+  ir::Value* x = node(base, "permute", {node(base, "layer_norm", {t, weight(base, {c}, 70, 1.5)}, {{"axis", -1}})},
+                      {{"dims", std::vector<int64_t>{0, 2, 1}}});
+  auto conv1d = [&](ir::Value* v, int64_t cin, int64_t cout, uint64_t seed) {
+    ir::Value* u = node(base, "unsqueeze", {v}, {{"dims", std::vector<int64_t>{2}}});
+    ir::Value* y = node(base, "conv2d", {u, weight(base, {cout, cin / groups, 1, 1}, seed, 0.5),
+                                          weight(base, {cout}, seed + 1, 0.5)}, {{"groups", groups}});
+    return node(base, "squeeze", {y}, {{"dims", std::vector<int64_t>{2}}});
+  };
+  ir::Value* h = node(base, "gelu", {conv1d(x, c, inner, 71)});
+  ir::Value* y = node(base, "add", {x, conv1d(h, inner, c, 73)});
+  base.add_output(node(base, "relu", {conv1d(y, c, c, 75)}));
+  ir::verify(base);
+  Tensor in = random_tensor({b, s, c}, DType::f32, 77, -2, 2);
+  Tensor want = ir::run(base, {in})[0];
+  ir::Graph g = base.clone();
+  compiler::PassOptions opts;
+  opts.opt_level = 2;
+  opts.verify_each = true;
+  compiler::optimize(g, opts);
+  for (const char* gone : {"gelu", "add", "relu", "conv2d"}) EXPECT_EQ(count_op(g, gone), 0) << gone << ir::print(g);
+  EXPECT_EQ(count_op(g, "fused_conv2d"), 3) << ir::print(g);
+  EXPECT_EQ(count_op(g, "squeeze"), 1) << ir::print(g);  // the output's
+  EXPECT_EQ(count_op(g, "unsqueeze"), 1) << ir::print(g);  // x's, read by a convolution and as the residual
+  EXPECT_TRUE(testing::all_close(ir::run(g, {in})[0], want, testing::Tol{1e-5, 1e-5}));
+  runtime::CompileOptions co;
+  co.passes.opt_level = 2;
+  runtime::Executor ex(std::make_shared<runtime::Engine>(runtime::compile(base, co).engine));
+  EXPECT_TRUE(testing::all_close(ex.run({in})[0], want, testing::Tol{1e-5, 1e-5}));
 }
 
 // Note [Attention output layout] (attention_fusion.cc): the head-merge permute after attention

@@ -68,6 +68,22 @@ std::optional<std::string> activation_of(const ir::Node* n) {
   return std::nullopt;
 }
 
+bool is_reshape_like(const ir::Node* n) {
+  const std::string& op = n->op().name();
+  return op == "reshape" || op == "squeeze" || op == "unsqueeze";
+}
+
+std::optional<std::vector<int64_t>> reshape_target(const ir::ValueType& t) {
+  std::vector<int64_t> s;
+  int syms = 0;
+  for (const auto& d : t.shape) {
+    if (d.is_symbolic()) ++syms;
+    s.push_back(d.is_symbolic() ? -1 : d.size);
+  }
+  if (syms > 1) return std::nullopt;
+  return s;
+}
+
 std::vector<int64_t> normalized_perm(const std::vector<int64_t>& dims) {
   std::vector<int64_t> out(dims);
   for (int64_t& d : out)

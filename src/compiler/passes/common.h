@@ -37,6 +37,12 @@ std::optional<std::vector<double>> per_channel_values(const ir::Value* c, int64_
 // nullopt when n is not one.
 std::optional<std::string> activation_of(const ir::Node* n);
 
+// reshape, squeeze or unsqueeze: a change of shape alone.
+bool is_reshape_like(const ir::Node* n);
+// The reshape target for a value type: static dims as they are, at most one symbolic dim as -1
+// (nullopt for more).
+std::optional<std::vector<int64_t>> reshape_target(const ir::ValueType& t);
+
 // A permute's dims with negative entries counted from the end; whether dims are the identity.
 std::vector<int64_t> normalized_perm(const std::vector<int64_t>& dims);
 bool is_identity_perm(const std::vector<int64_t>& dims);

@@ -17,6 +17,16 @@
 // BatchNorm into the matmul's bias (fused in round 0) did the reshape pass, in round 1, remove the
 // reshapes between it and the hardswish and residual add that follow (22 hardswish and 20 add steps
 // left standing in timm's levit_128s).
+//
+// Note [Epilogues past a reshape]
+// A 1-D convolution imports as unsqueeze -> conv2d -> squeeze, so the activation and residual add
+// after it read the squeeze, not the convolution: SqueezeBERT's GELU and residual adds (12 layers of
+// grouped Conv1d) ran as steps of their own. An activation or a same-shaped add commutes with a
+// change of shape, so where an anchor's sole reader is a reshape (squeeze, unsqueeze) read by such
+// an op alone, the op moves before it: act(reshape(y)) -> reshape(act(y)), and
+// reshape(y) + r -> reshape(y + reshape(r)) with r given the anchor's shape (a view where r's
+// strides allow, as the unit dims of a 1-D convolution's always do). The epilogue then takes the op,
+// and the reshape pass folds the squeeze into the next convolution's unsqueeze.
 #include <algorithm>
 #include <set>
 
@@ -24,6 +34,70 @@
 
 namespace kiln::compiler::passes {
 namespace {
+
+// v (of r's output type) taken back to the type of r's input by r's inverse: unsqueeze for a squeeze
+// of given dims and the reverse (so that it is the node a 1-D convolution's import already made for
+// the same value, which cse then shares), else a reshape. Nullptr where there is no static target.
+ir::Node* back_to(ir::Graph& g, const ir::Node* r, ir::Value* v) {
+  const ir::ValueType& to = r->inputs()[0]->type();
+  const std::string& op = r->op().name();
+  if ((op == "squeeze" || op == "unsqueeze") && !r->attrs().get_ints("dims").empty()) {
+    // squeeze's dims index its input; unsqueeze's its output: either way, dims of the larger rank.
+    const int64_t rank = static_cast<int64_t>(std::max(to.shape.size(), r->output()->type().shape.size()));
+    std::vector<int64_t> dims = r->attrs().get_ints("dims");
+    for (int64_t& d : dims) d = d < 0 ? d + rank : d;
+    std::sort(dims.begin(), dims.end());
+    ir::Node* n = g.add_node(kiln::op(op == "squeeze" ? "unsqueeze" : "squeeze"), {v}, {{"dims", dims}});
+    if (n->output()->type() == to) return n;
+    g.erase_nodes({n});
+  }
+  auto target = reshape_target(to);
+  return target ? g.add_node(kiln::op("reshape"), {v}, {{"shape", *target}}) : nullptr;
+}
+
+// Note [Epilogues past a reshape]: where y's sole reader is a reshape-like node R whose output's
+// sole reader u is an activation or an add of R's output and a value of its type, u applied to y
+// (the other operand reshaped to y's shape) and R after it take their place, appended (the caller
+// re-orders the graph). Returns the nodes erased, u and R (no longer to be dereferenced), and what
+// moved; nothing when it did not apply.
+struct Moved {
+  std::vector<const ir::Node*> erased;
+  std::string what;
+};
+Moved move_before_reshape(ir::Graph& g, ir::Value* y, const std::map<const ir::Value*, std::vector<ir::Use>>& uses) {
+  auto sole_reader = [&](const ir::Value* v) -> ir::Node* {
+    auto it = uses.find(v);
+    if (it == uses.end() || it->second.size() != 1 || !it->second[0].node || is_graph_output(g, v)) return nullptr;
+    return it->second[0].node;
+  };
+  ir::Node* r = sole_reader(y);
+  if (!r || !is_reshape_like(r) || r->outputs().size() != 1 || r->inputs()[0] != y) return {};
+  ir::Value* ry = r->output();
+  ir::Node* u = sole_reader(ry);
+  if (!u || u->outputs().size() != 1 || !(u->output()->type() == ry->type())) return {};
+  std::vector<ir::Value*> ins;
+  if (activation_of(u)) {
+    ins = {y};
+  } else if (u->op().name() == "add" && u->inputs().size() == 2 && u->inputs()[0] != u->inputs()[1]) {
+    ir::Value* other = u->inputs()[0] == ry ? u->inputs()[1] : u->inputs()[0];
+    if (!(other->type() == ry->type())) return {};
+    ir::Node* shaped = back_to(g, r, other);
+    if (!shaped) return {};
+    ins = u->inputs()[0] == ry ? std::vector<ir::Value*>{y, shaped->output()}
+                               : std::vector<ir::Value*>{shaped->output(), y};
+  } else {
+    return {};
+  }
+  ir::Node* moved = g.add_node(u->op(), ins, u->attrs());
+  ir::Node* after = g.add_node(r->op(), {moved->output()}, r->attrs());
+  const std::string name = u->output()->name();
+  Moved m{{u, r}, u->op().name() + " moved before the " + r->op().name() + " of %" + y->name()};
+  g.replace_all_uses(u->output(), after->output());
+  g.erase_nodes({u, r});
+  g.rename(after->output(), name);  // the reshape now gives u's value; the op's own is <name>_pre
+  g.rename(moved->output(), g.find(name + "_pre") ? g.fresh_name(name + "_pre") : name + "_pre");
+  return m;
+}
 
 class EpiloguePass : public ir::Pass {
  public:
@@ -75,6 +149,14 @@ class EpiloguePass : public ir::Pass {
           for (int64_t j = 0; j < ch; ++j) (*bias)[static_cast<size_t>(j)] = beta * cb.data<double>()[j];
         }
         auto sole_user = [&](const ir::Value* v) -> ir::Node* {
+          if (v == cur) {  // Note [Epilogues past a reshape]
+            for (Moved m = move_before_reshape(g, cur, uses); !m.erased.empty();
+                 m = move_before_reshape(g, cur, uses)) {
+              erased.insert(m.erased.begin(), m.erased.end());
+              items.push_back(m.what);
+              uses = g.uses();
+            }
+          }
           auto it = uses.find(v);
           if (it == uses.end() || it->second.size() != 1 || !it->second[0].node) return nullptr;
           ir::Node* u = it->second[0].node;

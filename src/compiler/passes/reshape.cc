@@ -10,11 +10,6 @@
 namespace kiln::compiler::passes {
 namespace {
 
-bool is_reshape_like(const ir::Node* n) {
-  const std::string& op = n->op().name();
-  return op == "reshape" || op == "squeeze" || op == "unsqueeze";
-}
-
 // A permutation keeps the relative order of the non-1 dims: it is a reshape.
 bool moves_only_unit_dims(const ir::ValueType& in, const std::vector<int64_t>& perm) {
   int64_t last = -1;
@@ -25,18 +20,6 @@ bool moves_only_unit_dims(const ir::ValueType& in, const std::vector<int64_t>& p
     last = d;
   }
   return true;
-}
-
-// The reshape target for an output type: static dims as they are, at most one symbolic dim as -1.
-std::optional<std::vector<int64_t>> target_of(const ir::ValueType& t) {
-  std::vector<int64_t> s;
-  int syms = 0;
-  for (const auto& d : t.shape) {
-    if (d.is_symbolic()) ++syms;
-    s.push_back(d.is_symbolic() ? -1 : d.size);
-  }
-  if (syms > 1) return std::nullopt;
-  return s;
 }
 
 // Note [Gather of one index]
@@ -106,11 +89,11 @@ class ReshapePass : public ir::Pass {
           p = x->producer();
           perm = comp;
         }
-        if (moves_only_unit_dims(x->type(), perm) && target_of(n->output()->type())) {
+        if (moves_only_unit_dims(x->type(), perm) && reshape_target(n->output()->type())) {
           // Re-emit as a reshape with the same output name.
           std::string before = n->str();
           std::string out_name = n->output()->name();
-          ir::Node* r = g.add_node(kiln::op("reshape"), {x}, {{"shape", *target_of(n->output()->type())}});
+          ir::Node* r = g.add_node(kiln::op("reshape"), {x}, {{"shape", *reshape_target(n->output()->type())}});
           if (!(r->output()->type() == n->output()->type())) {
             g.erase_nodes({r});
             continue;
@@ -132,11 +115,11 @@ class ReshapePass : public ir::Pass {
         n->set_input(0, p->inputs()[0]);
         items.push_back(before + " -> " + n->str());
         x = n->inputs()[0];
-      } else if (p && is_reshape_like(p) && target_of(n->output()->type())) {
+      } else if (p && is_reshape_like(p) && reshape_target(n->output()->type())) {
         // squeeze/unsqueeze of a reshape: one reshape to the final type.
         std::string before = n->str();
         std::string out_name = n->output()->name();
-        ir::Node* r = g.add_node(kiln::op("reshape"), {p->inputs()[0]}, {{"shape", *target_of(n->output()->type())}});
+        ir::Node* r = g.add_node(kiln::op("reshape"), {p->inputs()[0]}, {{"shape", *reshape_target(n->output()->type())}});
         if (!(r->output()->type() == n->output()->type())) {
           g.erase_nodes({r});
           continue;
