@@ -98,7 +98,20 @@ TRANSFORMERS = {"transformers_bert": ("Bert", {}), "transformers_roberta": ("Rob
                 # attention, a SiLU-gated MLP.
                 "transformers_llama": ("Llama", dict(
                     vocab_size=32000, hidden_size=768, intermediate_size=2048, num_hidden_layers=6,
-                    num_attention_heads=12, num_key_value_heads=4, use_cache=False))}
+                    num_attention_heads=12, num_key_value_heads=4, use_cache=False)),
+                # Encoders no session had tried (2026-12-07 evening): MobileBERT's bottlenecks and
+                # NoNorm, SqueezeBERT's grouped 1-D convolutions, MPNet's relative position bias,
+                # ConvBERT's span-based dynamic convolution, ModernBERT (rotary, GeGLU, local and
+                # global attention, no biases), ESM-2 (rotary), CLIP's text tower (causal, quick GELU).
+                "transformers_mobilebert": ("MobileBert", {}),
+                "transformers_squeezebert": ("SqueezeBert", {}),
+                "transformers_mpnet": ("MPNet", {}),
+                "transformers_convbert": ("ConvBert", {}),
+                "transformers_modernbert": ("ModernBert", {}),
+                "transformers_esm": ("Esm", dict(vocab_size=30522, hidden_size=480, num_hidden_layers=12,
+                                                 num_attention_heads=20, intermediate_size=1920,
+                                                 position_embedding_type="rotary", pad_token_id=1)),
+                "transformers_clip_text": ("CLIPText", dict(vocab_size=49408, max_position_embeddings=128))}
 ENCODERS = ["torch_encoder", "torch_encoder_prenorm", "torch_encoder_512", "hf_bert", "distil_bert", "sdpa_bert",
             "sdpa_bool_bert"] + list(TRANSFORMERS)
 # timm's models (random weights): squeeze-excites that pool with x.mean((2, 3)), ResNet-D's average-pooled
@@ -190,7 +203,8 @@ def transformers_model(name):
     import transformers
     arch, cfg = TRANSFORMERS[name]
     config = getattr(transformers, arch.removesuffix("Encoder") + "Config")(**cfg)
-    plain = ("DistilBert", "Electra", "GPT2", "T5Encoder", "DebertaV2", "Llama")
+    plain = ("DistilBert", "Electra", "GPT2", "T5Encoder", "DebertaV2", "Llama", "SqueezeBert", "ConvBert",
+             "ModernBert", "CLIPText")
     extra = {} if arch in plain else {"add_pooling_layer": False}
     model = getattr(transformers, arch + "Model")(config, **extra).eval()
 
