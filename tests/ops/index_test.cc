@@ -56,6 +56,13 @@ TEST(Gather, LongAxesAndTransposedInput) {
     EXPECT_TRUE(all_close(gather(x, idx, 1), ref::gather(x, idx, 1))) << n;
     EXPECT_TRUE(all_close(gather(x.t(), idx, 0), ref::gather(x.t(), idx, 0))) << n;
   }
+  // Enough rows to split between threads inside an outer row (x [37, n, inner] at 1000 indices),
+  // rows of one element and of three.
+  for (int64_t inner : {1, 3}) {
+    Tensor x = rnd({37, 41, inner}, DType::f32, 5);
+    Tensor idx = random_indices({1000}, 41, DType::i64, 6);
+    EXPECT_TRUE(all_close(gather(x, idx, 1), ref::gather(x, idx, 1))) << inner;
+  }
   // Known values: rows of a matrix, with a wrapped negative index.
   Tensor m = from_vector<int32_t>({1, 2, 3, 4, 5, 6}, Shape{3, 2});
   EXPECT_TRUE(all_close(gather(m, from_vector<int64_t>({2, -3}), 0), ref::from_values({5, 6, 1, 2}, {2, 2})));

@@ -56,12 +56,21 @@ void gather_kernel(const KernelCall& k) {
     const char* src = static_cast<const char*>(x.data_ptr());
     char* dst = static_cast<char*>(out.data_ptr());
     const int64_t grain = std::max<int64_t>(1, kernels::cpu::kGrain / inner);
+    const size_t bytes = static_cast<size_t>(inner) * sizeof(U);  // one gathered row
     parallel_for(0, outer * m, grain, [&](int64_t begin, int64_t end) {
-      for (int64_t t = begin; t < end; ++t) {
-        const int64_t p = t / m, j = t % m;
-        const char* s = src + (p * n + idx[static_cast<size_t>(j)]) * inner * static_cast<int64_t>(sizeof(U));
-        char* o = dst + t * inner * static_cast<int64_t>(sizeof(U));
-        for (int64_t q = 0; q < inner; ++q) std::memcpy(o + q * sizeof(U), s + q * sizeof(U), sizeof(U));
+      // Output rows t = p * m + j, a run of j within one p at a time: an unfold's gather (ConvBERT's
+      // im2col over the sequence, rows of one element) spent most of its time dividing t by m and
+      // copying bytes in a loop of one-element memcpys.
+      for (int64_t t = begin; t < end;) {
+        const int64_t p = t / m, stop = std::min(end, (p + 1) * m);
+        const char* s = src + static_cast<size_t>(p * n) * bytes;
+        char* o = dst + static_cast<size_t>(t) * bytes;
+        const int64_t* ix = idx.data() + (t - p * m);
+        if (inner == 1) {
+          for (; t < stop; ++t, ++ix, o += sizeof(U)) std::memcpy(o, s + static_cast<size_t>(*ix) * sizeof(U), sizeof(U));
+        } else {
+          for (; t < stop; ++t, ++ix, o += bytes) std::memcpy(o, s + static_cast<size_t>(*ix) * bytes, bytes);
+        }
       }
     });
   });
