@@ -4,6 +4,7 @@
 
 #include <cmath>
 #include <cstring>
+#include <limits>
 
 #include "kiln/core/generator.h"
 #include "kiln/core/thread_pool.h"
@@ -73,8 +74,15 @@ Tensor make_tensor(Storage storage, int64_t offset, Shape shape, Strides strides
 // ---- factories ------------------------------------------------------------------------------------
 
 Tensor empty(const Shape& shape, TensorOptions opt) {
-  for (int64_t d : shape)
+  // Every dim's stride in bytes must be an int64 (the kernels' loops compute them), also when a
+  // zero dim leaves no elements: [0, 2^62] is as unrepresentable as [2, 2^62].
+  int64_t span = static_cast<int64_t>(dtype_size(opt.dtype));
+  for (int64_t d : shape) {
     KILN_CHECK(d >= 0, "empty: negative dimension ", d, " in shape ", shape_str(shape));
+    KILN_CHECK(d <= 1 || span <= std::numeric_limits<int64_t>::max() / d, "empty: shape ", shape_str(shape),
+               " of ", dtype_name(opt.dtype), " is too large: its strides in bytes overflow int64");
+    span *= std::max<int64_t>(d, 1);
+  }
   int64_t n = numel_of(shape);
   auto storage = std::make_shared<StorageImpl>(static_cast<size_t>(n) * dtype_size(opt.dtype), opt.device);
   return make_tensor(std::move(storage), 0, shape, contiguous_strides(shape), opt.dtype);

@@ -160,6 +160,14 @@ TEST(Tensor, ViewErrorsNameTheOp) {
   EXPECT_EQ(st.item<double>(), 2.5);
 }
 
+TEST(Tensor, ShapesWhoseStridesOverflowAreRefused) {
+  EXPECT_EQ(empty({0, 5}).numel(), 0);
+  EXPECT_EQ(empty({0, int64_t{1} << 40}).numel(), 0);  // strides fit
+  EXPECT_KILN_ERROR(empty({0, int64_t{1} << 62}), "empty", "too large", "overflow");  // no elements, but 4-byte strides
+  EXPECT_KILN_ERROR(empty({int64_t{1} << 31, 0, int64_t{1} << 31, 4}), "empty", "too large");
+  EXPECT_KILN_ERROR(empty({int64_t{1} << 61}, TensorOptions(DType::f64)), "empty", "of f64 is too large");
+}
+
 TEST(Tensor, ContiguousCloneAndCast) {
   Tensor a = arange(6).reshape({2, 3});
   Tensor t = a.t();

@@ -430,6 +430,13 @@ TEST(OnnxHostile, HugeConstantOfShapeAndExpand) {
   expect_fast_bounded_error([&] { import(m); }, {"node #0 'grow' (Expand)", "folding would materialize",
                                                  "over the importer's limit"});
 
+  // No elements, but a dim whose stride in bytes overflows (the fuzzer's: [0, 0x6465...]).
+  ModelProto z = new_model();
+  add_init(z, "dims", from_vector<int64_t>({0, int64_t{1} << 62}));
+  add_node(z, "ConstantOfShape", {"dims"}, {"y"}, "fill");
+  add_output(z, "y");
+  expect_fast_bounded_error([&] { import(z); }, {"node #0 'fill' (ConstantOfShape)", "strides in bytes overflow"});
+
   // The limit is the caller's: a smaller one refuses smaller fills.
   ModelProto s = new_model();
   add_init(s, "dims", from_vector<int64_t>({64, 64}));
