@@ -58,20 +58,21 @@ void gather_kernel(const KernelCall& k) {
     const int64_t grain = std::max<int64_t>(1, kernels::cpu::kGrain / inner);
     const size_t bytes = static_cast<size_t>(inner) * sizeof(U);  // one gathered row
     parallel_for(0, outer * m, grain, [&](int64_t begin, int64_t end) {
-      // Output rows t = p * m + j, a run of j within one p at a time: an unfold's gather (ConvBERT's
-      // im2col over the sequence, rows of one element) spent most of its time dividing t by m and
-      // copying bytes in a loop of one-element memcpys.
-      for (int64_t t = begin; t < end;) {
-        const int64_t p = t / m, stop = std::min(end, (p + 1) * m);
-        const char* s = src + static_cast<size_t>(p * n) * bytes;
-        char* o = dst + static_cast<size_t>(t) * bytes;
-        const int64_t* ix = idx.data() + (t - p * m);
-        if (inner == 1) {
-          for (; t < stop; ++t, ++ix, o += sizeof(U)) std::memcpy(o, s + static_cast<size_t>(*ix) * sizeof(U), sizeof(U));
-        } else {
-          for (; t < stop; ++t, ++ix, o += bytes) std::memcpy(o, s + static_cast<size_t>(*ix) * bytes, bytes);
+      // Output row t = p * m + j copies x's row idx[j] of outer index p: one division where the
+      // chunk starts, then j wraps. ConvBERT's unfold (im2col over the sequence, as Pad and Gather)
+      // gathers rows of one element, and spent most of its time dividing t by m for every element
+      // and copying it through a loop of one-element memcpys.
+      int64_t j = begin % m;
+      const char* s = src + static_cast<size_t>(begin / m * n) * bytes;
+      char* o = dst + static_cast<size_t>(begin) * bytes;
+      auto walk = [&](auto copy) {
+        for (int64_t t = begin; t < end; ++t, o += bytes) {
+          copy(o, s + static_cast<size_t>(idx[static_cast<size_t>(j)]) * bytes);
+          if (++j == m) j = 0, s += static_cast<size_t>(n) * bytes;
         }
-      }
+      };
+      if (inner == 1) walk([](char* to, const char* from) { std::memcpy(to, from, sizeof(U)); });
+      else walk([bytes](char* to, const char* from) { std::memcpy(to, from, bytes); });
     });
   });
 }
