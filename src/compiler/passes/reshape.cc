@@ -26,10 +26,15 @@ bool moves_only_unit_dims(const ir::ValueType& in, const std::vector<int64_t>& p
 // ONNX has no select: PyTorch exports x[i] and unbind (the q, k, v of a packed input projection in
 // nn.MultiheadAttention) as Gather with a constant 0-d index, which copies. Picking one index
 // along an axis is a view, so it becomes select; only for a static axis and an index in range (a
-// bad index then still fails where the gather would, with the gather's message).
+// bad index then still fails where the gather would, with the gather's message). An index of one
+// element with unit dims ([1], [1, 1]) is the same select with those dims put back by a reshape:
+// ConvBERT's unfold (im2col over the sequence, kernel [9, 1]) gathers index [[0]] along a
+// width of 1, a 1.7 MB copy in every layer.
 ir::Node* gather_as_select(ir::Graph& g, ir::Node* n) {
   ir::Value* idx = input_at(n, 1);
-  if (!is_const(idx) || !idx->type().shape.empty() || !is_integral(idx->type().dtype)) return nullptr;
+  if (!is_const(idx) || !is_integral(idx->type().dtype)) return nullptr;
+  for (const ir::Dim& d : idx->type().shape)
+    if (d.is_symbolic() || d.size != 1) return nullptr;
   const ir::ValueType& xt = n->inputs()[0]->type();
   const int64_t rank = static_cast<int64_t>(xt.shape.size());
   int64_t axis = n->attrs().get_int("axis");
@@ -41,9 +46,13 @@ ir::Node* gather_as_select(ir::Graph& g, ir::Node* n) {
   int64_t i = static_cast<int64_t>(v[0]);
   if (i < 0) i += d.size;
   if (i < 0 || i >= d.size) return nullptr;
-  ir::Node* s = g.add_node(kiln::op("select"), {n->inputs()[0]}, {{"dim", axis}, {"index", i}});
+  auto target = reshape_target(n->output()->type());
+  if (!idx->type().shape.empty() && !target) return nullptr;
+  ir::Node* sel = g.add_node(kiln::op("select"), {n->inputs()[0]}, {{"dim", axis}, {"index", i}});
+  ir::Node* s =
+      idx->type().shape.empty() ? sel : g.add_node(kiln::op("reshape"), {sel->output()}, {{"shape", *target}});
   if (!(s->output()->type() == n->output()->type())) {
-    g.erase_nodes({s});
+    g.erase_nodes(s == sel ? std::vector<ir::Node*>{sel} : std::vector<ir::Node*>{s, sel});
     return nullptr;
   }
   return s;
