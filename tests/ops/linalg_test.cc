@@ -51,6 +51,9 @@ const std::vector<std::pair<Shape, Shape>> kMatmulShapes = {
     {{7, 1000}, {1000}},
     {{65, 129}, {129, 257}},       // several row and column tiles
     {{300, 33}, {33, 300}},
+    {{5, 13, 9}, {5, 9, 1}},       // a column per batch: direct (Note [Matrix-vector products in batches])
+    {{3, 2, 64, 9}, {3, 2, 9, 1}},
+    {{2, 200, 100}, {2, 100, 1}},  // past the direct path's size
 };
 
 TEST(Matmul, MatchesReferenceOnShapesAndDTypes) {
@@ -92,6 +95,10 @@ TEST(Matmul, TransposedNonContiguousAndBroadcastOperands) {
     EXPECT_TRUE(matmul_matches(d, e.expand({4, 7, 6}))) << "b expanded over batch " << dtype_name(t);
     EXPECT_TRUE(matmul_matches(random_tensor({7}, t, 16), e.expand({3, 7, 6}))) << "vector x expanded " << dtype_name(t);
     EXPECT_TRUE(matmul_matches(d.slice(2, 0, 7, 2), random_tensor({4, 4, 3}, t, 17))) << "sliced K " << dtype_name(t);
+    // One column per batch, a's rows and b's column strided.
+    Tensor rows = random_tensor({5, 9, 13}, t, 21).transpose(1, 2);
+    Tensor col = random_tensor({5, 1, 9}, t, 22).transpose(1, 2);
+    EXPECT_TRUE(matmul_matches(rows, col)) << "a column per batch, strided " << dtype_name(t);
   }
 }
 

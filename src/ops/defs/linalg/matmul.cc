@@ -100,6 +100,32 @@ OperandLayout layout_of(const Tensor& t, size_t batch_rank, bool vec_as_row) {
   return l;
 }
 
+// Note [Matrix-vector products in batches]
+// ConvBERT's span-based convolution weighs each head's unfolded values by its kernel: 768 products
+// of [64, 9] @ [9, 1] a layer at batch 1, each a GEMM call that packed a and ran a 12 x 32 register
+// tile for one column (0.66 ms a layer on one thread, about 1 GFLOP/s). A short product of one
+// column is a weighted sum of a's columns, computed here directly, eight rows at a time (eight
+// independent sums: a K-long chain per row would wait on each add).
+constexpr int64_t kDirectMatvecWork = int64_t{1} << 14;  // M x K at most
+
+template <class T>
+void matvec(int64_t m, int64_t k, const T* a, int64_t rs, int64_t cs, const T* b, int64_t b_rs, T* out) {
+  int64_t i = 0;
+  for (; i + 8 <= m; i += 8) {
+    T acc[8] = {};
+    for (int64_t l = 0; l < k; ++l) {
+      const T bl = b[l * b_rs];
+      for (int64_t r = 0; r < 8; ++r) acc[r] += a[(i + r) * rs + l * cs] * bl;
+    }
+    std::copy(acc, acc + 8, out + i);
+  }
+  for (; i < m; ++i) {
+    T acc = T(0);
+    for (int64_t l = 0; l < k; ++l) acc += a[i * rs + l * cs] * b[l * b_rs];
+    out[i] = acc;
+  }
+}
+
 // out[i] = a[i] @ b[i] over every batch index; all three in the GEMM dtype T; out contiguous.
 template <class T>
 void batched_matmul(const MatmulPlan& p, const Tensor& out, const Tensor& a, const Tensor& b) {
@@ -142,6 +168,8 @@ void batched_matmul(const MatmulPlan& p, const Tensor& out, const Tensor& a, con
     }
   }
 
+  // Note [Matrix-vector products in batches]
+  const bool direct_matvec = p.n == 1 && p.m * p.k <= kDirectMatvecWork;
   auto run = [&](int64_t i0, int64_t i1) {
     std::vector<int64_t> idx(nb, 0);
     int64_t rem = i0;
@@ -155,7 +183,10 @@ void batched_matmul(const MatmulPlan& p, const Tensor& out, const Tensor& a, con
         oa += idx[d] * la.batch_strides[d];
         ob += idx[d] * lb.batch_strides[d];
       }
-      kernels::cpu::gemm(p.m, p.n, p.k, T(1), ap + oa, la.rs, la.cs, bp + ob, lb.rs, lb.cs, T(0), op + i * mn, p.n);
+      if (direct_matvec)
+        matvec(p.m, p.k, ap + oa, la.rs, la.cs, bp + ob, lb.rs, op + i * mn);
+      else
+        kernels::cpu::gemm(p.m, p.n, p.k, T(1), ap + oa, la.rs, la.cs, bp + ob, lb.rs, lb.cs, T(0), op + i * mn, p.n);
       for (size_t d = nb; d-- > 0;) {
         if (++idx[d] < p.batch[d]) break;
         idx[d] = 0;
