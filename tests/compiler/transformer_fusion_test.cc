@@ -4,7 +4,8 @@
 // and the layer_norm_fusion / gelu_fusion / attention_fusion passes on a BERT-like encoder block
 // (decomposed as exporters emit it): the optimized graph, run by the reference executor and as a
 // compiled engine, equals the unfused graph; the same for T5's and LLaMA's RMS norms and LLaMA's
-// rotary embeddings, and SqueezeBERT's 1-D convolutions with their epilogues.
+// rotary embeddings, MPNet's two additive terms, and SqueezeBERT's 1-D convolutions with their
+// epilogues.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -316,6 +317,53 @@ TEST(TransformerFusion, PipelineAndEngineMatchTheUnfusedGraph) {
   auto o2 = compiler::pipeline(2);
   for (const char* p : {"layer_norm_fusion", "gelu_fusion", "attention_fusion"})
     EXPECT_NE(std::find(o2.begin(), o2.end(), p), o2.end()) << p;
+}
+
+// MPNet's attention: a relative position bias [1, H, S, S] and the padding mask [B, 1, 1, S] added
+// to the scaled scores one after the other, the same two values in every layer, in either nesting
+// (Note [Two additive terms] in attention_fusion.cc): each layer fuses with their sum as its mask,
+// one sum for both layers after cse; and a second term that would grow the scores stays unfused.
+TEST(TransformerFusion, TwoAdditiveTermsFuseAsOneMask) {
+  const int64_t b = 2, s = 7, h = 3, d = 4;
+  ir::Graph base;
+  ir::Value* x = base.add_input("x", {DType::f32, {b, h, s, d}});
+  ir::Value* mask = base.add_input("mask", {DType::f32, {b, 1, 1, s}});
+  ir::Value* bias = weight(base, {1, h, s, s}, 81, 2.0);
+  auto attention = [&](ir::Value* in, bool bias_first, uint64_t seed) {
+    ir::Value* q = node(base, "mul", {in, weight(base, {d}, seed, 1.0)});
+    ir::Value* kt = node(base, "permute", {node(base, "mul", {in, weight(base, {d}, seed + 1, 1.0)})},
+                         {{"dims", std::vector<int64_t>{0, 1, 3, 2}}});
+    ir::Value* sc = node(base, "div", {node(base, "matmul", {q, kt}), scalar(base, 2.0)});
+    ir::Value* sum = bias_first ? node(base, "add", {node(base, "add", {sc, bias}), mask})
+                                : node(base, "add", {mask, node(base, "add", {bias, sc})});
+    return node(base, "matmul", {node(base, "softmax", {sum}, {{"axis", int64_t{-1}}}), in});
+  };
+  base.add_output(attention(attention(x, true, 82), false, 84));
+  ir::verify(base);
+  std::vector<Tensor> in{random_tensor({b, h, s, d}, DType::f32, 86), padding_mask(b, s)};
+  Tensor want = ir::run(base, in)[0];
+  ir::Graph g = base.clone();
+  auto reps = compiler::run_passes(g, {"attention_fusion", "cse", "dce"}, true);
+  EXPECT_EQ(count_op(g, "fused_attention"), 2) << reps[0].report << ir::print(g);
+  EXPECT_EQ(count_op(g, "add"), 1) << ir::print(g);
+  EXPECT_EQ(count_op(g, "softmax"), 0) << ir::print(g);
+  EXPECT_TRUE(testing::all_close(ir::run(g, in)[0], want, testing::Tol{1e-5, 1e-5}));
+  runtime::CompileOptions co;
+  co.passes.opt_level = 2;
+  runtime::Executor ex(std::make_shared<runtime::Engine>(runtime::compile(base, co).engine));
+  EXPECT_TRUE(testing::all_close(ex.run(in)[0], want, testing::Tol{1e-5, 1e-5}));
+
+  // A term [2, B, H, S, S] would broadcast the scores to rank 5: the pattern stays.
+  ir::Graph big;
+  ir::Value* y = big.add_input("y", {DType::f32, {b, h, s, d}});
+  ir::Value* sc = node(big, "matmul", {y, node(big, "permute", {y}, {{"dims", std::vector<int64_t>{0, 1, 3, 2}}})});
+  ir::Value* grown = node(big, "add", {node(big, "add", {sc, weight(big, {1, h, s, s}, 88, 1.0)}),
+                                       weight(big, {2, 1, 1, 1, s}, 89, 1.0)});
+  big.add_output(node(big, "matmul", {node(big, "softmax", {grown}, {{"axis", int64_t{-1}}}),
+                                      node(big, "unsqueeze", {y}, {{"dims", std::vector<int64_t>{0}}})}));
+  ir::verify(big);
+  compiler::run_passes(big, {"attention_fusion"}, true);
+  EXPECT_EQ(count_op(big, "fused_attention"), 0) << ir::print(big);
 }
 
 // SqueezeBERT's feed-forward block as PyTorch exports it: [B, C, S] activations, grouped Conv1d
