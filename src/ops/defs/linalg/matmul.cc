@@ -2,6 +2,7 @@
 // blocked GEMM of kernels/cpu/gemm.h; 16-bit floats compute in f32, i32 in i64 (wrapping).
 #include <algorithm>
 #include <cmath>
+#include <type_traits>
 
 #include "kernels/cpu/gemm.h"
 #include "kernels/cpu/loops.h"
@@ -169,7 +170,8 @@ void batched_matmul(const MatmulPlan& p, const Tensor& out, const Tensor& a, con
   }
 
   // Note [Matrix-vector products in batches]
-  const bool direct_matvec = p.n == 1 && p.m * p.k <= kDirectMatvecWork;
+  // (Floating types only: the integer GEMM wraps around in unsigned arithmetic.)
+  const bool direct_matvec = std::is_floating_point_v<T> && p.n == 1 && p.m * p.k <= kDirectMatvecWork;
   auto run = [&](int64_t i0, int64_t i1) {
     std::vector<int64_t> idx(nb, 0);
     int64_t rem = i0;
