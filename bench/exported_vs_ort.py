@@ -41,7 +41,11 @@ Models (--models, comma-separated; default all that can be built here):
       base: shared layers, 128-wide embeddings), transformers_gpt2 (GPT2Model: causal attention
       with the padding mask), transformers_t5_encoder (T5EncoderModel at t5-small's shape: RMS norms,
       relative position buckets, no biases), transformers_deberta_v3 (DebertaV2Model at deberta-v3-base's
-      shape with 6 of its 12 layers: disentangled relative attention, 256 position buckets)
+      shape with 6 of its 12 layers: disentangled relative attention, 256 position buckets),
+      transformers_llama (LlamaModel, 6 layers, 4 key / value heads), and at their default shapes
+      transformers_mobilebert, transformers_squeezebert (grouped Conv1d), transformers_mpnet,
+      transformers_convbert, transformers_modernbert, transformers_esm (12 x 480, rotary),
+      transformers_clip_text, transformers_bigbird
   onnx.helper (no torch): tf_mobilenet_v2 (bench/models.py's MobileNetV2 with an NHWC input,
       batch norms folded into biased convolutions and SAME padding as explicit Pad nodes, as
       tf2onnx writes it)
@@ -102,7 +106,8 @@ TRANSFORMERS = {"transformers_bert": ("Bert", {}), "transformers_roberta": ("Rob
                 # Encoders no session had tried (2026-12-07 evening): MobileBERT's bottlenecks and
                 # NoNorm, SqueezeBERT's grouped 1-D convolutions, MPNet's relative position bias,
                 # ConvBERT's span-based dynamic convolution, ModernBERT (rotary, GeGLU, local and
-                # global attention, no biases), ESM-2 (rotary), CLIP's text tower (causal, quick GELU).
+                # global attention, no biases), ESM-2 (rotary), CLIP's text tower (causal, quick GELU),
+                # BigBird at full attention (sequence 128).
                 "transformers_mobilebert": ("MobileBert", {}),
                 "transformers_squeezebert": ("SqueezeBert", {}),
                 "transformers_mpnet": ("MPNet", {}),
@@ -111,7 +116,8 @@ TRANSFORMERS = {"transformers_bert": ("Bert", {}), "transformers_roberta": ("Rob
                 "transformers_esm": ("Esm", dict(vocab_size=30522, hidden_size=480, num_hidden_layers=12,
                                                  num_attention_heads=20, intermediate_size=1920,
                                                  position_embedding_type="rotary", pad_token_id=1)),
-                "transformers_clip_text": ("CLIPText", dict(vocab_size=49408, max_position_embeddings=128))}
+                "transformers_clip_text": ("CLIPText", dict(vocab_size=49408, max_position_embeddings=128)),
+                "transformers_bigbird": ("BigBird", dict(attention_type="original_full"))}
 ENCODERS = ["torch_encoder", "torch_encoder_prenorm", "torch_encoder_512", "hf_bert", "distil_bert", "sdpa_bert",
             "sdpa_bool_bert"] + list(TRANSFORMERS)
 # timm's models (random weights): squeeze-excites that pool with x.mean((2, 3)), ResNet-D's average-pooled

@@ -143,6 +143,36 @@ TEST(Layout, CostModelBlocksDeepChainsAndKeepsSmallRegionsPlain) {
     EXPECT_NE(r[0].report.find("8 convolution(s) in 1 region(s), 1 to_nchwc, 1 from_nchwc"), std::string::npos)
         << r[0].report;
   }
+  // EfficientNetV2's fused blocks at 24 channels: 3x3 24 -> 96 of stride 1, then 1x1 96 -> 24 and the
+  // residual. A third of each layer's lanes is padding, which outweighed the direct blocked kernels'
+  // gain; the 3x3 layers' Winograd counts half their FLOPs saved (Note [Winograd regions]), so the
+  // chain is blocked, and the engine matches the graph.
+  {
+    Builder b;
+    ir::Value* v = b.g.add_input("x", ir::ValueType{DType::f32, {ir::Dim::sym("batch"), 24, 56, 56}});
+    for (int i = 0; i < 3; ++i) {
+      const std::string n = std::to_string(i);
+      v = b.add(b.conv(b.relu(b.conv(v, 96, 3, 1, "e" + n)), 24, 1, 1, "p" + n), v);
+    }
+    b.g.add_output(v);
+    ir::verify(b.g);
+    ir::Graph g = b.g.clone();
+    compiler::optimize(g);
+    auto r = compiler::run_passes(g, {"layout"});
+    EXPECT_TRUE(r[0].changed) << r[0].report;
+    EXPECT_NE(r[0].report.find("6 convolution(s) in 1 region(s), 1 to_nchwc, 1 from_nchwc"), std::string::npos)
+        << r[0].report;
+    using Layout = runtime::CompileOptions::Layout;
+    runtime::CompileResult c = runtime::compile(b.g, opts(Layout::automatic, 3));
+    EXPECT_EQ(op_counts(c.engine)["fused_conv2d_nchwc"], 6);
+    // Three blocks of F(4x4, 3x3) rounding (Note [Winograd tiles]: about 4x F(2x2)'s) on 216-term
+    // sums: within 1e-3 of the graph's outputs.
+    runtime::Executor ex(std::make_shared<runtime::Engine>(c.engine));
+    for (int64_t batch : {1, 3}) {
+      Tensor xin = random_tensor({batch, 24, 56, 56}, DType::f32, 91 + static_cast<uint64_t>(batch));
+      EXPECT_TRUE(testing::all_close(ex.run({xin})[0], ir::run(b.g, {xin})[0], {1e-3, 1e-3})) << "batch " << batch;
+    }
+  }
 }
 
 // A global average pool of the last convolution's output runs blocked (Note [Blocked global pool]):

@@ -356,6 +356,8 @@ int64_t nchwc_conv_group_span(int64_t c, int64_t k, int64_t groups) {
   return groups == 1 ? 1 : kernels::cpu::nchwc_group_span(c, k, groups);
 }
 
+bool nchwc_winograd_offered(int64_t c, int64_t k) { return kernels::cpu::conv2d_nchwc_winograd_offered(c, k, 4); }
+
 void register_nchwc_ops(OpRegistry& r) {
   const DTypeSet f32{DType::f32};
   r.add("to_nchwc(Tensor x) -> Tensor")
