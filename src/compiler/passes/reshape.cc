@@ -128,7 +128,8 @@ class ReshapePass : public ir::Pass {
         // squeeze/unsqueeze of a reshape: one reshape to the final type.
         std::string before = n->str();
         std::string out_name = n->output()->name();
-        ir::Node* r = g.add_node(kiln::op("reshape"), {p->inputs()[0]}, {{"shape", *reshape_target(n->output()->type())}});
+        const std::vector<int64_t> target = *reshape_target(n->output()->type());
+        ir::Node* r = g.add_node(kiln::op("reshape"), {p->inputs()[0]}, {{"shape", target}});
         if (!(r->output()->type() == n->output()->type())) {
           g.erase_nodes({r});
           continue;
