@@ -30,7 +30,7 @@
 #include <algorithm>
 #include <set>
 
-#include "compiler/passes/common.h"
+#include "compiler/passes/pattern.h"
 
 namespace kiln::compiler::passes {
 namespace {
@@ -64,22 +64,16 @@ struct Moved {
   std::vector<const ir::Node*> erased;
   std::string what;
 };
-Moved move_before_reshape(ir::Graph& g, ir::Value* y, const std::map<const ir::Value*, std::vector<ir::Use>>& uses) {
-  auto sole_reader = [&](const ir::Value* v) -> ir::Node* {
-    auto it = uses.find(v);
-    if (it == uses.end() || it->second.size() != 1 || !it->second[0].node || is_graph_output(g, v)) return nullptr;
-    return it->second[0].node;
-  };
-  ir::Node* r = sole_reader(y);
+Moved move_before_reshape(ir::Graph& g, ir::Value* y, const Uses& uses) {
+  ir::Node* r = sole_reader(g, uses, y);
   if (!r || !is_reshape_like(r) || r->outputs().size() != 1 || r->inputs()[0] != y) return {};
   ir::Value* ry = r->output();
-  ir::Node* u = sole_reader(ry);
+  ir::Node* u = sole_reader(g, uses, ry);  // so an add reads ry once: its other operand is another value
   if (!u || u->outputs().size() != 1 || !(u->output()->type() == ry->type())) return {};
   std::vector<ir::Value*> ins;
   if (activation_of(u)) {
     ins = {y};
-  } else if (u->op().name() == "add" && u->inputs().size() == 2 && u->inputs()[0] != u->inputs()[1]) {
-    ir::Value* other = u->inputs()[0] == ry ? u->inputs()[1] : u->inputs()[0];
+  } else if (ir::Value* other = u->op().name() == "add" ? other_operand(u, ry) : nullptr) {
     if (!(other->type() == ry->type())) return {};
     ir::Node* shaped = back_to(g, r, other);
     if (!shaped) return {};
