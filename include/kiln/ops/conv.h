@@ -4,6 +4,7 @@
 #include <vector>
 
 #include "kiln/core/tensor.h"
+#include "kiln/ops/attrs.h"
 
 namespace kiln {
 
@@ -36,9 +37,11 @@ Tensor conv_transpose2d(const Tensor& x, const Tensor& w, const Tensor& bias = {
 // the span for C input and K output channels in `groups` groups (1 for one group), or 0 where
 // there is none it takes (depthwise layers have a kernel of their own).
 int64_t nchwc_conv_group_span(int64_t c, int64_t k, int64_t groups);
-// Whether the blocked convolution offers Winograd's F(4x4, 3x3) (the "winograd4" tactic) for a 3x3,
-// stride-1, undilated, one-group layer of C input and K output channels (Note [Winograd tiles]).
-bool nchwc_winograd_offered(int64_t c, int64_t k);
+// Whether the blocked convolution offers Winograd's F(tile x tile, 3x3) (tile 2: the "winograd"
+// tactic, 4: "winograd4") for a layer of `weight` [K, C / groups, R, S] and the convolution's
+// attributes: 3x3, stride 1, undilated, one group, its transformed filters within L2 (Note
+// [Winograd tiles]).
+bool nchwc_winograd_offered(const Shape& weight, const Attrs& attrs, int tile);
 
 struct Pool2dOptions {
   std::vector<int64_t> kernel{2, 2};

@@ -129,9 +129,7 @@ std::optional<Member> blockable_conv(ir::Node* n, bool x_blocked) {
                                   : flops * up(ws[0]) / static_cast<double>(ws[0]) *
                                         (stem ? 1.0 : up(c) / static_cast<double>(c)) * static_cast<double>(span);
   // Note [Winograd regions]
-  const std::vector<int64_t> ones{1, 1};
-  const bool winograd = !stem && groups == 1 && ws[2] == 3 && ws[3] == 3 && n->attrs().get_ints("stride") == ones &&
-                        n->attrs().get_ints("dilation") == ones && nchwc_winograd_offered(c, ws[0]);
+  const bool winograd = !stem && nchwc_winograd_offered(ws, n->attrs(), 4);
   const double rate = depthwise            ? kGainDepthwise
                       : ws[2] * ws[3] == 1 ? kGainPointwise
                       : winograd           ? kGainWinograd

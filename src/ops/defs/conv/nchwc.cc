@@ -356,7 +356,12 @@ int64_t nchwc_conv_group_span(int64_t c, int64_t k, int64_t groups) {
   return groups == 1 ? 1 : kernels::cpu::nchwc_group_span(c, k, groups);
 }
 
-bool nchwc_winograd_offered(int64_t c, int64_t k) { return kernels::cpu::conv2d_nchwc_winograd_offered(c, k, 4); }
+bool nchwc_winograd_offered(const Shape& weight, const Attrs& attrs, int tile) {
+  const std::vector<int64_t> ones{1, 1};
+  return weight.size() == 4 && weight[2] == 3 && weight[3] == 3 && attrs.get_int("groups") == 1 &&
+         attrs.get_ints("stride") == ones && attrs.get_ints("dilation") == ones &&
+         kernels::cpu::conv2d_nchwc_winograd_offered(weight[1], weight[0], tile);
+}
 
 void register_nchwc_ops(OpRegistry& r) {
   const DTypeSet f32{DType::f32};
