@@ -8,7 +8,9 @@
 // to at most ~1.5 per axis); f16 / bf16 compute in f32 and round once: 2^-9 / 2^-6 relative plus
 // twice that absolute (cancellation near zero).
 #include <cmath>
+#include <limits>
 
+#include "kernels/cpu/isa.h"
 #include "kernels/cpu/ref/resample.h"
 #include "kiln/ops/resample.h"
 #include "support/testing.h"
@@ -181,6 +183,59 @@ TEST(Resize, MatchesFloat64ReferenceOnRandomInputs) {
       EXPECT_TRUE(all_close(got, want, resize_tol(t)));
       EXPECT_TRUE(all_close(resize(testing::noncontiguous(x), c.sizes, o), want, resize_tol(t)));
     }
+  }
+}
+
+// Tables on the last two axes run in one pass (Note [Resizing the last two axes at once]): the
+// height's taps blended into a row, the width as banded 16-column blocks. Every ISA, against the
+// float64 reference, contiguous and not: several blocks (70 and 1000 wide), a last partial block,
+// the height or the width alone, a 1-D tensor, one output column, a wide antialiased span and one
+// too wide for a block (4096 columns; the two-pass path).
+TEST(Resize, LastTwoAxesInOnePassMatchesTheReference) {
+  const Mode lin{"linear", "half_pixel", "round_prefer_floor", -0.75, false, 0, false};
+  const Mode cub{"cubic", "align_corners", "round_prefer_floor", -0.5, true, 0, false};
+  const Mode aa{"linear", "pytorch_half_pixel", "round_prefer_floor", -0.75, false, 0, true};
+  const std::vector<RandomCase> cases = {
+      {{2, 5, 7, 7}, {2, 5, 14, 14}, lin},  {{1, 3, 33, 40}, {1, 3, 17, 70}, cub},
+      {{1, 2, 9, 1000}, {1, 2, 4, 7}, aa},  {{2, 3, 9, 16}, {2, 3, 5, 16}, lin},
+      {{3, 1, 50}, {3, 1, 77}, cub},        {{33}, {70}, lin},
+      {{1, 1, 5, 1}, {1, 1, 9, 1}, lin},    {{1, 2, 6, 7}, {1, 2, 3, 1}, aa},
+      {{1, 1, 2, 9000}, {1, 1, 3, 2}, aa},
+  };
+  for (kernels::cpu::Isa isa : kernels::cpu::supported_isas()) {
+    kernels::cpu::IsaOverride use(isa);
+    uint64_t seed = 60;
+    for (const auto& c : cases) {
+      SCOPED_TRACE(std::string(kernels::cpu::isa_name(isa)) + " " + c.m.mode + " x " + shape_str(c.x) + " -> " +
+                   shape_str(Shape(c.sizes.begin(), c.sizes.end())));
+      ResizeOptions o = options_of(c.m, c.scales, c.roi);
+      Tensor x = random_tensor(c.x, DType::f32, seed++);
+      Tensor want = ref::resize(x.to(DType::f64), attrs_of(c.sizes, o));
+      EXPECT_TRUE(all_close(resize(x, c.sizes, o), want, resize_tol(DType::f32)));
+      EXPECT_TRUE(all_close(resize(testing::noncontiguous(x), c.sizes, o), want, resize_tol(DType::f32)));
+    }
+  }
+}
+
+// An inf reaches only the outputs whose taps read it: a block's columns that no tap of an output
+// reads are skipped for it, not multiplied by a zero weight (0 * inf is NaN).
+TEST(Resize, AnInfReachesOnlyTheOutputsThatReadIt) {
+  ResizeOptions o;
+  o.mode = "linear";
+  for (kernels::cpu::Isa isa : kernels::cpu::supported_isas()) {
+    kernels::cpu::IsaOverride use(isa);
+    Tensor x = random_tensor({1, 1, 4, 12}, DType::f32, 70);
+    x.data<float>()[12 + 5] = std::numeric_limits<float>::infinity();  // row 1, column 5
+    Tensor y = resize(x, {1, 1, 8, 24}, o);
+    // Output column j reads input columns floor((j + 0.5) / 2 - 0.5) and the one after it; output
+    // row i likewise reads rows near i / 2.
+    for (int64_t i = 0; i < 8; ++i)
+      for (int64_t j = 0; j < 24; ++j) {
+        const float v = y.data<float>()[i * 24 + j];
+        const bool reads_row = i >= 1 && i <= 4, reads_col = j >= 9 && j <= 12;
+        if (reads_row && reads_col) EXPECT_TRUE(std::isinf(v)) << isa_name(isa) << " " << i << " " << j;
+        else EXPECT_TRUE(std::isfinite(v)) << isa_name(isa) << " " << i << " " << j << " " << v;
+      }
   }
 }
 

@@ -27,6 +27,37 @@ Tensor resample_separable(const Tensor& x, const std::vector<ResampleAxis>& axes
 // The adjoint of resample_separable's linear part: g has the resampled shape, the result has
 // `in_shape` (contiguous f64; g is read as f64). Outside positions contribute nothing.
 Tensor resample_separable_adjoint(const Tensor& g, const Shape& in_shape, const std::vector<ResampleAxis>& axes);
+// f32 resampling whose tables all sit on the last two axes and have no outside positions (every
+// resize of an image's height and width but tf_crop_and_resize's extrapolation): y = x resampled,
+// in one pass with no intermediate tensor (Note [Resizing the last two axes at once]).
+bool resample_last2_f32_applies(const Shape& x, const std::vector<ResampleAxis>& axes);
+// x: contiguous f32; y: contiguous f32 of the resampled shape. The tables must pass
+// resample_last2_f32_applies.
+void resample_last2_f32(const Tensor& x, const std::vector<ResampleAxis>& axes, const Tensor& y);
+
+// The row kernel behind resample_last2_f32, per ISA. Output row r (of planes * out_h) is plane
+// r / out_h, row oy = r % out_h: the input rows h_index[oy * h_taps + k] weighted by
+// h_weight[oy * h_taps + k] (h_taps == 0: the height is not resized, row oy itself), summed into
+// `tmp` (room for in_w rounded up to a multiple of 16 floats), then the width applied in blocks of
+// 16 output columns (w_blocks == 0: not resized): block b reads the w_span[b] input columns from
+// w_lo[b], input column w_lo[b] + i giving w_m[w_off[b] + 16 i + l] of itself to output column
+// 16 b + l where bit l of w_mask[w_off[b] / 16 + i] is set (the columns no tap reads are skipped, not
+// multiplied by 0, so an inf or NaN reaches only the outputs whose taps read it).
+struct Last2PlanF32 {
+  int64_t in_h = 0, in_w = 0, out_h = 0, out_w = 0;
+  int64_t h_taps = 0;
+  const int64_t* h_index = nullptr;
+  const float* h_weight = nullptr;
+  int64_t w_blocks = 0;
+  const int64_t* w_lo = nullptr;
+  const int64_t* w_span = nullptr;
+  const int64_t* w_off = nullptr;
+  const float* w_m = nullptr;
+  const uint16_t* w_mask = nullptr;
+};
+using Last2RowsF32 = void (*)(const Last2PlanF32& p, const float* x, float* y, float* tmp, int64_t r0, int64_t r1);
+Last2RowsF32 last2_rows_f32_avx512();
+
 // Nearest-neighbour resampling of any dtype: every table has one tap of weight 1. x: contiguous;
 // y: contiguous with the resampled shape and x's dtype; `fill`: one element of that dtype written
 // at outside positions.

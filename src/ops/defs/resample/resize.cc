@@ -199,7 +199,12 @@ void resize_kernel(const KernelCall& k) {
     kernels::cpu::resample_gather(xc, y, tables, full({1}, Scalar(fill), TensorOptions(out.dtype())));
   } else {
     const DType compute = x.dtype() == DType::f64 ? DType::f64 : DType::f32;
-    y = kernels::cpu::resample_separable(defs::contiguous_as(x, compute), tables, fill);
+    if (compute == DType::f32 && kernels::cpu::resample_last2_f32_applies(x.shape(), tables)) {
+      y = out.is_contiguous() && out.dtype() == DType::f32 ? out : empty(out.shape(), TensorOptions(DType::f32));
+      kernels::cpu::resample_last2_f32(defs::contiguous_as(x, compute), tables, y);
+    } else {
+      y = kernels::cpu::resample_separable(defs::contiguous_as(x, compute), tables, fill);
+    }
   }
   if (!y.is_same(out)) kernels::cpu::copy_into(out, y);
 }
