@@ -72,10 +72,6 @@ static inline __m512 sigmoid_or_silu(__m512 r) {
 static inline __m512 sigmoid(__m512 r) { return sigmoid_or_silu<false>(r); }
 static inline __m512 silu(__m512 r) { return sigmoid_or_silu<true>(r); }
 
-// gelu (erf form) of 16 lanes: vmath's (vmath_f32_avx512.cc), the gelu op's bits on AVX-512. Out of
-// line, defined there; declared only here, where callers are compiled for AVX-512 too.
-__m512 gelu(__m512 r);
-
 // r[i] = row i of a 16 x 16 block -> r[j] = its column j: pairs of rows interleaved within 128-bit
 // lanes, then pairs of pairs, then lanes gathered across registers twice (64 shuffles).
 static inline void transpose16(__m512 r[16]) {
