@@ -137,10 +137,17 @@ TEST(Layout, CostModelBlocksDeepChainsAndKeepsSmallRegionsPlain) {
     ir::Value* v = b.g.add_input("x", ir::ValueType{DType::f32, {1, 64, 28, 28}});
     for (int i = 0; i < 8; ++i) v = b.relu(b.conv(v, 64, 3, 1, std::string("c").append(std::to_string(i))));
     b.g.add_output(v);
+    // Beside it, a lone 1x1 at 8 x 8 (its output is %v16): its two conversions (4096 elements at 100
+    // FLOP equivalents each) outweigh a fifth of its 131072 FLOPs, and the report gives both numbers.
+    b.g.add_output(b.conv(b.g.add_input("y", ir::ValueType{DType::f32, {1, 32, 8, 8}}), 32, 1, 1, "lone"));
     compiler::optimize(b.g);
     auto r = compiler::run_passes(b.g, {"layout"});
     EXPECT_TRUE(r[0].changed);
     EXPECT_NE(r[0].report.find("8 convolution(s) in 1 region(s), 1 to_nchwc, 1 from_nchwc"), std::string::npos)
+        << r[0].report;
+    EXPECT_NE(r[0].report.find("kept NCHW: a region of 1 node(s) at %v16 (conversions would cost 409600 FLOP "
+                               "equivalents, blocking saves 26214.4)"),
+              std::string::npos)
         << r[0].report;
   }
   // EfficientNetV2's fused blocks at 24 channels: 3x3 24 -> 96 of stride 1, then 1x1 96 -> 24 and the

@@ -41,7 +41,6 @@
 // whose leading (batch, head) dims differ (matmul broadcasting), ranks other than 2..4, dtypes
 // other than f32 / f64, non-constant scales, and any intermediate read outside the pattern (Note
 // [Private intermediates]).
-#include <sstream>
 
 #include "compiler/passes/pattern.h"
 
@@ -397,12 +396,6 @@ std::vector<ir::Node*> add_grouped_attention(ir::Graph& g, const AttentionMatch&
   for (const ir::Dim& d : want.shape) back.push_back(dim(d));
   made.push_back(g.add_node(kiln::op("reshape"), {made.back()->output()}, {{"shape", back}}));
   return made;
-}
-
-std::string format_double(double v) {
-  std::ostringstream os;
-  os << v;
-  return os.str();
 }
 
 class AttentionFusionPass : public ir::Pass {

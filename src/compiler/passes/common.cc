@@ -5,8 +5,15 @@
 #include <cmath>
 #include <functional>
 #include <set>
+#include <sstream>
 
 namespace kiln::compiler::passes {
+
+std::string format_double(double v) {
+  std::ostringstream os;
+  os << v;
+  return os.str();
+}
 
 bool is_graph_output(const ir::Graph& g, const ir::Value* v) {
   return std::find(g.outputs().begin(), g.outputs().end(), v) != g.outputs().end();

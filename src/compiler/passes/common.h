@@ -14,6 +14,8 @@ inline bool is_const(const ir::Value* v) { return v && v->kind() == ir::Value::K
 // Input i of n, or nullptr when absent (the text IR may omit trailing optional inputs).
 inline ir::Value* input_at(const ir::Node* n, size_t i) { return i < n->inputs().size() ? n->inputs()[i] : nullptr; }
 bool is_graph_output(const ir::Graph& g, const ir::Value* v);
+// v as a report writes it (ostream's default: six significant digits).
+std::string format_double(double v);
 // How many node inputs and graph outputs read v.
 size_t use_count(const std::map<const ir::Value*, std::vector<ir::Use>>& uses, const ir::Value* v);
 

@@ -23,7 +23,6 @@
 // ~1.6). As one rms_norm it reads x twice (the second time from L1/L2) and writes y once.
 #include <algorithm>
 #include <numeric>
-#include <sstream>
 
 #include "compiler/passes/pattern.h"
 
@@ -48,12 +47,6 @@ std::optional<int64_t> trailing_mean_axis(const ir::Node* n) {
   if (axes.empty() || std::adjacent_find(axes.begin(), axes.end()) != axes.end()) return std::nullopt;
   if (axes.back() != r - 1 || axes.front() != r - static_cast<int64_t>(axes.size())) return std::nullopt;
   return axes.front();
-}
-
-std::string format_double(double v) {
-  std::ostringstream os;
-  os << v;
-  return os.str();
 }
 
 struct LayerNormMatch {
