@@ -186,11 +186,11 @@ TEST(Resize, MatchesFloat64ReferenceOnRandomInputs) {
   }
 }
 
-// Tables on the last two axes run in one pass (Note [Resizing the last two axes at once]): the
-// height's taps blended into a row, the width as banded 16-column blocks. Every ISA, against the
-// float64 reference, contiguous and not: several blocks (70 and 1000 wide), a last partial block,
-// the height or the width alone, a 1-D tensor, one output column, a wide antialiased span and one
-// too wide for a block (4096 columns; the two-pass path).
+// Tables on the last two axes run in one pass (Note [Resizing the last two axes at once]): per
+// block of 16 output columns, a permute of the (blended) columns it reads, or a gather where it
+// spans more than 16. Every ISA, against the float64 reference, contiguous and not: several
+// blocks (70 wide), a last partial block, the height or the width alone, a 1-D tensor, one output
+// column, and downsampling by 140x and 4500x with antialias (wide blocks, many taps).
 TEST(Resize, LastTwoAxesInOnePassMatchesTheReference) {
   const Mode lin{"linear", "half_pixel", "round_prefer_floor", -0.75, false, 0, false};
   const Mode cub{"cubic", "align_corners", "round_prefer_floor", -0.5, true, 0, false};
@@ -217,8 +217,8 @@ TEST(Resize, LastTwoAxesInOnePassMatchesTheReference) {
   }
 }
 
-// An inf reaches only the outputs whose taps read it: a block's columns that no tap of an output
-// reads are skipped for it, not multiplied by a zero weight (0 * inf is NaN).
+// An inf reaches only the outputs whose taps read it: a block loads all the columns its outputs
+// read, but each output combines only its own taps (0 * inf would be NaN).
 TEST(Resize, AnInfReachesOnlyTheOutputsThatReadIt) {
   ResizeOptions o;
   o.mode = "linear";
@@ -242,11 +242,32 @@ TEST(Resize, AnInfReachesOnlyTheOutputsThatReadIt) {
 TEST(Resize, NearestIsAnExactGatherForEveryDType) {
   ResizeOptions o;
   o.coordinate_transformation_mode = "asymmetric";
-  for (DType t : {DType::i8, DType::u8, DType::i32, DType::i64, DType::boolean, DType::f16}) {
+  for (DType t : {DType::i8, DType::u8, DType::i32, DType::i64, DType::boolean, DType::f16, DType::f32}) {
     Tensor x = random_tensor({2, 3, 5}, t, 4);
     Tensor got = resize(x, {3, 3, 9}, o);
     EXPECT_EQ(got.dtype(), t);
     EXPECT_TRUE(all_close(got, ref::resize(x, attrs_of({3, 3, 9}, o)), Tol{0, 0})) << dtype_name(t);
+  }
+  // f32 over the last two axes runs as one tap of weight 1 (Note [Resizing the last two axes at
+  // once]): still a copy, -0, inf and NaN included, on every ISA.
+  for (kernels::cpu::Isa isa : kernels::cpu::supported_isas()) {
+    kernels::cpu::IsaOverride use(isa);
+    Tensor x = random_tensor({2, 3, 4, 21}, DType::f32, 5);
+    float* xp = x.data<float>();
+    xp[0] = -0.0f, xp[1] = std::numeric_limits<float>::infinity(), xp[30] = std::numeric_limits<float>::quiet_NaN();
+    Tensor got = resize(x, {2, 3, 8, 47}, o);
+    // The f64 resize is the byte gather (the float64 reference sums products and drops -0's sign).
+    Tensor want = resize(x.to(DType::f64), {2, 3, 8, 47}, o);
+    const float* g = got.data<float>();
+    const double* w = want.data<double>();
+    for (int64_t i = 0; i < got.numel(); ++i) {
+      if (std::isnan(w[i])) {
+        EXPECT_TRUE(std::isnan(g[i])) << kernels::cpu::isa_name(isa) << " at " << i;
+      } else {
+        EXPECT_EQ(static_cast<double>(g[i]), w[i]) << kernels::cpu::isa_name(isa) << " at " << i;
+        EXPECT_EQ(std::signbit(g[i]), std::signbit(w[i])) << kernels::cpu::isa_name(isa) << " at " << i;
+      }
+    }
   }
   // Values past 2^53 survive (no trip through double).
   Tensor big = from_vector<int64_t>({(int64_t(1) << 60) + 1, -((int64_t(1) << 59) + 3)}, Shape{2});

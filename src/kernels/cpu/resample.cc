@@ -158,35 +158,26 @@ void gather_elements(const Tensor& x, const Tensor& y, const std::vector<Resampl
 }
 
 // Note [Resizing the last two axes at once]
-// An image resize (EfficientFormerV2's 2x bilinear upsample of 1024 planes of 7x7, a segmentation
-// head's) ran as two passes: the height into a new tensor, then the width into another, with a
-// scalar gather per output element, and a copy into the step's output: 0.25 ms for 200K outputs on
-// two threads, about what the 1x1 convolution after it costs. When the tables sit on the last two
-// axes, one pass does: each output row blends its input rows (the height's taps, vectors along the
-// row) into a scratch row, and the width is a banded matrix product of that row. The width's table
-// becomes, per block of 16 output columns, the input columns its taps read (a span of a few for
-// upsampling) and a 16-wide row of weights per such column, so a block is `span` broadcast
-// multiply-adds; duplicate taps (clamped at the edges) add into one weight. The output is written
-// once, in place.
+// An image resize (EfficientFormerV2's 2x bilinear upsample of 1024 planes of 7x7, GhostNetV2's
+// 2x nearest upsample of its attention maps, a segmentation head's) ran as one pass per axis: the
+// height into a new tensor, then the width into another with a scalar gather per element, then a
+// copy into the step's output (0.25 ms for 200K bilinear outputs on one thread, as much as the 1x1
+// convolution after it; nearest, a byte gather, 0.83 ns an element). When the tables sit on the
+// last two axes and none extrapolates, one pass does, writing the output once:
+//   - the width's table is regrouped in blocks of 16 output columns, per tap a vector of input
+//     columns and one of weights. Upsampling, a block's taps read at most 16 consecutive columns:
+//     those are loaded once as a vector (the height's taps blended there, in registers) and each
+//     tap is a permute of it and a multiply-add. A block that spans more (downsampling) gathers
+//     from the height's blend of the whole row, kept in a scratch row.
+//   - the taps are summed in table order, as the two-pass path does, so results match it; nearest
+//     is one tap of weight 1, a copy (x * 1 is x, -0 and NaN included).
+// The output is the step's own, written in place.
 struct Last2Tables {
   Last2PlanF32 plan;
-  std::vector<int64_t> h_index, w_lo, w_span, w_off;
-  std::vector<float> h_weight, w_m;
-  std::vector<uint16_t> w_mask;
+  std::vector<int64_t> h_index, w_lo, w_span;
+  std::vector<float> h_weight, w_weight;
+  std::vector<int32_t> w_index;
 };
-
-constexpr int64_t kMaxBandSpan = 4096;  // beyond it a block's weights outgrow the caches
-
-// The input columns block b's taps read: [lo, hi].
-std::pair<int64_t, int64_t> block_columns(const ResampleAxis& t, int64_t b) {
-  int64_t lo = t.in_len, hi = -1;
-  for (int64_t j = 16 * b; j < std::min(16 * b + 16, t.out_len); ++j)
-    for (int64_t k = 0; k < t.taps; ++k) {
-      const int64_t i = t.index[static_cast<size_t>(j * t.taps + k)];
-      lo = std::min(lo, i), hi = std::max(hi, i);
-    }
-  return {lo, hi};
-}
 
 const ResampleAxis* table_on(const std::vector<ResampleAxis>& axes, int64_t axis) {
   for (const ResampleAxis& t : axes)
@@ -206,24 +197,32 @@ Last2Tables last2_tables(const Shape& xs, const std::vector<ResampleAxis>& axes)
     t.h_weight.assign(h->weight.begin(), h->weight.end());
   }
   if (const ResampleAxis* w = table_on(axes, rank - 1)) {
-    p.out_w = w->out_len, p.w_blocks = (w->out_len + 15) / 16;
+    p.out_w = w->out_len, p.w_taps = w->taps, p.w_blocks = (w->out_len + 15) / 16;
+    t.w_index.assign(static_cast<size_t>(p.w_blocks * p.w_taps * 16), 0);
+    t.w_weight.assign(t.w_index.size(), 0.0f);
     for (int64_t b = 0; b < p.w_blocks; ++b) {
-      const auto [lo, hi] = block_columns(*w, b);
-      t.w_lo.push_back(lo), t.w_span.push_back(hi - lo + 1), t.w_off.push_back(static_cast<int64_t>(t.w_m.size()));
-      t.w_m.resize(t.w_m.size() + static_cast<size_t>(16 * (hi - lo + 1)), 0.0f);
-      t.w_mask.resize(t.w_mask.size() + static_cast<size_t>(hi - lo + 1), 0);
-      for (int64_t j = 16 * b; j < std::min(16 * b + 16, w->out_len); ++j)
+      const int64_t j0 = 16 * b, j1 = std::min(j0 + 16, w->out_len);
+      int64_t lo = w->in_len, hi = -1;
+      for (int64_t k = j0 * w->taps; k < j1 * w->taps; ++k)
+        lo = std::min(lo, w->index[static_cast<size_t>(k)]), hi = std::max(hi, w->index[static_cast<size_t>(k)]);
+      const bool near = hi - lo < 16;
+      p.w_wide = p.w_wide || !near;
+      t.w_lo.push_back(lo), t.w_span.push_back(hi - lo + 1);
+      for (int64_t j = j0; j < j1; ++j)
         for (int64_t k = 0; k < w->taps; ++k) {
-          const size_t tap = static_cast<size_t>(j * w->taps + k);
-          const int64_t i = w->index[tap] - lo;
-          t.w_m[static_cast<size_t>(t.w_off.back() + 16 * i + (j - 16 * b))] += static_cast<float>(w->weight[tap]);
-          t.w_mask[static_cast<size_t>(t.w_off.back() / 16 + i)] |= static_cast<uint16_t>(1u << (j - 16 * b));
+          const size_t from = static_cast<size_t>(j * w->taps + k);
+          const size_t to = static_cast<size_t>((b * w->taps + k) * 16 + (j - j0));
+          t.w_index[to] = static_cast<int32_t>(near ? w->index[from] - lo : w->index[from]);
+          t.w_weight[to] = static_cast<float>(w->weight[from]);
         }
+      if (!near)  // lanes past out_w read column lo (weight 0)
+        for (int64_t k = 0; k < w->taps; ++k)
+          for (int64_t l = j1 - j0; l < 16; ++l) t.w_index[static_cast<size_t>((b * w->taps + k) * 16 + l)] =
+              static_cast<int32_t>(lo);
     }
   }
   p.h_index = t.h_index.data(), p.h_weight = t.h_weight.data();
-  p.w_lo = t.w_lo.data(), p.w_span = t.w_span.data(), p.w_off = t.w_off.data();
-  p.w_m = t.w_m.data(), p.w_mask = t.w_mask.data();
+  p.w_lo = t.w_lo.data(), p.w_span = t.w_span.data(), p.w_index = t.w_index.data(), p.w_weight = t.w_weight.data();
   return t;
 }
 
@@ -246,16 +245,14 @@ void last2_rows__scalar(const Last2PlanF32& p, const float* x, float* y, float* 
       row = blend;
     }
     for (int64_t b = 0; b < p.w_blocks; ++b) {
-      float acc[16] = {};
-      const float* m = p.w_m + p.w_off[b];
-      const uint16_t* mask = p.w_mask + p.w_off[b] / 16;
-      for (int64_t i = 0; i < p.w_span[b]; ++i) {
-        const float v = row[p.w_lo[b] + i];
-        for (int l = 0; l < 16; ++l)
-          if (mask[i] >> l & 1) acc[l] += v * m[16 * i + l];
+      const float* base = row + (p.w_span[b] <= 16 ? p.w_lo[b] : 0);
+      const int32_t* idx = p.w_index + b * p.w_taps * 16;
+      const float* w = p.w_weight + b * p.w_taps * 16;
+      for (int64_t l = 0; l < std::min<int64_t>(16, p.out_w - 16 * b); ++l) {
+        float acc = w[l] * base[idx[l]];
+        for (int64_t k = 1; k < p.w_taps; ++k) acc += w[16 * k + l] * base[idx[16 * k + l]];
+        out[16 * b + l] = acc;
       }
-      const int64_t n = std::min<int64_t>(16, p.out_w - 16 * b);
-      std::copy(acc, acc + n, out + 16 * b);
     }
   }
 }
@@ -268,11 +265,6 @@ bool resample_last2_f32_applies(const Shape& x, const std::vector<ResampleAxis>&
   for (const ResampleAxis& t : axes) {
     if (t.axis < rank - 2 || t.axis >= rank || t.taps < 1) return false;
     if (std::any_of(t.outside.begin(), t.outside.end(), [](uint8_t o) { return o != 0; })) return false;
-    if (t.axis == rank - 1)
-      for (int64_t b = 0; 16 * b < t.out_len; ++b) {
-        const auto [lo, hi] = block_columns(t, b);
-        if (hi - lo + 1 > kMaxBandSpan) return false;
-      }
   }
   return true;
 }
@@ -290,8 +282,7 @@ void resample_last2_f32(const Tensor& x, const std::vector<ResampleAxis>& axes, 
   const Last2RowsF32 kernel = active_isa() == Isa::avx512 ? last2_rows_f32_avx512() : last2_rows__scalar;
   const float* xp = static_cast<const float*>(x.data_ptr());
   float* yp = static_cast<float*>(y.data_ptr());
-  const int64_t span = p.w_blocks > 0 ? static_cast<int64_t>(t.w_m.size()) / p.w_blocks : 16;
-  const int64_t work = p.h_taps * p.in_w + p.w_blocks * span;
+  const int64_t work = std::max<int64_t>(p.h_taps, 1) * (p.in_w + p.out_w) + p.w_taps * p.out_w;
   parallel_for(0, rows, grain_for(work), [&](int64_t r0, int64_t r1) {
     // Rounded up to whole vectors (the row kernels may store the last one whole).
     std::vector<float> tmp(p.h_taps > 0 && p.w_blocks > 0 ? static_cast<size_t>((p.in_w + 15) / 16 * 16) : 0);

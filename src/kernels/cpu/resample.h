@@ -37,23 +37,23 @@ void resample_last2_f32(const Tensor& x, const std::vector<ResampleAxis>& axes, 
 
 // The row kernel behind resample_last2_f32, per ISA. Output row r (of planes * out_h) is plane
 // r / out_h, row oy = r % out_h: the input rows h_index[oy * h_taps + k] weighted by
-// h_weight[oy * h_taps + k] (h_taps == 0: the height is not resized, row oy itself), summed into
-// `tmp` (room for in_w rounded up to a multiple of 16 floats), then the width applied in blocks of
-// 16 output columns (w_blocks == 0: not resized): block b reads the w_span[b] input columns from
-// w_lo[b], input column w_lo[b] + i giving w_m[w_off[b] + 16 i + l] of itself to output column
-// 16 b + l where bit l of w_mask[w_off[b] / 16 + i] is set (the columns no tap reads are skipped, not
-// multiplied by 0, so an inf or NaN reaches only the outputs whose taps read it).
+// h_weight[oy * h_taps + k] (h_taps == 0: the height is not resized, row oy itself). The width
+// (w_blocks == 0: not resized) comes in blocks of 16 output columns: output column 16 b + l is the
+// sum over t < w_taps of w_weight[e] * (blended row)[i], e = (b * w_taps + t) * 16 + l, where
+// i = w_lo[b] + w_index[e] if w_span[b] <= 16 (the block's taps all read the 16 columns from w_lo[b])
+// and i = w_index[e] otherwise. Lanes past out_w read column w_lo[b] with weight 0. `tmp` has room
+// for in_w rounded up to a multiple of 16 floats.
 struct Last2PlanF32 {
   int64_t in_h = 0, in_w = 0, out_h = 0, out_w = 0;
   int64_t h_taps = 0;
   const int64_t* h_index = nullptr;
   const float* h_weight = nullptr;
-  int64_t w_blocks = 0;
+  int64_t w_blocks = 0, w_taps = 0;
+  bool w_wide = false;  // some block spans more than 16 columns
   const int64_t* w_lo = nullptr;
   const int64_t* w_span = nullptr;
-  const int64_t* w_off = nullptr;
-  const float* w_m = nullptr;
-  const uint16_t* w_mask = nullptr;
+  const int32_t* w_index = nullptr;
+  const float* w_weight = nullptr;
 };
 using Last2RowsF32 = void (*)(const Last2PlanF32& p, const float* x, float* y, float* tmp, int64_t r0, int64_t r1);
 Last2RowsF32 last2_rows_f32_avx512();

@@ -193,18 +193,19 @@ void resize_kernel(const KernelCall& k) {
   auto tables = resize_tables(x.shape(), k.attrs);
   const double fill = k.attrs.get_float("extrapolation_value");
   Tensor y;
-  if (k.attrs.get_string("mode") == "nearest") {
+  const bool nearest = k.attrs.get_string("mode") == "nearest";
+  const DType compute = x.dtype() == DType::f64 ? DType::f64 : DType::f32;
+  // Nearest of another dtype stays a gather of its own elements (f16 through f32 is not a copy).
+  if (compute == DType::f32 && (!nearest || x.dtype() == DType::f32) &&
+      kernels::cpu::resample_last2_f32_applies(x.shape(), tables)) {
+    y = out.is_contiguous() && out.dtype() == DType::f32 ? out : empty(out.shape(), TensorOptions(DType::f32));
+    kernels::cpu::resample_last2_f32(defs::contiguous_as(x, compute), tables, y);
+  } else if (nearest) {
     Tensor xc = defs::contiguous_as(x, x.dtype());
     y = out.is_contiguous() ? out : empty(out.shape(), TensorOptions(out.dtype()));
     kernels::cpu::resample_gather(xc, y, tables, full({1}, Scalar(fill), TensorOptions(out.dtype())));
   } else {
-    const DType compute = x.dtype() == DType::f64 ? DType::f64 : DType::f32;
-    if (compute == DType::f32 && kernels::cpu::resample_last2_f32_applies(x.shape(), tables)) {
-      y = out.is_contiguous() && out.dtype() == DType::f32 ? out : empty(out.shape(), TensorOptions(DType::f32));
-      kernels::cpu::resample_last2_f32(defs::contiguous_as(x, compute), tables, y);
-    } else {
-      y = kernels::cpu::resample_separable(defs::contiguous_as(x, compute), tables, fill);
-    }
+    y = kernels::cpu::resample_separable(defs::contiguous_as(x, compute), tables, fill);
   }
   if (!y.is_same(out)) kernels::cpu::copy_into(out, y);
 }
