@@ -12,6 +12,7 @@
 
 #include "kernels/cpu/isa.h"
 #include "kernels/cpu/ref/resample.h"
+#include "kernels/cpu/resample.h"
 #include "kiln/ops/resample.h"
 #include "support/testing.h"
 
@@ -215,6 +216,28 @@ TEST(Resize, LastTwoAxesInOnePassMatchesTheReference) {
       EXPECT_TRUE(all_close(resize(testing::noncontiguous(x), c.sizes, o), want, resize_tol(DType::f32)));
     }
   }
+}
+
+// What the one-pass path takes: tables on the last two axes, none extrapolating, none longer than
+// its 32-bit gather indices reach.
+TEST(Resize, OnePassTakesTheLastTwoAxesOnly) {
+  using kernels::cpu::ResampleAxis;
+  auto table = [](int64_t axis, int64_t in_len) {
+    ResampleAxis t;
+    t.axis = axis, t.in_len = in_len, t.out_len = 2, t.taps = 1, t.index = {0, 0}, t.weight = {1, 1};
+    return t;
+  };
+  const Shape x{2, 3, 4, 5};
+  EXPECT_TRUE(kernels::cpu::resample_last2_f32_applies(x, {table(2, 4), table(3, 5)}));
+  EXPECT_TRUE(kernels::cpu::resample_last2_f32_applies(x, {table(3, 5)}));
+  EXPECT_FALSE(kernels::cpu::resample_last2_f32_applies(x, {table(1, 3), table(3, 5)}));
+  EXPECT_FALSE(kernels::cpu::resample_last2_f32_applies(x, {}));
+  ResampleAxis crop = table(3, 5);
+  crop.outside = {0, 1};
+  EXPECT_FALSE(kernels::cpu::resample_last2_f32_applies(x, {crop}));
+  crop.outside = {0, 0};
+  EXPECT_TRUE(kernels::cpu::resample_last2_f32_applies(x, {crop}));
+  EXPECT_FALSE(kernels::cpu::resample_last2_f32_applies(Shape{1, int64_t{1} << 32}, {table(1, int64_t{1} << 32)}));
 }
 
 // An inf reaches only the outputs whose taps read it: a block loads all the columns its outputs

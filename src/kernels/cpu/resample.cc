@@ -4,7 +4,7 @@
 
 #include <algorithm>
 #include <cstring>
-#include <utility>
+#include <limits>
 
 #include "kernels/cpu/isa.h"
 #include "kiln/core/thread_pool.h"
@@ -173,10 +173,17 @@ void gather_elements(const Tensor& x, const Tensor& y, const std::vector<Resampl
 //     is one tap of weight 1, a copy (x * 1 is x, -0 and NaN included).
 // The output is the step's own, written in place.
 struct Last2Tables {
-  Last2PlanF32 plan;
+  Last2PlanF32 sizes;  // its pointers are filled by plan()
   std::vector<int64_t> h_index, w_lo, w_span;
   std::vector<float> h_weight, w_weight;
   std::vector<int32_t> w_index;
+
+  Last2PlanF32 plan() const {
+    Last2PlanF32 p = sizes;
+    p.h_index = h_index.data(), p.h_weight = h_weight.data();
+    p.w_lo = w_lo.data(), p.w_span = w_span.data(), p.w_index = w_index.data(), p.w_weight = w_weight.data();
+    return p;
+  }
 };
 
 const ResampleAxis* table_on(const std::vector<ResampleAxis>& axes, int64_t axis) {
@@ -188,7 +195,7 @@ const ResampleAxis* table_on(const std::vector<ResampleAxis>& axes, int64_t axis
 Last2Tables last2_tables(const Shape& xs, const std::vector<ResampleAxis>& axes) {
   const int64_t rank = static_cast<int64_t>(xs.size());
   Last2Tables t;
-  Last2PlanF32& p = t.plan;
+  Last2PlanF32& p = t.sizes;
   p.in_w = xs.back(), p.in_h = rank >= 2 ? xs[xs.size() - 2] : 1;
   p.out_w = p.in_w, p.out_h = p.in_h;
   if (const ResampleAxis* h = rank >= 2 ? table_on(axes, rank - 2) : nullptr) {
@@ -221,8 +228,6 @@ Last2Tables last2_tables(const Shape& xs, const std::vector<ResampleAxis>& axes)
               static_cast<int32_t>(lo);
     }
   }
-  p.h_index = t.h_index.data(), p.h_weight = t.h_weight.data();
-  p.w_lo = t.w_lo.data(), p.w_span = t.w_span.data(), p.w_index = t.w_index.data(), p.w_weight = t.w_weight.data();
   return t;
 }
 
@@ -264,6 +269,7 @@ bool resample_last2_f32_applies(const Shape& x, const std::vector<ResampleAxis>&
   if (axes.empty() || rank == 0) return false;
   for (const ResampleAxis& t : axes) {
     if (t.axis < rank - 2 || t.axis >= rank || t.taps < 1) return false;
+    if (t.in_len > std::numeric_limits<int32_t>::max()) return false;  // the gathers' indices are 32-bit
     if (std::any_of(t.outside.begin(), t.outside.end(), [](uint8_t o) { return o != 0; })) return false;
   }
   return true;
@@ -274,7 +280,7 @@ void resample_last2_f32(const Tensor& x, const std::vector<ResampleAxis>& axes, 
               "resample_last2_f32 needs contiguous f32 tensors");
   KILN_ASSERT(resample_last2_f32_applies(x.shape(), axes), "resample_last2_f32: tables off the last two axes");
   const Last2Tables t = last2_tables(x.shape(), axes);
-  const Last2PlanF32& p = t.plan;
+  const Last2PlanF32 p = t.plan();
   KILN_ASSERT(y.numel() == x.numel() / std::max<int64_t>(p.in_h * p.in_w, 1) * p.out_h * p.out_w,
               "resample_last2_f32: output size does not match the tables");
   if (y.numel() == 0) return;
