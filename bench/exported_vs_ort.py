@@ -33,7 +33,9 @@ Models (--models, comma-separated; default all that can be built here):
       timm_mobilenetv4_hybrid_medium (multi-query attention between the convolutions),
       timm_efficientvit_b0 (linear attention), timm_mobilevit_s (transformer blocks on unfolded patches),
       timm_resnet50_gn and timm_resnetv2_50x1_bit (GroupNorm), timm_skresnet18 and timm_resnest14d
-      (split attention), timm_ecaresnet50d, timm_levit_128s (BatchNorm1d after its Linear layers)
+      (split attention), timm_ecaresnet50d, timm_levit_128s (BatchNorm1d after its Linear layers), and 37
+      more added untuned (the TIMM list below: EfficientFormerV2, InceptionNeXt, GhostNetV2, EfficientViT-M,
+      ConvNeXtV2, TinyViT, RepViT, EdgeNeXt, MambaOut, HGNetV2, ...)
   HuggingFace transformers (needs transformers), random weights, default attention (SDPA):
       transformers_bert (BertModel, base), transformers_roberta, transformers_distilbert,
       transformers_minilm (BertModel at all-MiniLM-L6's shape: 6 layers, hidden 384, 12 heads),
@@ -128,7 +130,17 @@ TIMM = ["timm_mobilenetv3_large_100", "timm_mobilenetv3_small_100", "timm_tf_mob
         "timm_deit_tiny_patch16_224", "timm_dla34", "timm_repvgg_a0", "timm_deit3_small_patch16_224",
         "timm_mixnet_s", "timm_mobileone_s0", "timm_fastvit_t8", "timm_mobilenetv4_hybrid_medium",
         "timm_repghostnet_100", "timm_efficientvit_b0", "timm_mobilevit_s", "timm_resnet50_gn",
-        "timm_resnetv2_50x1_bit", "timm_skresnet18", "timm_resnest14d", "timm_ecaresnet50d", "timm_levit_128s"]
+        "timm_resnetv2_50x1_bit", "timm_skresnet18", "timm_resnest14d", "timm_ecaresnet50d", "timm_levit_128s",
+        # Added 2026-12-07 (RESULTS.md, 16:54 - 19:50): 37 more, none tuned for beforehand.
+        "timm_tf_efficientnet_lite0", "timm_fbnetc_100", "timm_ghostnetv2_100", "timm_repvit_m1",
+        "timm_mobilevitv2_050", "timm_efficientvit_m0", "timm_tinynet_a", "timm_hardcorenas_a",
+        "timm_mobilenetv4_conv_blur_medium", "timm_mobilenetv3_rw", "timm_resnet18d", "timm_regnetz_b16",
+        "timm_efficientnetv2_rw_t", "timm_convnextv2_atto", "timm_edgenext_xx_small", "timm_semnasnet_100",
+        "timm_spnasnet_100", "timm_mnasnet_100", "timm_lcnet_050", "timm_rexnet_100", "timm_cspresnet50",
+        "timm_resnet26t", "timm_seresnext26d_32x4d", "timm_mobilenetv4_conv_aa_large", "timm_mobilenetv1_100h",
+        "timm_mobileone_s1", "timm_fastvit_t12", "timm_inception_next_atto", "timm_starnet_s1",
+        "timm_efficientformerv2_s0", "timm_tiny_vit_5m_224", "timm_hgnetv2_b0", "timm_mambaout_femto",
+        "timm_ese_vovnet19b_dw", "timm_dla46_c", "timm_gernet_s", "timm_resnet10t"]
 # Exported by bench/export_tf.py (tf2onnx), not here.
 TF_VISION = ["tfk_resnet50", "tfk_resnet50v2", "tfk_resnet101", "tfk_mobilenet", "tfk_mobilenetv2", "tfk_mobilenetv3l",
              "tfk_mobilenetv3s", "tfk_efficientnetb0", "tfk_densenet121", "tfb_vit"]
