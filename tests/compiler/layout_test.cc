@@ -421,6 +421,66 @@ TEST(Layout, MeanWithoutKeepdimPoolsBlocked) {
   }
 }
 
+// ConvNeXt V2's block as timm exports it: a 7x7 depthwise layer, its channels-last LayerNorm
+// (permute -> layer_norm over the last axis -> permute back), a 1x1 expansion with gelu, the global
+// response norm (the L2 norm of each channel over H and W, divided by its mean over the channels,
+// scaling the activation), a 1x1 projection and the residual. 40 channels leave a partial block.
+// The norms run blocked (Note [Blocked channel norm], Note [Blocked spatial norm]), the block is one
+// region, and only the GRN's per-channel [N, C, 1, 1] values cross it.
+ir::Graph convnext_v2_block(bool affine) {
+  Builder b;
+  b.g.name = "convnext_v2";
+  ir::Value* x = b.g.add_input("x", ir::ValueType{DType::f32, {ir::Dim::sym("batch"), 40, 9, 9}});
+  ir::Value* v = b.relu(b.conv(x, 40, 3, 1, "stem"));
+  for (int i = 0; i < 2; ++i) {
+    const std::string n = std::to_string(i);
+    ir::Value* dw = b.conv(v, 40, 7, 1, "dw" + n, 40);
+    ir::Value* t = b.g.add_node(op("permute"), {dw}, {{"dims", std::vector<int64_t>{0, 2, 3, 1}}})->output();
+    std::vector<ir::Value*> ln_in{t};
+    if (affine) ln_in.push_back(b.cst("ln_w" + n, {40})), ln_in.push_back(b.cst("ln_b" + n, {40}));
+    ir::Value* ln = b.g.add_node(op("layer_norm"), ln_in, {{"axis", int64_t{-1}}, {"eps", 1e-6}})->output();
+    ir::Value* back = b.g.add_node(op("permute"), {ln}, {{"dims", std::vector<int64_t>{0, 3, 1, 2}}})->output();
+    ir::Value* e = b.unary("gelu", b.conv(back, 160, 1, 1, "fc1" + n));
+    ir::Value* gx = b.g.add_node(op("norm"), {e}, {{"axes", std::vector<int64_t>{2, 3}}, {"keepdim", true}})->output();
+    ir::Value* gm = b.g.add_node(op("mean"), {gx}, {{"axes", std::vector<int64_t>{1}}, {"keepdim", true}})->output();
+    ir::Value* nx = b.binary("div", gx, b.binary("add", gm, b.g.add_constant("eps" + n, scalar_tensor(1e-6))));
+    ir::Value* grn = b.add(b.binary("mul", b.cst("gamma" + n, {1, 160, 1, 1}), b.binary("mul", e, nx)), e);
+    v = b.add(b.conv(grn, 40, 1, 1, "fc2" + n), v);
+  }
+  b.g.add_output(v);
+  ir::verify(b.g);
+  return std::move(b.g);
+}
+
+TEST(Layout, ConvNeXtNormsRunBlocked) {
+  using Layout = runtime::CompileOptions::Layout;
+  for (bool affine : {true, false}) {
+    SCOPED_TRACE(affine ? "affine" : "no weight or bias");
+    const ir::Graph g = convnext_v2_block(affine);
+    runtime::CompileResult r = runtime::compile(g, opts(Layout::nchwc, 3));
+    auto n = op_counts(r.engine);
+    EXPECT_EQ(n["layer_norm_nchwc"], 2);
+    EXPECT_EQ(n["global_norm_nchwc"], 2);
+    EXPECT_EQ(n["layer_norm"] + n["norm"] + n["permute"], 0);
+    // x, then per block the GRN's divided norm back in; out: the output and each block's norm.
+    EXPECT_EQ(n["to_nchwc"], 3);
+    EXPECT_EQ(n["from_nchwc"], 3);
+    EXPECT_TRUE(reported(r, "2 layer norm(s)"));
+    expect_engine_matches(r.engine, g, {40, 9, 9}, 140);
+  }
+  // A layer norm whose permuted input is read elsewhere too stays as it is.
+  Builder b;
+  ir::Value* x = b.g.add_input("x", ir::ValueType{DType::f32, {1, 32, 6, 6}});
+  ir::Value* c = b.conv(x, 32, 3, 1, "c");
+  ir::Value* t = b.g.add_node(op("permute"), {c}, {{"dims", std::vector<int64_t>{0, 2, 3, 1}}})->output();
+  ir::Value* ln = b.g.add_node(op("layer_norm"), {t}, {{"axis", int64_t{3}}})->output();
+  b.g.add_output(b.g.add_node(op("permute"), {ln}, {{"dims", std::vector<int64_t>{0, 3, 1, 2}}})->output());
+  b.g.add_output(t);
+  ir::verify(b.g);
+  auto r = compiler::run_passes(b.g, {"layout_all"});
+  EXPECT_EQ(r[0].report.find("layer norm"), std::string::npos) << r[0].report;
+}
+
 // EfficientNet's block as ONNX exporters write it: SiLU as x * sigmoid(x) (both operand orders)
 // after the expansion and the depthwise layer and in the squeeze-excite's first 1x1 (10 channels:
 // a partial block), its second 1x1 gated by a sigmoid. gelu_fusion makes each SiLU one silu node,

@@ -686,6 +686,75 @@ TEST(Nchwc, GlobalAveragePoolMatchesFloat64Reference) {
                     "no pixels to average");
 }
 
+// Note [Blocked spatial norm]: each plane's L2 norm over its pixels, against the norm op in f64;
+// a partial block's extra lanes stay zero; no pixels give 0.
+TEST(Nchwc, GlobalNormMatchesFloat64Reference) {
+  int seed = 1700;
+  for (const Shape& s : std::vector<Shape>{{2, 33, 7, 7}, {1, 16, 1, 1}, {3, 40, 13, 11}, {1, 160, 56, 56}}) {
+    SCOPED_TRACE(shape_str(s));
+    Tensor x = random_tensor(s, DType::f32, ++seed, -3, 3);
+    Tensor got = dispatch1(op("global_norm_nchwc"), {to_nchwc(x)}, {});
+    ASSERT_EQ(got.shape(), (Shape{s[0], (s[1] + 15) / 16, 1, 1, 16}));
+    EXPECT_TRUE(testing::all_close(from_nchwc(got, s[1]), norm(f64(x), {2, 3}, true), {1e-6, 1e-6}));
+    if (s[1] % 16) {
+      Tensor tail = got.slice(1, s[1] / 16, s[1] / 16 + 1).slice(4, s[1] % 16, 16);
+      EXPECT_TRUE(testing::all_close(tail, zeros(tail.shape(), TensorOptions(DType::f32)), {0, 0}));
+    }
+  }
+  // Squares summed in f64: 1e20 squared overflows f32, not the norm.
+  Tensor big = full({1, 16, 2, 2}, Scalar(1e20), TensorOptions(DType::f32));
+  Tensor got = from_nchwc(dispatch1(op("global_norm_nchwc"), {to_nchwc(big)}, {}), 16);
+  EXPECT_TRUE(testing::all_close(got, full({1, 16, 1, 1}, Scalar(2e20), TensorOptions(DType::f32)), {1e-6, 0}));
+  Tensor none = dispatch1(op("global_norm_nchwc"), {zeros({1, 1, 0, 4, 16}, TensorOptions(DType::f32))}, {});
+  EXPECT_TRUE(testing::all_close(none, zeros({1, 1, 1, 1, 16}, TensorOptions(DType::f32)), {0, 0}));
+}
+
+// Note [Blocked channel norm]: a layer norm over each pixel's channels against layer_norm of the
+// channels-last permute in f64, on every ISA, for one block, partial blocks (whose extra input lanes
+// hold garbage the sums must skip, and whose extra output lanes come out zero) and planes split
+// between threads; written over x too.
+TEST(Nchwc, ChannelLayerNormMatchesFloat64Reference) {
+  int seed = 1750;
+  for (kernels::cpu::Isa isa : kernels::cpu::supported_isas()) {
+    kernels::cpu::IsaOverride on(isa);
+    for (const Shape& s : std::vector<Shape>{{2, 40, 7, 5}, {1, 16, 1, 1}, {1, 1, 3, 3}, {3, 33, 13, 11},
+                                             {1, 96, 56, 56}}) {
+      SCOPED_TRACE(std::string(kernels::cpu::isa_name(isa)) + " " + shape_str(s));
+      ++seed;
+      const int64_t c = s[1], lanes = (c + 15) / 16 * 16;
+      Tensor x = random_tensor(s, DType::f32, seed, -4, 4);
+      Tensor w = random_tensor({c}, DType::f32, seed + 1000, -2, 2), b = random_tensor({c}, DType::f32, seed + 2000);
+      Tensor w_l = zeros({lanes}, TensorOptions(DType::f32)), b_l = zeros({lanes}, TensorOptions(DType::f32));
+      w_l.slice(0, 0, c).copy_(w);
+      b_l.slice(0, 0, c).copy_(b);
+      Tensor want = layer_norm(f64(x).permute({0, 2, 3, 1}), 3, f64(w), f64(b), 1e-6).permute({0, 3, 1, 2});
+      Tensor xb = to_nchwc(x);
+      if (c % 16) xb.slice(1, c / 16, c / 16 + 1).slice(4, c % 16, 16).fill_(Scalar(7.5));  // not zero: skipped
+      const Attrs a{{"channels", c}, {"eps", 1e-6}};
+      Tensor got = dispatch1(op("layer_norm_nchwc"), {xb, w_l, b_l}, a);
+      ASSERT_EQ(got.shape(), xb.shape());
+      EXPECT_TRUE(testing::all_close(from_nchwc(got, c), want, {2e-5, 2e-5}));
+      if (c % 16) {
+        Tensor tail = got.slice(1, c / 16, c / 16 + 1).slice(4, c % 16, 16);
+        EXPECT_TRUE(testing::all_close(tail, zeros(tail.shape(), TensorOptions(DType::f32)), {0, 0}));
+      }
+      kernels::cpu::layer_norm_channels_nchwc_f32(s[0], lanes / 16, s[2] * s[3], c,
+                                                  static_cast<const float*>(xb.data_ptr()),
+                                                  static_cast<const float*>(w_l.data_ptr()),
+                                                  static_cast<const float*>(b_l.data_ptr()), 1e-6f,
+                                                  static_cast<float*>(xb.data_ptr()));
+      EXPECT_TRUE(testing::all_close(xb, got, {0, 0}));
+    }
+  }
+  Tensor xb = to_nchwc(random_tensor({1, 20, 3, 3}, DType::f32, 1));
+  Tensor v32 = random_tensor({32}, DType::f32, 2);
+  EXPECT_KILN_ERROR(dispatch1(op("layer_norm_nchwc"), {xb, v32, v32}, {{"channels", int64_t{40}}}),
+                    "layer_norm_nchwc", "channels = 40 does not fill x's 2 blocks");
+  EXPECT_KILN_ERROR(dispatch1(op("layer_norm_nchwc"), {xb, random_tensor({20}, DType::f32, 3), v32},
+                              {{"channels", int64_t{20}}}),
+                    "weight of shape [20] must be [32]");
+}
+
 // Note [Blocked batch norm]: act(x * scale + shift) a channel each, on every ISA, over planes of one
 // pixel to thousands (split between threads at batch 1) and partial blocks, whose extra lanes
 // come out act(0); written over x too.

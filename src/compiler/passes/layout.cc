@@ -12,8 +12,9 @@
 // each other (input or residual) and the values two of them read (a ResNet block's input feeds its
 // first convolution and its projection); a max or average pool or a global average pool of a
 // member's output joins its region, and so does an elementwise op that reads one
-// (Note [Elementwise ops in a region]) and a batch norm of one (with the activation after it:
-// Note [Blocked batch norm] in conv_nchwc.cc). A region reads each value from outside through one
+// (Note [Elementwise ops in a region]), a batch norm of one (with the activation after it:
+// Note [Blocked batch norm] in conv_nchwc.cc), an L2 norm of one over H and W (Note [Blocked
+// spatial norm]) and a channels-last layer norm of one (Note [Blocked channel norm]). A region reads each value from outside through one
 // to_nchwc and hands each value read outside through one from_nchwc; inside it values stay
 // blocked, so a conversion pair between two members never appears (there is nothing to cancel
 // later). Whether a region pays is a cost
@@ -52,6 +53,7 @@
 #include <set>
 
 #include "compiler/passes/common.h"
+#include "compiler/passes/pattern.h"
 #include "kiln/ops/conv.h"
 
 namespace kiln::compiler::passes {
@@ -68,17 +70,21 @@ const std::set<std::string> kBlockedActs = {"none", "relu", "relu6", "hardswish"
 
 // A node that can run in a region: a convolution on blocked input, a stem (a convolution of at
 // most 16 input channels that reads its NCHW input as it is and writes blocked output), a max or
-// average pool or global average pool of a member's output, an elementwise op that reads one, or
-// a batch norm of one (and the activation after it).
+// average pool or global average pool (or L2 norm over H and W) of a member's output, an
+// elementwise op that reads one, a batch norm of one (and the activation after it), or a
+// channels-last layer norm of one (the permutes around it).
 struct Member {
-  // affine: a batch norm as scale_shift_nchwc; absorbed: the activation after one, applied by it.
-  enum class Kind { conv, stem, pool, global_pool, eltwise, affine, absorbed, concat, split } kind = Kind::conv;
+  // affine: a batch norm as scale_shift_nchwc; channel_norm: a channels-last layer norm's first
+  // permute, as layer_norm_nchwc; absorbed: a node such a member runs (the activation after a batch
+  // norm; the layer norm and the permute back after the first permute).
+  enum class Kind { conv, stem, pool, global_pool, eltwise, affine, channel_norm, absorbed, concat, split } kind =
+      Kind::conv;
   ir::Node* node = nullptr;
   ir::Value* x = nullptr;       // read blocked (nullptr: a stem's input, read as it is)
   ir::Value* second = nullptr;  // read blocked: a convolution's residual, a binary op's second operand
   double gain = 0;              // FLOPs blocking saves, less the work on partial blocks' lanes
   std::string act = "none";     // an affine member's activation
-  ir::Node* absorbed = nullptr;  // an affine member's activation node, run by it
+  std::vector<ir::Node*> absorbed;  // the nodes after it that it runs, in order (each reads the one before)
   std::vector<ir::Value*> rest;  // a concat's inputs after the first (x)
 
   // Every value the member reads blocked.
@@ -223,9 +229,41 @@ std::optional<Member> blockable_batch_norm(const ir::Graph& g, ir::Node* n, cons
     if (a && kBlockedActs.count(*a) && u->outputs().size() == 1 && u->output()->type() == yt &&
         input_at(u, 0) == n->output()) {
       m.act = *a;
-      m.absorbed = u;
+      m.absorbed = {u};
     }
   }
+  return m;
+}
+
+// A layer norm over each pixel's channels, as PyTorch's channels-last LayerNorm exports:
+// permute [0, 2, 3, 1] of a member's output -> layer_norm over the last axis (weight and bias
+// constant or absent) -> permute [0, 3, 1, 2], each read only by the next (Note [Blocked channel
+// norm] in conv_nchwc.cc). The member is the first permute; it runs the other two.
+template <class IsMemberOutput>
+std::optional<Member> blockable_channel_norm(const ir::Graph& g, ir::Node* n, const IsMemberOutput& member_output,
+                                             const std::map<const ir::Value*, std::vector<ir::Use>>& uses) {
+  if (n->op().name() != "permute" || n->outputs().size() != 1) return std::nullopt;
+  ir::Value* x = input_at(n, 0);
+  if (!x || !member_output(x) || x->type().dtype != DType::f32 || x->type().shape.size() != 4) return std::nullopt;
+  const ir::Dim& c = x->type().shape[1];
+  if (c.is_symbolic() || n->attrs().get_ints("dims") != std::vector<int64_t>{0, 2, 3, 1}) return std::nullopt;
+  ir::Node* ln = sole_reader(g, uses, n->output());
+  if (!ln || ln->op().name() != "layer_norm" || input_at(ln, 0) != n->output() || ln->outputs().size() != 1)
+    return std::nullopt;
+  const int64_t axis = ln->attrs().get_int("axis");
+  if (axis != 3 && axis != -1) return std::nullopt;
+  for (size_t i = 1; i < 3; ++i) {
+    const ir::Value* v = input_at(ln, i);
+    bool ok = true;
+    if (v && (!is_const(v) || v->type().dtype != DType::f32 || static_elems(v, ok) != c.size || !ok))
+      return std::nullopt;
+  }
+  ir::Node* back = sole_reader(g, uses, ln->output());
+  if (!back || back->op().name() != "permute" || back->outputs().size() != 1 ||
+      back->attrs().get_ints("dims") != std::vector<int64_t>{0, 3, 1, 2})
+    return std::nullopt;
+  Member m{Member::Kind::channel_norm, n, x, nullptr, 0.0};
+  m.absorbed = {ln, back};
   return m;
 }
 
@@ -279,8 +317,10 @@ std::optional<Member> blockable_split(ir::Node* n, const IsMemberOutput& member_
 // [N, C] mean is the pool, its conversion back and a reshape: MNASNet's mean had run NCHW after a
 // from_nchwc of the 7 x 7 x 1280 plane, 0.026 ms at batch 1 on two threads against 0.005 for the
 // blocked pool and its conversion.
-bool spatial_mean(const ir::Node* n) {
-  if (n->op().name() != "mean" || n->inputs().size() != 1 || !n->inputs()[0] || n->outputs().size() != 1)
+// A mean or (Note [Blocked spatial norm] in conv_nchwc.cc) an L2 norm over H and W.
+bool spatial_mean_or_norm(const ir::Node* n) {
+  const std::string& op = n->op().name();
+  if ((op != "mean" && op != "norm") || n->inputs().size() != 1 || !n->inputs()[0] || n->outputs().size() != 1)
     return false;
   const int64_t rank = static_cast<int64_t>(n->inputs()[0]->type().shape.size());
   std::vector<int64_t> axes = n->attrs().get_ints("axes");
@@ -299,7 +339,7 @@ class LayoutPass : public ir::Pass {
     std::map<const ir::Node*, size_t> index;
     auto member_output = [&](const ir::Value* v) { return v && v->producer() && index.count(v->producer()); };
     auto uses = g.uses();
-    std::map<const ir::Node*, ir::Node*> absorbed_by;  // an activation -> the batch norm that runs it
+    std::map<const ir::Node*, ir::Node*> absorbed_by;  // a node a member runs -> the node it reads
     for (ir::Node* n : g.nodes()) {
       if (auto it = absorbed_by.find(n); it != absorbed_by.end()) {
         index[n] = members.size();
@@ -309,13 +349,18 @@ class LayoutPass : public ir::Pass {
       std::optional<Member> m = blockable_conv(n, member_output(input_at(n, 0)));
       // A pool joins the region of the member whose output it reads.
       const std::string& name = n->op().name();
-      if (!m && (name == "max_pool2d" || name == "avg_pool2d" || name == "global_avg_pool" || spatial_mean(n)) &&
+      const bool pool = name == "max_pool2d" || name == "avg_pool2d" || name == "global_avg_pool";
+      if (!m && (pool || spatial_mean_or_norm(n)) &&
           n->outputs().size() == 1 && member_output(input_at(n, 0)) && n->output()->type().dtype == DType::f32 &&
-          (n->output()->type().shape.size() == 4 || spatial_mean(n)))
+          (n->output()->type().shape.size() == 4 || spatial_mean_or_norm(n)))
         m = Member{name == "max_pool2d" || name == "avg_pool2d" ? Member::Kind::pool : Member::Kind::global_pool, n,
                    input_at(n, 0), nullptr, 0.0};
       if (!m) m = blockable_batch_norm(g, n, member_output, uses);
-      if (m && m->absorbed) absorbed_by[m->absorbed] = n;
+      if (!m) m = blockable_channel_norm(g, n, member_output, uses);
+      if (m) {
+        ir::Node* before = n;
+        for (ir::Node* a : m->absorbed) absorbed_by[a] = before, before = a;
+      }
       if (!m) m = blockable_eltwise(n, member_output);
       if (!m) m = blockable_concat(n, member_output);
       if (!m) m = blockable_split(n, member_output);
@@ -383,7 +428,7 @@ class LayoutPass : public ir::Pass {
     };
     std::vector<ir::Node*> old;
     std::set<const ir::Node*> old_set;
-    int64_t pools = 0, eltwise = 0, norms = 0, absorbed = 0, concats = 0, splits = 0;
+    int64_t pools = 0, eltwise = 0, norms = 0, channel_norms = 0, absorbed = 0, concats = 0, splits = 0;
     for (const Member& c : members) {
       if (!keep.count(find(index[c.node]))) continue;
       ir::Node* n = c.node;
@@ -396,7 +441,27 @@ class LayoutPass : public ir::Pass {
         ++absorbed;
         continue;
       }
-      if (c.kind == Member::Kind::affine) {
+      if (c.kind == Member::Kind::channel_norm) {
+        // Weight and bias a lane each, zero past C (absent: 1 and 0).
+        const ir::Node* ln = c.absorbed[0];
+        const int64_t ch = c.x->type().shape[1].size, lanes = (ch + 15) / 16 * 16;
+        std::vector<double> wv(static_cast<size_t>(lanes), 0.0), bv(static_cast<size_t>(lanes), 0.0);
+        std::fill(wv.begin(), wv.begin() + ch, 1.0);
+        if (const ir::Value* w = input_at(ln, 1)) {
+          const std::vector<double> v = const_values(w);
+          std::copy(v.begin(), v.end(), wv.begin());
+        }
+        if (const ir::Value* bias = input_at(ln, 2)) {
+          const std::vector<double> v = const_values(bias);
+          std::copy(v.begin(), v.end(), bv.begin());
+        }
+        const std::string& nm = ln->output()->name();
+        ir::Value* w = g.add_constant(g.fresh_name(nm + "_weight"), tensor_from(wv, {lanes}, DType::f32));
+        ir::Value* bias = g.add_constant(g.fresh_name(nm + "_bias"), tensor_from(bv, {lanes}, DType::f32));
+        b = g.add_node(kiln::op("layer_norm_nchwc"), {blocked_of(c.x), w, bias},
+                       Attrs{{"channels", ch}, {"eps", ln->attrs().get_float("eps")}});
+        ++channel_norms;
+      } else if (c.kind == Member::Kind::affine) {
         // Scale and shift a lane each, zero past C: a partial block's extra lanes stay zero.
         const int64_t ch = n->output()->type().shape[1].size, lanes = (ch + 15) / 16 * 16;
         const BatchNormAffine aff = *batch_norm_affine(n, ch);
@@ -418,7 +483,8 @@ class LayoutPass : public ir::Pass {
         if (avg) a.set("count_include_pad", n->attrs().get_bool("count_include_pad"));
         b = g.add_node(kiln::op(avg ? "avg_pool2d_nchwc" : "max_pool2d_nchwc"), {blocked_of(c.x)}, a);
       } else if (c.kind == Member::Kind::global_pool) {
-        b = g.add_node(kiln::op("global_avg_pool_nchwc"), {blocked_of(c.x)});
+        b = g.add_node(kiln::op(n->op().name() == "norm" ? "global_norm_nchwc" : "global_avg_pool_nchwc"),
+                       {blocked_of(c.x)});
       } else if (c.kind == Member::Kind::split) {
         std::vector<int64_t> blocks = n->attrs().get_ints("sizes");
         for (int64_t& b16 : blocks) b16 /= 16;
@@ -490,10 +556,12 @@ class LayoutPass : public ir::Pass {
     g.erase_nodes(std::vector<ir::Node*>(old.rbegin(), old.rend()));
     for (auto& [v, nm] : names) g.rename(v, nm);
     topo_reorder(g);
-    const int64_t convs = static_cast<int64_t>(old.size()) - pools - eltwise - norms - absorbed - concats - splits;
+    const int64_t convs =
+        static_cast<int64_t>(old.size()) - pools - eltwise - norms - channel_norms - absorbed - concats - splits;
     std::vector<std::string> kinds{std::to_string(convs) + " convolution(s)"};
     if (pools) kinds.push_back(std::to_string(pools) + " pool(s)");
     if (norms) kinds.push_back(std::to_string(norms) + " batch norm(s)");
+    if (channel_norms) kinds.push_back(std::to_string(channel_norms) + " layer norm(s)");
     if (concats) kinds.push_back(std::to_string(concats) + " concat(s)");
     if (splits) kinds.push_back(std::to_string(splits) + " split(s)");
     if (eltwise) kinds.push_back(std::to_string(eltwise) + " elementwise op(s)");

@@ -587,24 +587,89 @@ void avg_pool2d_nchwc_f32(const Pool2dParams& p, const float* x, float* y) {
 // from_nchwc of the whole last activation (ResNet-50 at batch 8: 7 x 7 x 2048 x 8, 0.23 ms, then
 // the pool 0.13); pooled blocked, the conversion back is of one pixel a channel. A plane's 16 lanes
 // sum in four partial sums over its pixels (independent adds; less rounding on a large plane).
-void global_avg_pool_nchwc_f32(int64_t planes, int64_t pixels, const float* x, float* y) {
-  KILN_ASSERT(pixels >= 1, "global_avg_pool_nchwc_f32: ", pixels, " pixels");
-  const float inv = 1.0f / static_cast<float>(pixels);
-  const int64_t grain = std::max<int64_t>(1, (int64_t{1} << 14) / (pixels * kChannelBlock));
+namespace {
+
+// Per plane and lane, g of the sum of f(x) over the plane's pixels, in four partial sums of Acc.
+template <class Acc, class F, class G>
+void global_sum_nchwc_f32(int64_t planes, int64_t pixels, const float* x, float* y, F f, G g) {
+  const int64_t grain = std::max<int64_t>(1, (int64_t{1} << 14) / (std::max<int64_t>(pixels, 1) * kChannelBlock));
   parallel_for(0, planes, grain, [&](int64_t p0, int64_t p1) {
     for (int64_t plane = p0; plane < p1; ++plane) {
       const float* xp = x + plane * pixels * kChannelBlock;
-      float acc[4][kChannelBlock] = {};
+      Acc acc[4][kChannelBlock] = {};
       int64_t i = 0;
       for (; i + 4 <= pixels; i += 4)
         for (int u = 0; u < 4; ++u)
-          for (int64_t l = 0; l < kChannelBlock; ++l) acc[u][l] += xp[(i + u) * kChannelBlock + l];
+          for (int64_t l = 0; l < kChannelBlock; ++l) acc[u][l] += f(xp[(i + u) * kChannelBlock + l]);
       for (; i < pixels; ++i)
-        for (int64_t l = 0; l < kChannelBlock; ++l) acc[0][l] += xp[i * kChannelBlock + l];
+        for (int64_t l = 0; l < kChannelBlock; ++l) acc[0][l] += f(xp[i * kChannelBlock + l]);
       for (int64_t l = 0; l < kChannelBlock; ++l)
-        y[plane * kChannelBlock + l] = ((acc[0][l] + acc[1][l]) + (acc[2][l] + acc[3][l])) * inv;
+        y[plane * kChannelBlock + l] = g((acc[0][l] + acc[1][l]) + (acc[2][l] + acc[3][l]));
     }
   });
+}
+
+}  // namespace
+
+void global_avg_pool_nchwc_f32(int64_t planes, int64_t pixels, const float* x, float* y) {
+  KILN_ASSERT(pixels >= 1, "global_avg_pool_nchwc_f32: ", pixels, " pixels");
+  const float inv = 1.0f / static_cast<float>(pixels);
+  global_sum_nchwc_f32<float>(
+      planes, pixels, x, y, [](float v) { return v; }, [inv](float s) { return s * inv; });
+}
+
+// Note [Blocked channel norm]
+// ConvNeXt normalizes each pixel over its channels (a LayerNorm in channels-last order, exported
+// as permute -> LayerNormalization over the last axis -> permute back) after every depthwise layer.
+// Run in NCHW, that cut the blocked region twice per block (from_nchwc of the depthwise output,
+// to_nchwc of the norm's). Blocked, a pixel's channels are its 16 lanes in each block, `pixels * 16`
+// floats apart: its sums run over the blocks, lanes past the channel count masked out, then across
+// the 16 lanes. Two passes over the pixel (mean, then the squared deviations from it), as the NCHW
+// kernels do.
+void layer_norm_channels_nchwc_f32(int64_t n, int64_t blocks, int64_t pixels, int64_t channels, const float* x,
+                                   const float* w, const float* b, float eps, float* y) {
+  KILN_ASSERT(channels >= 1 && channels <= blocks * kChannelBlock && channels > (blocks - 1) * kChannelBlock,
+              "layer_norm_channels_nchwc_f32: ", channels, " channels in ", blocks, " blocks");
+  const bool avx512 = active_isa() == Isa::avx512;
+  const int64_t image = blocks * pixels * kChannelBlock;
+  // Units of 32 pixels, so a plane splits between threads at batch 1.
+  constexpr int64_t kUnit = 32;
+  const int64_t units = (pixels + kUnit - 1) / kUnit;
+  const int64_t grain = std::max<int64_t>(1, 2048 / (blocks * kUnit));
+  parallel_for(0, n * units, grain, [&](int64_t u0, int64_t u1) {
+    for (int64_t u = u0; u < u1; ++u) {
+      const int64_t img = u / units, p0 = u % units * kUnit, p1 = std::min(pixels, p0 + kUnit);
+      const float* xi = x + img * image;
+      float* yi = y + img * image;
+      if (avx512) {
+        layer_norm_channels_nchwc_avx512(blocks, pixels, channels, xi, w, b, eps, yi, p0, p1);
+        continue;
+      }
+      for (int64_t p = p0; p < p1; ++p) {
+        auto at = [&](int64_t c) { return (c / kChannelBlock * pixels + p) * kChannelBlock + c % kChannelBlock; };
+        float sum = 0;
+        for (int64_t c = 0; c < channels; ++c) sum += xi[at(c)];
+        const float mean = sum / static_cast<float>(channels);
+        float ss = 0;
+        for (int64_t c = 0; c < channels; ++c) ss += (xi[at(c)] - mean) * (xi[at(c)] - mean);
+        const float rstd = 1.0f / std::sqrt(ss / static_cast<float>(channels) + eps);
+        for (int64_t c = 0; c < blocks * kChannelBlock; ++c) yi[at(c)] = (xi[at(c)] - mean) * rstd * w[c] + b[c];
+      }
+    }
+  });
+}
+
+// Note [Blocked spatial norm]
+// ConvNeXt V2's global response norm starts with the L2 norm of each channel over H and W
+// (ReduceL2 over axes 2 and 3), read from the output of the 1x1 expansion before it. Run in NCHW,
+// it cut the region at every block: the expansion's whole output (4x the block's width) went
+// through from_nchwc. Blocked, it is the global pool's loop summing squares in f64 (as the norm op
+// does: no overflow below |x| ~ 1e154), then a square root rounded once to f32.
+void global_norm_nchwc_f32(int64_t planes, int64_t pixels, const float* x, float* y) {
+  KILN_ASSERT(pixels >= 0, "global_norm_nchwc_f32: ", pixels, " pixels");
+  global_sum_nchwc_f32<double>(
+      planes, pixels, x, y, [](float v) { return static_cast<double>(v) * v; },
+      [](double s) { return static_cast<float>(std::sqrt(s)); });
 }
 
 // Note [Blocked batch norm]

@@ -97,6 +97,15 @@ void avg_pool2d_nchwc_f32(const Pool2dParams& p, const float* x, float* y);
 // Global average pooling on blocked planes: x [planes, pixels, 16] -> y [planes, 16], each lane the
 // mean of its plane's pixels (a partial block's zero lanes stay zero). pixels >= 1.
 void global_avg_pool_nchwc_f32(int64_t planes, int64_t pixels, const float* x, float* y);
+// Layer norm over the channels of each pixel of blocked x [n, blocks, pixels, 16] (Note [Blocked
+// channel norm]): the mean and variance of the pixel's first `channels` lanes across its blocks,
+// then (x - mean) / sqrt(var + eps) * w + b per channel; w and b hold blocks * 16 values, zero past
+// `channels`, so the lanes past it come out zero (x's are finite there). y may be x.
+void layer_norm_channels_nchwc_f32(int64_t n, int64_t blocks, int64_t pixels, int64_t channels, const float* x,
+                                   const float* w, const float* b, float eps, float* y);
+// The same with each lane the L2 norm of its plane's pixels, sqrt(sum of squares) (Note [Blocked
+// spatial norm]). pixels >= 0 (no pixels: 0).
+void global_norm_nchwc_f32(int64_t planes, int64_t pixels, const float* x, float* y);
 
 // Winograd F(tile x tile, 3x3), tile 2 or 4, on blocked planes (Note [Winograd tiles] in
 // conv_nchwc.cc): the same contract as conv2d_nchwc_f32 with blocked input, for 3x3 filters of
@@ -221,6 +230,9 @@ void depthwise_nchwc_pixels_avx512(int taps, const int64_t* tap_off, const int32
                                    const ConvTileEpilogueF32& ep);
 // `count` pixels of one block plane under AVX-512: y[i] = act(x[i] * scale + shift), the block's
 // 16 scales and shifts (ep.act the activation; its bias and residual unused).
+// layer_norm_channels_nchwc_f32's pixels [p0, p1) of one image (x, y at its first block).
+void layer_norm_channels_nchwc_avx512(int64_t blocks, int64_t pixels, int64_t channels, const float* x, const float* w,
+                                      const float* b, float eps, float* y, int64_t p0, int64_t p1);
 void scale_shift_nchwc_avx512(int64_t count, const float* x, const float* scale, const float* shift, float* y,
                               const ConvTileEpilogueF32& ep);
 // The AVX-512 kernel for tiles of mr pixels by nv blocks (NchwcTiling::pixels), or nullptr.

@@ -7,6 +7,7 @@
 #include <immintrin.h>
 
 #include <algorithm>
+#include <cmath>
 #include <cstddef>
 #include <cstdint>
 #include <type_traits>
@@ -502,6 +503,34 @@ void depthwise_nchwc_pixels_avx512(int taps, const int64_t* tap_off, const int32
   depthwise_nchwc_outputs_avx512(
       taps, tap_off, tap_w, w, y, count, ep, [&](int64_t o) { return x + xoff[o]; },
       [&](int64_t o) { return yoff[o]; });
+}
+
+void layer_norm_channels_nchwc_avx512(int64_t blocks, int64_t pixels, int64_t channels, const float* x, const float* w,
+                                      const float* b, float eps, float* y, int64_t p0, int64_t p1) {
+  const int64_t step = pixels * 16;  // one block to the next
+  const __mmask16 last = avx512::tail_mask(channels - (blocks - 1) * 16);
+  const __m512 inv_c = _mm512_set1_ps(1.0f / static_cast<float>(channels));
+  for (int64_t p = p0; p < p1; ++p) {
+    const float* xp = x + p * 16;
+    float* yp = y + p * 16;
+    __m512 s = _mm512_setzero_ps();
+    for (int64_t k = 0; k + 1 < blocks; ++k) s = _mm512_add_ps(s, _mm512_loadu_ps(xp + k * step));
+    s = _mm512_add_ps(s, _mm512_maskz_loadu_ps(last, xp + (blocks - 1) * step));
+    const __m512 mean = _mm512_mul_ps(_mm512_set1_ps(_mm512_reduce_add_ps(s)), inv_c);
+    __m512 ss = _mm512_setzero_ps();
+    for (int64_t k = 0; k + 1 < blocks; ++k) {
+      const __m512 d = _mm512_sub_ps(_mm512_loadu_ps(xp + k * step), mean);
+      ss = _mm512_fmadd_ps(d, d, ss);
+    }
+    const __m512 dl = _mm512_maskz_sub_ps(last, _mm512_loadu_ps(xp + (blocks - 1) * step), mean);
+    ss = _mm512_fmadd_ps(dl, dl, ss);
+    const float var = _mm512_reduce_add_ps(ss) / static_cast<float>(channels);
+    const __m512 rstd = _mm512_set1_ps(1.0f / std::sqrt(var + eps));
+    for (int64_t k = 0; k < blocks; ++k) {
+      const __m512 v = _mm512_mul_ps(_mm512_sub_ps(_mm512_loadu_ps(xp + k * step), mean), rstd);
+      _mm512_storeu_ps(yp + k * step, _mm512_fmadd_ps(v, _mm512_loadu_ps(w + 16 * k), _mm512_loadu_ps(b + 16 * k)));
+    }
+  }
 }
 
 void scale_shift_nchwc_avx512(int64_t count, const float* x, const float* scale, const float* shift, float* y,

@@ -6,6 +6,10 @@
 //   avg_pool2d_nchwc(x, ...)    avg_pool2d on blocked x
 //   global_avg_pool_nchwc(x)    [N, C/16, H, W, 16] -> [N, C/16, 1, 1, 16]: global_avg_pool on
 //                               blocked x
+//   global_norm_nchwc(x)        the same shapes: norm over H and W (each plane's L2 norm)
+//   layer_norm_nchwc(x, w, b, channels, eps)
+//                               layer_norm over each pixel's channels on blocked x (ConvNeXt's
+//                               channels-last norm), w and b [C/16 * 16]
 //   scale_shift_nchwc(x, scale, shift, activation)
 //                               activation(x * scale + shift) per channel on blocked x, scale and
 //                               shift [C/16 * 16] (a batch norm no convolution precedes)
@@ -284,23 +288,28 @@ void pool_nchwc_kernel(const KernelCall& k, bool max) {
   if (!y.is_same(out)) kernels::cpu::copy_into(out, y);
 }
 
-std::vector<TensorMeta> infer_global_avg_pool_nchwc(const InferCtx& c) {
+// global_avg_pool_nchwc and global_norm_nchwc: [N, C/16, H, W, 16] -> [N, C/16, 1, 1, 16]; a mean
+// needs pixels, a norm of none is 0.
+template <bool kNorm>
+std::vector<TensorMeta> infer_global_nchwc(const InferCtx& c) {
   check_f32(c, 0);
   const Shape& xs = c.in(0).shape;
   if (xs.size() != 5 || xs[4] != kChannelBlock)
     c.fail("x of shape " + shape_str(xs) + " must be blocked, [N, C/16, H, W, 16]");
-  if (xs[2] * xs[3] == 0 && xs[0] * xs[1] > 0) c.fail("x of shape " + shape_str(xs) + " has no pixels to average");
+  if (!kNorm && xs[2] * xs[3] == 0 && xs[0] * xs[1] > 0)
+    c.fail("x of shape " + shape_str(xs) + " has no pixels to average");
   return {TensorMeta{DType::f32, {xs[0], xs[1], 1, 1, kChannelBlock}}};
 }
 
-void global_avg_pool_nchwc_kernel(const KernelCall& k) {
+template <bool kNorm>
+void global_nchwc_kernel(const KernelCall& k) {
   const Tensor& out = k.out(0);
   if (out.numel() == 0) return;
   Tensor x = k.in(0).contiguous();
   const Shape& xs = x.shape();
   Tensor y = out.is_contiguous() ? out : empty(out.shape(), TensorOptions(DType::f32, out.device()));
-  kernels::cpu::global_avg_pool_nchwc_f32(xs[0] * xs[1], xs[2] * xs[3], static_cast<const float*>(x.data_ptr()),
-                                          static_cast<float*>(y.data_ptr()));
+  (kNorm ? kernels::cpu::global_norm_nchwc_f32 : kernels::cpu::global_avg_pool_nchwc_f32)(
+      xs[0] * xs[1], xs[2] * xs[3], static_cast<const float*>(x.data_ptr()), static_cast<float*>(y.data_ptr()));
   if (!y.is_same(out)) kernels::cpu::copy_into(out, y);
 }
 
@@ -329,6 +338,38 @@ void scale_shift_nchwc_kernel(const KernelCall& k) {
                                       static_cast<const float*>(scale.data_ptr()),
                                       static_cast<const float*>(shift.data_ptr()), static_cast<float*>(y.data_ptr()),
                                       parse_activation(k.attrs.get_string("activation")));
+  if (!y.is_same(out)) kernels::cpu::copy_into(out, y);
+}
+
+std::vector<TensorMeta> infer_layer_norm_nchwc(const InferCtx& c) {
+  for (size_t i = 0; i < 3; ++i) check_f32(c, i);
+  const Shape& xs = c.in(0).shape;
+  if (xs.size() != 5 || xs[4] != kChannelBlock)
+    c.fail("x of shape " + shape_str(xs) + " must be blocked, [N, C/16, H, W, 16]");
+  const int64_t ch = c.attrs.get_int("channels");
+  if (ch < 1 || (ch + kChannelBlock - 1) / kChannelBlock != xs[1])
+    c.fail("channels = " + std::to_string(ch) + " does not fill x's " + std::to_string(xs[1]) + " blocks (shape " +
+           shape_str(xs) + ")");
+  for (size_t i : {size_t{1}, size_t{2}})
+    if (c.in(i).shape != Shape{xs[1] * kChannelBlock})
+      c.fail(std::string(i == 1 ? "weight" : "bias") + " of shape " + shape_str(c.in(i).shape) + " must be [" +
+             std::to_string(xs[1] * kChannelBlock) + "], a value per lane of x's " + std::to_string(xs[1]) +
+             " blocks");
+  return {TensorMeta{DType::f32, xs}};
+}
+
+void layer_norm_nchwc_kernel(const KernelCall& k) {
+  const Tensor& out = k.out(0);
+  if (out.numel() == 0) return;
+  Tensor x = k.in(0).contiguous(), w = k.in(1).contiguous(), b = k.in(2).contiguous();
+  const Shape& xs = x.shape();
+  Tensor y = out.is_contiguous() ? out : empty(out.shape(), TensorOptions(DType::f32, out.device()));
+  kernels::cpu::layer_norm_channels_nchwc_f32(xs[0], xs[1], xs[2] * xs[3], k.attrs.get_int("channels"),
+                                              static_cast<const float*>(x.data_ptr()),
+                                              static_cast<const float*>(w.data_ptr()),
+                                              static_cast<const float*>(b.data_ptr()),
+                                              static_cast<float>(k.attrs.get_float("eps")),
+                                              static_cast<float*>(y.data_ptr()));
   if (!y.is_same(out)) kernels::cpu::copy_into(out, y);
 }
 
@@ -417,6 +458,17 @@ void register_nchwc_ops(OpRegistry& r) {
       .per_sample()
       .doc("activation(x * scale + shift) on channel-blocked x [N, C/16, H, W, 16], scale and shift [C/16 * 16] "
            "(a batch norm after no convolution; Note [Blocked batch norm] in kernels/cpu/conv_nchwc.cc).");
+  r.add("layer_norm_nchwc(Tensor x, Tensor weight, Tensor bias, int channels, float eps=1e-5) -> Tensor")
+      .infer(infer_layer_norm_nchwc)
+      .kernel(DeviceType::cpu, f32, layer_norm_nchwc_kernel)
+      .writes_over(0)  // a pixel's values all read before it is written
+      .no_vjp(kNoVjp)
+      .no_batch(kNoBatch)
+      .no_onnx(kNoOnnx)
+      .per_sample()
+      .doc("layer_norm over the channels of each pixel of channel-blocked x [N, C/16, H, W, 16] (the first "
+           "`channels` lanes), weight and bias [C/16 * 16], zero past `channels` (Note [Blocked channel norm] in "
+           "kernels/cpu/conv_nchwc.cc).");
   r.add("max_pool2d_nchwc(Tensor x, int[] kernel, int[] stride=[], int[] padding=[0,0,0,0], int[] dilation=[1,1], "
         "bool ceil_mode=false) -> Tensor")
       .infer([](const InferCtx& c) { return infer_pool_nchwc(c, true); })
@@ -437,14 +489,23 @@ void register_nchwc_ops(OpRegistry& r) {
       .doc("avg_pool2d on channel-blocked x [N, C/16, H, W, 16] -> [N, C/16, Ho, Wo, 16] (Note [Blocked "
            "average pool] in kernels/cpu/conv_nchwc.cc).");
   r.add("global_avg_pool_nchwc(Tensor x) -> Tensor")
-      .infer(infer_global_avg_pool_nchwc)
-      .kernel(DeviceType::cpu, f32, global_avg_pool_nchwc_kernel)
+      .infer(infer_global_nchwc<false>)
+      .kernel(DeviceType::cpu, f32, global_nchwc_kernel<false>)
       .no_vjp(kNoVjp)
       .no_batch(kNoBatch)
       .no_onnx(kNoOnnx)
       .per_sample()
       .doc("global_avg_pool on channel-blocked x [N, C/16, H, W, 16] -> [N, C/16, 1, 1, 16] (Note [Blocked "
            "global pool] in kernels/cpu/conv_nchwc.cc).");
+  r.add("global_norm_nchwc(Tensor x) -> Tensor")
+      .infer(infer_global_nchwc<true>)
+      .kernel(DeviceType::cpu, f32, global_nchwc_kernel<true>)
+      .no_vjp(kNoVjp)
+      .no_batch(kNoBatch)
+      .no_onnx(kNoOnnx)
+      .per_sample()
+      .doc("norm over H and W (the L2 norm of each channel's plane) on channel-blocked x [N, C/16, H, W, 16] -> "
+           "[N, C/16, 1, 1, 16] (Note [Blocked spatial norm] in kernels/cpu/conv_nchwc.cc).");
 }
 
 }  // namespace kiln
