@@ -558,6 +558,50 @@ TEST(TransformerFusion, GroupedQueryHeadsAreReadInPlace) {
   }
 }
 
+// Multi-query attention as timm's MobileNetV4 exports it: one key and value head, unsqueezed to
+// [B, 1, S, D], against four query heads; the matmuls broadcast. attention_fusion reads k and v
+// through an expand to q's heads (Note [One key head for all]), equal to the unfused graph through
+// the pass and an engine of symbolic batch. A single query head against several key heads (q the
+// one broadcast) stays unfused.
+TEST(TransformerFusion, OneKeyHeadIsReadByEveryQueryHead) {
+  const int64_t b = 2, sq = 9, sk = 5, h = 4, d = 8;
+  ir::Graph base;
+  ir::Value* q = base.add_input("q", {DType::f32, {ir::Dim::sym("batch"), h, sq, d}});
+  ir::Value* k = base.add_input("k", {DType::f32, {ir::Dim::sym("batch"), sk, d}});
+  ir::Value* v = base.add_input("v", {DType::f32, {ir::Dim::sym("batch"), sk, d}});
+  ir::Value* k1 = node(base, "unsqueeze", {k}, {{"dims", std::vector<int64_t>{1}}});
+  ir::Value* kt = node(base, "permute", {k1}, {{"dims", std::vector<int64_t>{0, 1, 3, 2}}});
+  ir::Value* p = node(base, "softmax", {node(base, "matmul", {q, kt})}, {{"axis", int64_t{-1}}});
+  base.add_output(node(base, "matmul", {p, node(base, "unsqueeze", {v}, {{"dims", std::vector<int64_t>{1}}})}));
+  ir::verify(base);
+  std::vector<Tensor> in{random_tensor({b, h, sq, d}, DType::f32, 101), random_tensor({b, sk, d}, DType::f32, 102),
+                         random_tensor({b, sk, d}, DType::f32, 103)};
+  Tensor want = ir::run(base, in)[0];
+  ir::Graph g = base.clone();
+  auto reps = compiler::run_passes(g, {"attention_fusion", "dce"}, true);
+  ASSERT_EQ(count_op(g, "fused_attention"), 1) << reps[0].report;
+  EXPECT_EQ(count_op(g, "matmul"), 0);
+  EXPECT_EQ(count_op(g, "expand"), 2);
+  EXPECT_NE(reps[0].report.find("k and v read by every query head"), std::string::npos) << reps[0].report;
+  EXPECT_TRUE(testing::all_close(ir::run(g, in)[0], want, kF32Tol));
+  runtime::CompileOptions co;
+  co.passes.opt_level = 2;
+  co.batch_max = 4;
+  runtime::Executor ex(std::make_shared<runtime::Engine>(runtime::compile(base, co).engine));
+  EXPECT_TRUE(testing::all_close(ex.run(in)[0], want, kF32Tol));
+
+  ir::Graph one;
+  ir::Value* q1 = one.add_input("q", {DType::f32, {b, 1, sq, d}});
+  ir::Value* kk = one.add_input("k", {DType::f32, {b, h, sk, d}});
+  ir::Value* vv = one.add_input("v", {DType::f32, {b, h, sk, d}});
+  ir::Value* kkt = node(one, "permute", {kk}, {{"dims", std::vector<int64_t>{0, 1, 3, 2}}});
+  ir::Value* pp = node(one, "softmax", {node(one, "matmul", {q1, kkt})}, {{"axis", int64_t{-1}}});
+  one.add_output(node(one, "matmul", {pp, vv}));
+  ir::verify(one);
+  auto r1 = compiler::run_passes(one, {"attention_fusion"}, true);
+  EXPECT_EQ(count_op(one, "fused_attention"), 0) << r1[0].report;
+}
+
 TEST(TransformerFusion, HeadMergePermuteFoldsIntoAttention) {
   const int64_t b = 2, s = 7, h = 3, d = 4;
   struct Case {

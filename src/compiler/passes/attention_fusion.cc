@@ -153,13 +153,14 @@ class AttentionFusion {
       m.k = peel_scale(perm->inputs()[0], m);
       m.k_transposed = false;
     }
-    // Shapes: equal leading dims, no matmul broadcasting.
+    // Shapes: k and v have q's leading dims, or 1 where q's is static (Note [One key head for all]).
     const auto& qs = m.q->type().shape;
     const auto& ks = m.k->type().shape;
     const auto& vs = m.v->type().shape;
     if (qs.size() != st.shape.size() || ks.size() != qs.size() || vs.size() != qs.size()) return std::nullopt;
     for (size_t d = 0; d + 2 < qs.size(); ++d)
-      if (!(ks[d] == qs[d]) || !(vs[d] == qs[d])) return std::nullopt;
+      for (const ir::SymShape* os : {&ks, &vs})
+        if (!((*os)[d] == qs[d]) && !((*os)[d] == ir::Dim(1) && !qs[d].is_symbolic())) return std::nullopt;
     for (const ir::Value* t : {m.q, m.k, m.v})
       if (t->type().dtype != st.dtype) return std::nullopt;
     if (!std::isfinite(m.scale)) return std::nullopt;
@@ -368,6 +369,23 @@ std::optional<GroupedHeads> grouped_heads(const AttentionMatch& m) {
   return gh;
 }
 
+// Note [One key head for all]
+// Multi-query attention (MobileNetV4's hybrid blocks) keeps one key and one value head for all its
+// query heads: k [B, 1, Sk, D] against q [B, H, Sq, D], the two matmuls broadcasting over the
+// heads. The match took only equal leading dims, so MobileNetV4-Hybrid-Medium ran its 8 attentions
+// as matmul, softmax, matmul with the scores materialized. Now k and v may have 1 where q's dim is
+// static, and are read through an expand to q's dims: a stride-0 view, which fused_attention reads
+// in place as the grouped form's operands.
+// The expand of k or v to q's leading dims (nullptr where it has them already).
+ir::Node* expand_to_heads(ir::Graph& g, ir::Value* t, const ir::SymShape& qs) {
+  const ir::SymShape& ts = t->type().shape;
+  std::vector<int64_t> shape(ts.size(), -1);
+  bool any = false;
+  for (size_t d = 0; d + 2 < ts.size(); ++d)
+    if (!(ts[d] == qs[d])) shape[d] = qs[d].size, any = true;
+  return any ? g.add_node(kiln::op("expand"), {t}, {{"shape", shape}}) : nullptr;
+}
+
 // The fused node in its grouped form (Note [Grouped-query heads read in place]) and the reshape
 // back to the plain form's output (the last of the nodes returned).
 std::vector<ir::Node*> add_grouped_attention(ir::Graph& g, const AttentionMatch& m, const GroupedHeads& gh,
@@ -426,9 +444,17 @@ class AttentionFusionPass : public ir::Pass {
       }
       const ir::ValueType& want = m->root->output()->type();
       std::optional<GroupedHeads> gh = grouped_heads(*m);
-      std::vector<ir::Node*> made =
-          gh ? add_grouped_attention(g, *m, *gh, attrs, want)
-             : std::vector<ir::Node*>{g.add_node(kiln::op("fused_attention"), {m->q, m->k, m->v, m->mask}, attrs)};
+      std::vector<ir::Node*> made;
+      bool broadcast = false;  // Note [One key head for all]
+      if (gh) {
+        made = add_grouped_attention(g, *m, *gh, attrs, want);
+      } else {
+        ir::Value* kv[2] = {m->k, m->v};
+        for (ir::Value*& t : kv)
+          if (ir::Node* e = expand_to_heads(g, t, m->q->type().shape))
+            made.push_back(e), t = e->output(), broadcast = true;
+        made.push_back(g.add_node(kiln::op("fused_attention"), {m->q, kv[0], kv[1], m->mask}, attrs));
+      }
       ir::Node* fa = made.back();
       if (!(fa->output()->type() == want)) {
         for (auto it = made.rbegin(); it != made.rend(); ++it) g.erase_nodes({*it});
@@ -447,7 +473,8 @@ class AttentionFusionPass : public ir::Pass {
                          "} from " + std::to_string(count) + " nodes" +
                          (gh ? ", " + std::to_string(gh->kv_heads) + " key heads read by groups of " +
                                    std::to_string(gh->group)
-                             : std::string());
+                             : std::string()) +
+                         (broadcast ? ", k and v read by every query head" : "");
       items.push_back(std::move(item));
       uses = g.uses();
     }

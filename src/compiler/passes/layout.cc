@@ -14,11 +14,11 @@
 // member's output joins its region, and so does an elementwise op that reads one
 // (Note [Elementwise ops in a region]), a batch norm of one (with the activation after it:
 // Note [Blocked batch norm] in conv_nchwc.cc), an L2 norm of one over H and W (Note [Blocked
-// spatial norm]) and a channels-last layer norm of one (Note [Blocked channel norm]). A region reads each value from outside through one
-// to_nchwc and hands each value read outside through one from_nchwc; inside it values stay
-// blocked, so a conversion pair between two members never appears (there is nothing to cancel
-// later). Whether a region pays is a cost
-// model, in FLOP equivalents:
+// spatial norm]) and a channels-last layer norm of one (Note [Blocked channel norm]). A region
+// reads each value from outside through one to_nchwc and hands each value read outside through
+// one from_nchwc; inside it values stay blocked, so a conversion pair between two members never
+// appears (there is nothing to cancel later). Whether a region pays is a cost model, in FLOP
+// equivalents:
 //   gain = sum of kGain<kind> * (a member's FLOPs) - (FLOPs spent on partial blocks' lanes)
 //   cost = kConvertCost * (elements of every conversion at its edges)
 // "layout" keeps the regions whose gain exceeds their cost; "layout_all" keeps every region (for
