@@ -272,26 +272,29 @@ TEST(Resize, NearestIsAnExactGatherForEveryDType) {
     EXPECT_TRUE(all_close(got, ref::resize(x, attrs_of({3, 3, 9}, o)), Tol{0, 0})) << dtype_name(t);
   }
   // f32 over the last two axes runs as one tap of weight 1 (Note [Resizing the last two axes at
-  // once]): still a copy, -0, inf and NaN included, on every ISA.
-  for (kernels::cpu::Isa isa : kernels::cpu::supported_isas()) {
-    kernels::cpu::IsaOverride use(isa);
-    Tensor x = random_tensor({2, 3, 4, 21}, DType::f32, 5);
-    float* xp = x.data<float>();
-    xp[0] = -0.0f, xp[1] = std::numeric_limits<float>::infinity(), xp[30] = std::numeric_limits<float>::quiet_NaN();
-    Tensor got = resize(x, {2, 3, 8, 47}, o);
-    // The f64 resize is the byte gather (the float64 reference sums products and drops -0's sign).
-    Tensor want = resize(x.to(DType::f64), {2, 3, 8, 47}, o);
-    const float* g = got.data<float>();
-    const double* w = want.data<double>();
-    for (int64_t i = 0; i < got.numel(); ++i) {
-      if (std::isnan(w[i])) {
-        EXPECT_TRUE(std::isnan(g[i])) << kernels::cpu::isa_name(isa) << " at " << i;
-      } else {
-        EXPECT_EQ(static_cast<double>(g[i]), w[i]) << kernels::cpu::isa_name(isa) << " at " << i;
-        EXPECT_EQ(std::signbit(g[i]), std::signbit(w[i])) << kernels::cpu::isa_name(isa) << " at " << i;
+  // once]): still a copy, -0, inf and NaN included, on every ISA; upsampled by 2 a row repeats the
+  // row above (copied), here also across the threads' chunks of rows.
+  for (kernels::cpu::Isa isa : kernels::cpu::supported_isas())
+    for (const auto& [xs, ys] : {std::pair<Shape, std::vector<int64_t>>{{2, 3, 4, 21}, {2, 3, 8, 47}},
+                                 std::pair<Shape, std::vector<int64_t>>{{1, 72, 28, 28}, {1, 72, 56, 56}}}) {
+      kernels::cpu::IsaOverride use(isa);
+      Tensor x = random_tensor(xs, DType::f32, 5);
+      float* xp = x.data<float>();
+      xp[0] = -0.0f, xp[1] = std::numeric_limits<float>::infinity(), xp[30] = std::numeric_limits<float>::quiet_NaN();
+      Tensor got = resize(x, ys, o);
+      // The f64 resize is the byte gather (the float64 reference sums products and drops -0's sign).
+      Tensor want = resize(x.to(DType::f64), ys, o);
+      const float* g = got.data<float>();
+      const double* w = want.data<double>();
+      for (int64_t i = 0; i < got.numel(); ++i) {
+        if (std::isnan(w[i])) {
+          EXPECT_TRUE(std::isnan(g[i])) << kernels::cpu::isa_name(isa) << " at " << i;
+        } else {
+          EXPECT_EQ(static_cast<double>(g[i]), w[i]) << kernels::cpu::isa_name(isa) << " at " << i;
+          EXPECT_EQ(std::signbit(g[i]), std::signbit(w[i])) << kernels::cpu::isa_name(isa) << " at " << i;
+        }
       }
     }
-  }
   // Values past 2^53 survive (no trip through double).
   Tensor big = from_vector<int64_t>({(int64_t(1) << 60) + 1, -((int64_t(1) << 59) + 3)}, Shape{2});
   Tensor y = resize(big, {4}, o);

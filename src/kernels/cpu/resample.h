@@ -48,8 +48,12 @@ struct Last2PlanF32 {
   int64_t h_taps = 0;
   const int64_t* h_index = nullptr;
   const float* h_weight = nullptr;
+  // h_repeat[oy]: output row oy has output row oy - 1's height taps, so it is that row again
+  // (nearest upsampling); nullptr when no row does.
+  const uint8_t* h_repeat = nullptr;
   int64_t w_blocks = 0, w_taps = 0;
   bool w_wide = false;  // some block spans more than 16 columns
+  bool w_copy = false;  // one tap of weight 1 per column (nearest): a permute, no multiply
   const int64_t* w_lo = nullptr;
   const int64_t* w_span = nullptr;
   const int32_t* w_index = nullptr;

@@ -8,6 +8,8 @@
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
 #include <immintrin.h>
 
+#include <cstring>
+
 #include "kernels/cpu/resample.h"
 
 #pragma GCC push_options
@@ -47,6 +49,11 @@ void last2_rows__avx512(const Last2PlanF32& p, const float* x, float* y, float* 
   int64_t oy = r0 % out_h;
   for (int64_t r = r0; r < r1; ++r) {
     float* out = y + r * out_w;
+    if (p.h_repeat && r > r0 && p.h_repeat[oy]) {  // the row above again (this call wrote it)
+      std::memcpy(out, out - out_w, static_cast<size_t>(out_w) * sizeof(float));
+      if (++oy == out_h) oy = 0, plane += plane_size;
+      continue;
+    }
     const int64_t* hidx = p.h_index + oy * h_taps;
     const float* hw = p.h_weight + oy * h_taps;
     const float* row = plane + oy * in_w;
@@ -68,7 +75,8 @@ void last2_rows__avx512(const Last2PlanF32& p, const float* x, float* y, float* 
           for (int64_t k = 1; k < h_taps; ++k)
             v = _mm512_fmadd_ps(_mm512_set1_ps(hw[k]), _mm512_maskz_loadu_ps(m, plane + hidx[k] * in_w + lo), v);
         }
-        acc = _mm512_mul_ps(_mm512_permutexvar_ps(_mm512_loadu_si512(idx), v), _mm512_loadu_ps(ww));
+        acc = _mm512_permutexvar_ps(_mm512_loadu_si512(idx), v);
+        if (!p.w_copy) acc = _mm512_mul_ps(acc, _mm512_loadu_ps(ww));
         for (int64_t t = 1; t < w_taps; ++t)
           acc = _mm512_fmadd_ps(_mm512_permutexvar_ps(_mm512_loadu_si512(idx + 16 * t), v),
                                 _mm512_loadu_ps(ww + 16 * t), acc);
