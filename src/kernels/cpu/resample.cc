@@ -1,5 +1,7 @@
 // Separable resampling kernels behind kernels/cpu/resample.h: one pass per table, parallel over
-// output rows; the adjoint runs the passes backwards as scatter-adds; nearest is a byte gather.
+// output rows; f32 tables on the last two axes in a single pass (Note [Resizing the last two axes
+// at once]); the adjoint runs the passes backwards as scatter-adds; nearest of other dtypes is a
+// byte gather.
 #include "kernels/cpu/resample.h"
 
 #include <algorithm>

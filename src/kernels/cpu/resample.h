@@ -1,6 +1,7 @@
 // Separable resampling (resize): each resized axis maps every output position to a few input
 // positions and weights (a tap table built by the op definition); the kernels apply the tables one
-// axis at a time, their adjoint (the gradient), or a pure gather for nearest-neighbour tables.
+// axis at a time (f32 ones on the last two axes both at once), their adjoint (the gradient), or a
+// pure gather for nearest-neighbour tables.
 #pragma once
 
 #include <cstdint>
