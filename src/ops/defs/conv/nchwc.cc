@@ -39,6 +39,23 @@ void check_f32(const InferCtx& c, size_t i) {
     c.fail(c.arg_name(i) + " is " + std::string(dtype_name(c.in(i).dtype)) + "; the blocked layout is for f32 only");
 }
 
+// x's shape (input 0), which must be blocked: [N, C/16, H, W, 16].
+const Shape& blocked_shape(const InferCtx& c) {
+  const Shape& xs = c.in(0).shape;
+  if (xs.size() != 5 || xs[4] != kChannelBlock)
+    c.fail("x of shape " + shape_str(xs) + " must be blocked, [N, C/16, H, W, 16]");
+  return xs;
+}
+
+// Inputs 1 and 2 (named `first` and `second`): a value per lane of x's blocks, [C/16 * 16].
+void check_lane_vectors(const InferCtx& c, const Shape& xs, const char* first, const char* second) {
+  for (size_t i : {size_t{1}, size_t{2}})
+    if (c.in(i).shape != Shape{xs[1] * kChannelBlock})
+      c.fail(std::string(i == 1 ? first : second) + " of shape " + shape_str(c.in(i).shape) + " must be [" +
+             std::to_string(xs[1] * kChannelBlock) + "], a value per lane of x's " + std::to_string(xs[1]) +
+             " blocks");
+}
+
 std::vector<TensorMeta> infer_to_nchwc(const InferCtx& c) {
   check_f32(c, 0);
   const Shape& s = c.in(0).shape;
@@ -48,10 +65,8 @@ std::vector<TensorMeta> infer_to_nchwc(const InferCtx& c) {
 
 std::vector<TensorMeta> infer_from_nchwc(const InferCtx& c) {
   check_f32(c, 0);
-  const Shape& s = c.in(0).shape;
+  const Shape& s = blocked_shape(c);
   const int64_t ch = c.attrs.get_int("channels");
-  if (s.size() != 5 || s[4] != kChannelBlock)
-    c.fail("x of shape " + shape_str(s) + " must be blocked, [N, C/16, H, W, 16]");
   if (ch < 1 || nchwc_blocks(ch) != s[1])
     c.fail("channels = " + std::to_string(ch) + " does not fit x of shape " + shape_str(s) + ", which holds " +
            std::to_string(s[1]) + " blocks of 16 (channels " + std::to_string(16 * s[1] - 15) + " to " +
@@ -266,9 +281,7 @@ void conv_nchwc_kernel(const KernelCall& k) {
 // max_pool2d_nchwc (max) and avg_pool2d_nchwc: the NCHW op's own shape rule on the unblocked shape.
 std::vector<TensorMeta> infer_pool_nchwc(const InferCtx& c, bool max) {
   check_f32(c, 0);
-  const Shape& xs = c.in(0).shape;
-  if (xs.size() != 5 || xs[4] != kChannelBlock)
-    c.fail("x of shape " + shape_str(xs) + " must be blocked, [N, C/16, H, W, 16]");
+  const Shape& xs = blocked_shape(c);
   auto out = op(max ? "max_pool2d" : "avg_pool2d")
                  .infer_meta({TensorMeta{DType::f32, {xs[0], xs[1] * kChannelBlock, xs[2], xs[3]}}}, c.attrs);
   const Shape& o = out[0].shape;
@@ -293,9 +306,7 @@ void pool_nchwc_kernel(const KernelCall& k, bool max) {
 template <bool kNorm>
 std::vector<TensorMeta> infer_global_nchwc(const InferCtx& c) {
   check_f32(c, 0);
-  const Shape& xs = c.in(0).shape;
-  if (xs.size() != 5 || xs[4] != kChannelBlock)
-    c.fail("x of shape " + shape_str(xs) + " must be blocked, [N, C/16, H, W, 16]");
+  const Shape& xs = blocked_shape(c);
   if (!kNorm && xs[2] * xs[3] == 0 && xs[0] * xs[1] > 0)
     c.fail("x of shape " + shape_str(xs) + " has no pixels to average");
   return {TensorMeta{DType::f32, {xs[0], xs[1], 1, 1, kChannelBlock}}};
@@ -317,14 +328,8 @@ std::vector<TensorMeta> infer_scale_shift_nchwc(const InferCtx& c) {
   for (size_t i = 0; i < 3; ++i) check_f32(c, i);
   if (!blocked_act(c.attrs.get_string("activation")))
     c.fail("activation '" + c.attrs.get_string("activation") + "' is not one of the blocked kernels' (" + kActs + ")");
-  const Shape& xs = c.in(0).shape;
-  if (xs.size() != 5 || xs[4] != kChannelBlock)
-    c.fail("x of shape " + shape_str(xs) + " must be blocked, [N, C/16, H, W, 16]");
-  for (size_t i : {size_t{1}, size_t{2}})
-    if (c.in(i).shape != Shape{xs[1] * kChannelBlock})
-      c.fail(std::string(i == 1 ? "scale" : "shift") + " of shape " + shape_str(c.in(i).shape) + " must be [" +
-             std::to_string(xs[1] * kChannelBlock) + "], a value per lane of x's " + std::to_string(xs[1]) +
-             " blocks");
+  const Shape& xs = blocked_shape(c);
+  check_lane_vectors(c, xs, "scale", "shift");
   return {TensorMeta{DType::f32, xs}};
 }
 
@@ -343,18 +348,12 @@ void scale_shift_nchwc_kernel(const KernelCall& k) {
 
 std::vector<TensorMeta> infer_layer_norm_nchwc(const InferCtx& c) {
   for (size_t i = 0; i < 3; ++i) check_f32(c, i);
-  const Shape& xs = c.in(0).shape;
-  if (xs.size() != 5 || xs[4] != kChannelBlock)
-    c.fail("x of shape " + shape_str(xs) + " must be blocked, [N, C/16, H, W, 16]");
+  const Shape& xs = blocked_shape(c);
   const int64_t ch = c.attrs.get_int("channels");
-  if (ch < 1 || (ch + kChannelBlock - 1) / kChannelBlock != xs[1])
+  if (ch < 1 || nchwc_blocks(ch) != xs[1])
     c.fail("channels = " + std::to_string(ch) + " does not fill x's " + std::to_string(xs[1]) + " blocks (shape " +
            shape_str(xs) + ")");
-  for (size_t i : {size_t{1}, size_t{2}})
-    if (c.in(i).shape != Shape{xs[1] * kChannelBlock})
-      c.fail(std::string(i == 1 ? "weight" : "bias") + " of shape " + shape_str(c.in(i).shape) + " must be [" +
-             std::to_string(xs[1] * kChannelBlock) + "], a value per lane of x's " + std::to_string(xs[1]) +
-             " blocks");
+  check_lane_vectors(c, xs, "weight", "bias");
   return {TensorMeta{DType::f32, xs}};
 }
 
