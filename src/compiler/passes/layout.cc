@@ -329,6 +329,15 @@ bool spatial_mean_or_norm(const ir::Node* n) {
   return rank == 4 && axes == std::vector<int64_t>{2, 3};
 }
 
+// A per-channel vector of `channels` as the blocked ops take it, a value per lane: [C/16 * 16], zero
+// past the values given (a partial block's extra lanes stay zero; no values: all zero).
+ir::Value* lane_constant(ir::Graph& g, const std::vector<double>& values, int64_t channels, const std::string& name) {
+  const int64_t lanes = (channels + 15) / 16 * 16;
+  std::vector<double> v(static_cast<size_t>(lanes), 0.0);
+  std::copy(values.begin(), values.end(), v.begin());
+  return g.add_constant(g.fresh_name(name), tensor_from(v, {lanes}, DType::f32));
+}
+
 class LayoutPass : public ir::Pass {
  public:
   explicit LayoutPass(bool all) : all_(all) {}
@@ -444,34 +453,26 @@ class LayoutPass : public ir::Pass {
       if (c.kind == Member::Kind::channel_norm) {
         // Weight and bias a lane each, zero past C (absent: 1 and 0).
         const ir::Node* ln = c.absorbed[0];
-        const int64_t ch = c.x->type().shape[1].size, lanes = (ch + 15) / 16 * 16;
-        std::vector<double> wv(static_cast<size_t>(lanes), 0.0), bv(static_cast<size_t>(lanes), 0.0);
-        std::fill(wv.begin(), wv.begin() + ch, 1.0);
-        if (const ir::Value* w = input_at(ln, 1)) {
-          const std::vector<double> v = const_values(w);
-          std::copy(v.begin(), v.end(), wv.begin());
-        }
-        if (const ir::Value* bias = input_at(ln, 2)) {
-          const std::vector<double> v = const_values(bias);
-          std::copy(v.begin(), v.end(), bv.begin());
-        }
+        const int64_t ch = c.x->type().shape[1].size;
+        const ir::Value* w = input_at(ln, 1);
+        const ir::Value* bias = input_at(ln, 2);
         const std::string& nm = ln->output()->name();
-        ir::Value* w = g.add_constant(g.fresh_name(nm + "_weight"), tensor_from(wv, {lanes}, DType::f32));
-        ir::Value* bias = g.add_constant(g.fresh_name(nm + "_bias"), tensor_from(bv, {lanes}, DType::f32));
-        b = g.add_node(kiln::op("layer_norm_nchwc"), {blocked_of(c.x), w, bias},
+        b = g.add_node(kiln::op("layer_norm_nchwc"),
+                       {blocked_of(c.x),
+                        lane_constant(g, w ? const_values(w) : std::vector<double>(static_cast<size_t>(ch), 1.0),
+                                      ch, nm + "_weight"),
+                        lane_constant(g, bias ? const_values(bias) : std::vector<double>{}, ch, nm + "_bias")},
                        Attrs{{"channels", ch}, {"eps", ln->attrs().get_float("eps")}});
         ++channel_norms;
       } else if (c.kind == Member::Kind::affine) {
         // Scale and shift a lane each, zero past C: a partial block's extra lanes stay zero.
-        const int64_t ch = n->output()->type().shape[1].size, lanes = (ch + 15) / 16 * 16;
+        const int64_t ch = n->output()->type().shape[1].size;
         const BatchNormAffine aff = *batch_norm_affine(n, ch);
-        std::vector<double> sc(static_cast<size_t>(lanes), 0.0), sh(static_cast<size_t>(lanes), 0.0);
-        std::copy(aff.scale.begin(), aff.scale.end(), sc.begin());
-        std::copy(aff.shift.begin(), aff.shift.end(), sh.begin());
         const std::string& nm = n->output()->name();
-        ir::Value* scale = g.add_constant(g.fresh_name(nm + "_scale"), tensor_from(sc, {lanes}, DType::f32));
-        ir::Value* shift = g.add_constant(g.fresh_name(nm + "_shift"), tensor_from(sh, {lanes}, DType::f32));
-        b = g.add_node(kiln::op("scale_shift_nchwc"), {blocked_of(c.x), scale, shift}, Attrs{{"activation", c.act}});
+        b = g.add_node(kiln::op("scale_shift_nchwc"),
+                       {blocked_of(c.x), lane_constant(g, aff.scale, ch, nm + "_scale"),
+                        lane_constant(g, aff.shift, ch, nm + "_shift")},
+                       Attrs{{"activation", c.act}});
         ++norms;
       } else if (c.kind == Member::Kind::pool) {
         // A max pool, or an average pool (Note [Blocked average pool] in conv_nchwc.cc).
