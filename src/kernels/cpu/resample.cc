@@ -236,6 +236,8 @@ Last2Tables last2_tables(const Shape& xs, const std::vector<ResampleAxis>& axes)
       const bool near = hi - lo < 16;
       p.w_wide = p.w_wide || !near;
       t.w_lo.push_back(lo), t.w_span.push_back(hi - lo + 1);
+      if (!near)  // lanes past out_w read column lo (weight 0)
+        std::fill_n(t.w_index.begin() + b * w->taps * 16, w->taps * 16, static_cast<int32_t>(lo));
       for (int64_t j = j0; j < j1; ++j)
         for (int64_t k = 0; k < w->taps; ++k) {
           const size_t from = static_cast<size_t>(j * w->taps + k);
@@ -243,10 +245,6 @@ Last2Tables last2_tables(const Shape& xs, const std::vector<ResampleAxis>& axes)
           t.w_index[to] = static_cast<int32_t>(near ? w->index[from] - lo : w->index[from]);
           t.w_weight[to] = static_cast<float>(w->weight[from]);
         }
-      if (!near)  // lanes past out_w read column lo (weight 0)
-        for (int64_t k = 0; k < w->taps; ++k)
-          for (int64_t l = j1 - j0; l < 16; ++l) t.w_index[static_cast<size_t>((b * w->taps + k) * 16 + l)] =
-              static_cast<int32_t>(lo);
     }
   }
   return t;
