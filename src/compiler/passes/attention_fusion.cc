@@ -38,9 +38,9 @@
 //
 // Left alone: a softmax over another axis, a dropout (or anything) between softmax and the second
 // matmul, a mask that would broadcast the scores to a larger shape or has another dtype, q / k / v
-// whose leading (batch, head) dims differ (matmul broadcasting), ranks other than 2..4, dtypes
-// other than f32 / f64, non-constant scales, and any intermediate read outside the pattern (Note
-// [Private intermediates]).
+// whose leading (batch, head) dims differ other than by k's and v's 1s against q's static counts
+// (Note [One key head for all]), ranks other than 2..4, dtypes other than f32 / f64, non-constant
+// scales, and any intermediate read outside the pattern (Note [Private intermediates]).
 
 #include "compiler/passes/pattern.h"
 
