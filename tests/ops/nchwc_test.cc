@@ -397,6 +397,7 @@ TEST(Nchwc, WinogradMatchesFloat64Reference) {
   struct Case {
     int64_t n, c, k, h, w;
     std::vector<int64_t> padding;
+    int64_t groups = 1;  // Note [Winograd by groups]: whole blocks a group
   };
   const Case cases[] = {{1, 16, 16, 9, 9, {1, 1, 1, 1}},      // odd plane: a partial last tile
                         {2, 32, 64, 14, 14, {1, 1, 1, 1}},    // two images
@@ -407,7 +408,12 @@ TEST(Nchwc, WinogradMatchesFloat64Reference) {
                         {1, 16, 16, 1, 1000, {1, 1, 1, 1}},   // one row of 1000
                         {2, 24, 40, 33, 33, {1, 1, 1, 1}},    // 289 tiles an image: several chunks
                         // 1.3 MB of transformed filters: two passes, panels of 4 + 4 + 1 blocks
-                        {2, 144, 144, 9, 10, {1, 1, 1, 1}}};
+                        {2, 144, 144, 9, 10, {1, 1, 1, 1}},
+                        {1, 64, 128, 14, 14, {1, 1, 1, 1}, 2},  // ResNeSt's split attention: 2 x (32 -> 64)
+                        {2, 96, 240, 7, 9, {1, 0, 1, 1}, 3},    // 3 x (32 -> 80): a group's panels 4 + 1
+                        {1, 48, 48, 5, 6, {1, 1, 1, 1}, 3},     // 3 x (16 -> 16): a block a group
+                        // 2 x (128 -> 128), 4.7 MB transformed: two passes, by group
+                        {1, 256, 256, 6, 5, {1, 1, 1, 1}, 2}};
   int seed = 1700;
   for (kernels::cpu::Isa isa : kernels::cpu::supported_isas()) {
     kernels::cpu::IsaOverride on(isa);
@@ -418,18 +424,21 @@ TEST(Nchwc, WinogradMatchesFloat64Reference) {
             seed += 4;
             SCOPED_TRACE(std::string(kernels::cpu::isa_name(isa)) + " F(" + std::to_string(tile) + ") C=" +
                          std::to_string(cc.c) + " K=" +
-                         std::to_string(cc.k) + " " + std::to_string(cc.h) + "x" + std::to_string(cc.w) + " act=" +
+                         std::to_string(cc.k) + " G=" + std::to_string(cc.groups) + " " + std::to_string(cc.h) + "x" +
+                         std::to_string(cc.w) + " act=" +
                          act + " mode=" + std::to_string(mode));
             Conv2dOptions o;
             o.padding = cc.padding;
+            o.groups = cc.groups;
             Tensor x = random_tensor({cc.n, cc.c, cc.h, cc.w}, DType::f32, seed, -1, 1);
-            Tensor w = random_tensor({cc.k, cc.c, 3, 3}, DType::f32, seed + 1, -0.3, 0.3);
+            Tensor w = random_tensor({cc.k, cc.c / cc.groups, 3, 3}, DType::f32, seed + 1, -0.3, 0.3);
             Tensor bias = random_tensor({cc.k}, DType::f32, seed + 2);
             Tensor ref = conv2d(f64(x), f64(w), f64(bias), o);
             Tensor res = mode ? random_tensor(ref.shape(), DType::f32, seed + 3) : Tensor();
             kernels::cpu::Conv2dParams p;
             p.n = cc.n, p.c = cc.c, p.h = cc.h, p.w = cc.w, p.k = cc.k, p.r = p.s = 3;
             p.ho = ref.shape()[2], p.wo = ref.shape()[3], p.pad_top = cc.padding[0], p.pad_left = cc.padding[1];
+            p.groups = cc.groups;
             ASSERT_TRUE(kernels::cpu::conv2d_nchwc_winograd_supported(p));
             std::vector<float> packed(kernels::cpu::conv2d_nchwc_winograd_packed_weight_f32_floats(p, tile));
             kernels::cpu::pack_conv2d_nchwc_winograd_weight_f32(p, tile, static_cast<const float*>(w.data_ptr()),
@@ -476,6 +485,14 @@ TEST(Nchwc, WinogradIsOfferedWhereAPanelsFiltersStayInL2) {
   EXPECT_FALSE(kernels::cpu::conv2d_nchwc_winograd_supported(p));
   p.dil_w = 1, p.s = 5;
   EXPECT_FALSE(kernels::cpu::conv2d_nchwc_winograd_supported(p));
+  // Groups of whole blocks in and out only (Note [Winograd by groups]).
+  p.s = 3, p.c = 64, p.k = 96, p.groups = 2;
+  EXPECT_TRUE(kernels::cpu::conv2d_nchwc_winograd_supported(p));
+  p.k = 80;  // 40 filters a group: blocks shared by two groups
+  EXPECT_FALSE(kernels::cpu::conv2d_nchwc_winograd_supported(p));
+  p.k = 64, p.groups = 8;  // 8 channels a group
+  EXPECT_FALSE(kernels::cpu::conv2d_nchwc_winograd_supported(p));
+  p.c = p.k = 16, p.groups = 1, p.s = 5;
   std::vector<float> packed(1);
   EXPECT_KILN_ERROR(kernels::cpu::conv2d_nchwc_winograd_f32(p, 2, packed.data(), packed.data(), nullptr, packed.data()),
                     "3x3 filter of stride 1", "got 3x5");

@@ -987,6 +987,45 @@ TEST(Target, PackedFiltersCountAgainstTheMemoryBudget) {
   EXPECT_EQ(r.tuning.packed_bytes, plain.tuning.packed_bytes);
 }
 
+// Note [Winograd by groups]: a grouped 3x3 layer whose groups are at least two whole blocks in and
+// out (ResNeSt's 2 x (32 -> 64)) takes F(4x4, 3x3) tiles without timing and matches the graph run
+// directly; one of a block a group (RegNetX's 16 -> 16) keeps the direct kernel.
+TEST(Tactics, GroupedThreeByThreeTakesWinogradWhereGroupsAreWholeBlocks) {
+  ir::Graph g;
+  g.name = "grouped";
+  SeededConstants cst{g, 400};
+  const std::vector<int64_t> pad1{1, 1, 1, 1};
+  const Attrs two{{"padding", pad1}, {"groups", int64_t{2}}}, four{{"padding", pad1}, {"groups", int64_t{4}}};
+  ir::Value* v = g.add_input("x", ir::ValueType{DType::f32, {ir::Dim::sym("batch"), 64, 11, 9}});
+  v = g.add_node(op("relu"), {g.add_node(op("conv2d"), {v, cst("a", {64, 64, 1, 1})})->output()})->output();
+  v = g.add_node(op("relu"), {g.add_node(op("conv2d"), {v, cst("b", {128, 32, 3, 3}), cst("bb", {128})}, two)
+                                  ->output()})->output();
+  v = g.add_node(op("relu"), {g.add_node(op("conv2d"), {v, cst("c", {64, 128, 1, 1})})->output()})->output();
+  v = g.add_node(op("conv2d"), {v, cst("d", {64, 16, 3, 3})}, four)->output();
+  g.add_output(v);
+  CompileOptions o = tuned("none");
+  o.autotune = false;
+  o.layout = CompileOptions::Layout::nchwc;
+  CompileResult r = compile(g, o);
+  int grouped = 0;
+  for (const EngineStep& st : r.engine.steps) {
+    if (st.op->name() != "fused_conv2d_nchwc" || st.attrs.get_int("groups") == 1) continue;
+    ++grouped;
+    EXPECT_EQ(st.tactic == "winograd4", st.attrs.get_int("groups") == 2) << st.name << " ran " << st.tactic;
+  }
+  EXPECT_EQ(grouped, 2);
+  for (int64_t batch : {1, 3}) {
+    Tensor x = random_tensor({batch, 64, 11, 9}, DType::f32, 64 + batch, -1, 1);
+    Tensor want = ir::run(g, {x})[0].contiguous();
+    float spread = 0;
+    for (int64_t i = 0; i < want.numel(); ++i) spread = std::max(spread, std::abs(want.data<float>()[i]));
+    // F(4x4, 3x3) rounds to ~1e-5 of the outputs' spread a layer (Note [Winograd tiles]).
+    EXPECT_TRUE(testing::all_close(Executor(std::make_shared<Engine>(r.engine)).run({x})[0], want,
+                                   {1e-4, 2e-5 * spread}))
+        << "batch " << batch << ", outputs up to " << spread;
+  }
+}
+
 // Note [Packed weights in the budget]: a weight two steps read is packed once when the engine
 // loads (the pack cache hands both the same copy), so it is charged once, and a budget with room
 // for that one copy keeps both steps packed.

@@ -109,11 +109,13 @@ void global_norm_nchwc_f32(int64_t planes, int64_t pixels, const float* x, float
 
 // Winograd F(tile x tile, 3x3), tile 2 or 4, on blocked planes (Note [Winograd tiles] in
 // conv_nchwc.cc): the same contract as conv2d_nchwc_f32 with blocked input, for 3x3 filters of
-// stride 1 and dilation 1, one group. The filters are transformed and packed for it: U = G g G^T,
-// per position of the (tile + 2)^2 transformed tile a 1x1 blocked convolution's filters [K, C].
+// stride 1 and dilation 1, one group or groups of whole 16-channel blocks in and out (Note [Winograd
+// by groups]). The filters are transformed and packed for it: U = G g G^T, per position of the
+// (tile + 2)^2 transformed tile and per group a 1x1 blocked convolution's filters [K/G, C/G].
 bool conv2d_nchwc_winograd_supported(const Conv2dParams& p);
-// Whether it is worth timing: a panel's transformed filters for C -> K fit what a thread's L2
-// holds across a layer's work items (Note [Winograd in two passes] in conv_nchwc.cc).
+// Whether it is worth timing: a panel's transformed filters for a group's C -> K (all of the
+// layer's where it has one group) fit what a thread's L2 holds across a layer's work items (Note
+// [Winograd in two passes] in conv_nchwc.cc).
 bool conv2d_nchwc_winograd_offered(int64_t c, int64_t k, int tile);
 size_t conv2d_nchwc_winograd_packed_weight_f32_floats(const Conv2dParams& p, int tile);
 void pack_conv2d_nchwc_winograd_weight_f32(const Conv2dParams& p, int tile, const float* w, float* out);
