@@ -182,6 +182,38 @@ TEST(Layout, CostModelBlocksDeepChainsAndKeepsSmallRegionsPlain) {
   }
 }
 
+// Note [Permuted inputs]: SqueezeBERT's q, k and v Conv1d layers read one layer norm output
+// permuted from [N, L, C] to [N, C, L], which each copies when it stays NCHW. Three 1x1 layers
+// (256 -> 256 over 128 positions) reading such a view block, the copies counted as saved (4
+// conversions of 32768 elements against 0.2 of the layers' FLOPs and 3 copies); on a contiguous
+// input the same layers stay NCHW; the blocked engine matches the graph.
+TEST(Layout, PermutedInputsCountTheCopiesNchwWouldMake) {
+  using Layout = runtime::CompileOptions::Layout;
+  for (bool permuted : {true, false}) {
+    SCOPED_TRACE(permuted ? "permuted input" : "contiguous input");
+    Builder b;
+    const Shape in_shape = permuted ? Shape{128, 256} : Shape{256, 128};
+    ir::Value* x =
+        b.g.add_input("x", ir::ValueType{DType::f32, {ir::Dim::sym("batch"), in_shape[0], in_shape[1]}});
+    ir::Value* v = x;
+    if (permuted) v = b.g.add_node(op("permute"), {v}, {{"dims", std::vector<int64_t>{0, 2, 1}}})->output();
+    v = b.g.add_node(op("unsqueeze"), {v}, {{"dims", std::vector<int64_t>{2}}})->output();
+    for (const char* n : {"q", "k", "v"}) b.g.add_output(b.conv(v, 256, 1, 1, n));
+    ir::verify(b.g);
+    runtime::CompileResult c = runtime::compile(b.g, opts(Layout::automatic, 2));
+    EXPECT_EQ(op_counts(c.engine)["fused_conv2d_nchwc"], permuted ? 3 : 0);
+    EXPECT_EQ(reported(c, "no region pays for its conversions"), !permuted);
+    runtime::Executor ex(std::make_shared<runtime::Engine>(c.engine));
+    for (int64_t batch : {1, 2}) {
+      Tensor xin = random_tensor({batch, in_shape[0], in_shape[1]}, DType::f32, 77 + static_cast<uint64_t>(batch));
+      auto got = ex.run({xin});
+      auto want = ir::run(b.g, {xin});
+      for (size_t i = 0; i < 3; ++i)
+        EXPECT_TRUE(testing::all_close(got[i], want[i], {1e-4, 1e-4})) << "batch " << batch << " output " << i;
+    }
+  }
+}
+
 // A global average pool of the last convolution's output runs blocked (Note [Blocked global pool]):
 // the region hands out the pooled [N, C, 1, 1] (40 channels: a partial block) instead of the whole
 // activation.

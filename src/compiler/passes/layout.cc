@@ -47,6 +47,16 @@
 // seven held-out timm models change regions (RESULTS.md, 2026-12-07 20:11): EfficientFormerV2-S0
 // 21% faster, InceptionNeXt-atto and EfficientViT-M0 15-17%, ReXNet and LeViT 3-5%, ConvNeXtV2-atto
 // and TinyViT as before.
+// Note [Permuted inputs]
+// A convolution or pool that stays NCHW reads its input contiguous, so an input that is a permuted
+// view is copied by each reader: SqueezeBERT's q, k and v Conv1d layers read one layer norm output
+// written [N, L, C] and permuted to [N, C, L], three transposing copies a layer (0.22 ms a layer
+// against 0.15 on a contiguous input). Blocked, the region's one to_nchwc reads the view instead (a
+// channels-last view at its contiguous rate). So each such read of a member counts as a conversion
+// blocking saves. SqueezeBERT's q / k / v regions (5.3e7 saved against 5.9e7 of conversions,
+// 8.2e7 with the copies) then block, every one of its 72 convolutions: batch 1 on two threads
+// 37.9-38.7 -> 35.1-35.7 ms, batch 8 254.7-256.6 -> 250.6-251.2 (alternated). Of 117 exported
+// models two others change regions, MambaOut-femto and TinyViT-5M, both even.
 
 #include <map>
 #include <numeric>
@@ -96,6 +106,28 @@ struct Member {
     return r;
   }
 };
+
+// Whether v is a permuted view (Note [Permuted inputs]): a permute that reorders axes longer than 1,
+// perhaps under unsqueezes and squeezes.
+bool permuted_view(const ir::Value* v) {
+  for (const ir::Node* n = v->producer(); n != nullptr;) {
+    const ir::Value* x = input_at(n, 0);
+    if (!x) return false;
+    const std::string& op = n->op().name();
+    if (op == "unsqueeze" || op == "squeeze") {
+      n = x->producer();
+      continue;
+    }
+    if (op != "permute") return false;
+    std::vector<int64_t> moved;  // the permute's axes longer than 1, in output order
+    for (int64_t d : n->attrs().get_ints("dims"))
+      if (d >= 0 && d < static_cast<int64_t>(x->type().shape.size()) &&
+          (x->type().shape[static_cast<size_t>(d)].is_symbolic() || x->type().shape[static_cast<size_t>(d)].size != 1))
+        moved.push_back(d);
+    return !std::is_sorted(moved.begin(), moved.end());
+  }
+  return false;
+}
 
 int64_t static_elems(const ir::Value* v, bool& ok) {
   int64_t n = 1;
@@ -403,10 +435,17 @@ class LayoutPass : public ir::Pass {
       gain[r] += members[i].gain;
       ++size[r];
       bool ok = true;
-      // A value read from outside: converted once for the region.
+      // A value read from outside: converted once for the region; a permuted view read by a
+      // convolution or pool, copied by it in NCHW (Note [Permuted inputs]).
+      const Member::Kind kind = members[i].kind;
+      const bool copies = kind == Member::Kind::conv || kind == Member::Kind::pool ||
+                          kind == Member::Kind::global_pool;
       for (ir::Value* v : members[i].reads())
-        if (!is_const(v) && !(v->producer() && index.count(v->producer())) && first_reader[v] == i)
-          cost[r] += kConvertCost * static_cast<double>(static_elems(v, ok));
+        if (!is_const(v) && !(v->producer() && index.count(v->producer()))) {
+          if (first_reader[v] == i) cost[r] += kConvertCost * static_cast<double>(static_elems(v, ok));
+          if (copies && v == members[i].x && permuted_view(v))
+            gain[r] += kConvertCost * static_cast<double>(static_elems(v, ok));
+        }
       // An output read outside the region (or a graph output): converted back once.
       for (ir::Value* y : members[i].node->outputs()) {
         bool outside = false;
