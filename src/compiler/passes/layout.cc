@@ -27,13 +27,13 @@
 // pool, with one conversion, of the pooled output (Note [Blocked global pool] in conv_nchwc.cc; a
 // mean over H and W is one: Note [Spatial means as global pools]); a handful of small
 // convolutions between two conversions stays as it is.
-// Note [Winograd regions]: a 3x3 layer of stride 1 and one group that the blocked Winograd
-// F(4x4, 3x3) tactic is offered for (Note [Winograd tiles] in conv_nchwc.cc) gains far more than
-// the direct blocked kernel's 5%: it does a quarter of the multiplies, and ran at 0.37-0.5x the NCHW
-// direct convolution's time (timm's EfficientNetV2-rw-t, 40 -> 160 channels at 56 x 56: 1.58 ->
-// 0.58 ms at batch 1 on two threads). Counted at 5%, its narrow layers' padded lanes (24 and 40
-// channels) outweighed every gain, the region stayed NCHW, and the model ran 2.5x ONNX
-// Runtime's time (50.8 ms; 16.8 blocked, ORT 22.1). Such layers count half their FLOPs as saved.
+// Note [Winograd regions]: a 3x3 layer of stride 1 (one group, or groups of whole blocks) that the
+// blocked Winograd F(4x4, 3x3) tactic is offered for (Note [Winograd tiles] in conv_nchwc.cc)
+// gains far more than the direct blocked kernel's 5%: it does a quarter of the multiplies, and ran
+// at 0.37-0.5x the NCHW direct convolution's time (timm's EfficientNetV2-rw-t, 40 -> 160 channels
+// at 56 x 56: 1.58 -> 0.58 ms at batch 1 on two threads). Counted at 5%, its narrow layers' padded
+// lanes (24 and 40 channels) outweighed every gain, the region stayed NCHW, and the model ran 2.5x
+// ONNX Runtime's time (50.8 ms; 16.8 blocked, ORT 22.1). Such layers count half their FLOPs as saved.
 // The constants come from bench/RESULTS.md (2026-12-05 05:55, the blocked layout): blocking saved
 // 0-50% of a convolution's time (the most on 1x1 layers at 56 x 56 and 28 x 28; 3x3 layers 0-10%
 // in the engine), and a conversion ran at 2-3 elements per nanosecond per thread, about 80 FLOP
@@ -73,7 +73,7 @@ namespace {
 constexpr double kGainSpatial = 0.05;    // filters wider than 1x1, one group
 constexpr double kGainPointwise = 0.2;   // 1x1
 constexpr double kGainDepthwise = 0.5;
-constexpr double kGainWinograd = 0.5;    // 3x3 stride 1, one group, where F(4x4, 3x3) is offered
+constexpr double kGainWinograd = 0.5;    // 3x3 stride 1 where F(4x4, 3x3) is offered (nchwc_winograd_offered)
 constexpr double kConvertCost = 100.0;  // FLOPs per element converted
 
 const std::set<std::string> kBlockedActs = {"none", "relu", "relu6", "hardswish", "sigmoid", "silu", "gelu"};

@@ -406,8 +406,9 @@ bool nchwc_winograd_offered(const Shape& weight, const Attrs& attrs, int tile) {
   // too little work a position for the transforms: RegNetX-400MF's 16 -> 16 groups took 1.5x the
   // direct kernel's time in the engine.
   const int64_t groups = attrs.get_int("groups");
-  const bool block_groups = groups == 1 || (groups > 1 && weight[1] % kChannelBlock == 0 && weight[1] >= 32 &&
-                                            weight[0] % (groups * kChannelBlock) == 0 && weight[0] / groups >= 32);
+  const int64_t least = 2 * kChannelBlock;  // channels a group, in and out
+  const bool block_groups = groups == 1 || (groups > 1 && weight[1] % kChannelBlock == 0 && weight[1] >= least &&
+                                            weight[0] % (groups * kChannelBlock) == 0 && weight[0] / groups >= least);
   return block_groups && kernels::cpu::conv2d_nchwc_winograd_offered(weight[1], weight[0] / groups, tile);
 }
 
