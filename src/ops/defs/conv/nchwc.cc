@@ -39,6 +39,15 @@ void check_f32(const InferCtx& c, size_t i) {
     c.fail(c.arg_name(i) + " is " + std::string(dtype_name(c.in(i).dtype)) + "; the blocked layout is for f32 only");
 }
 
+// Runs `write` on the output's floats: out's own where it is contiguous, else a contiguous
+// temporary's, copied into out after.
+template <class Write>
+void write_output(const Tensor& out, Write&& write) {
+  Tensor y = out.is_contiguous() ? out : empty(out.shape(), TensorOptions(DType::f32, out.device()));
+  write(static_cast<float*>(y.data_ptr()));
+  if (!y.is_same(out)) kernels::cpu::copy_into(out, y);
+}
+
 // x's shape (input 0), which must be blocked: [N, C/16, H, W, 16].
 const Shape& blocked_shape(const InferCtx& c) {
   const Shape& xs = c.in(0).shape;
@@ -260,22 +269,21 @@ void conv_nchwc_kernel(const KernelCall& k) {
   ep.activation = ready->activation;
   ep.residual = res.defined() ? static_cast<const float*>(res.data_ptr()) : nullptr;
   ep.residual_before_activation = ready->residual_before_activation;
-  Tensor y = out.is_contiguous() ? out : empty(out.shape(), TensorOptions(DType::f32, out.device()));
   const float* xp = static_cast<const float*>(x.data_ptr());
   const float* bp = bias.defined() ? static_cast<const float*>(bias.data_ptr()) : nullptr;
-  float* yp = static_cast<float*>(y.data_ptr());
-  switch (ready->kind) {
-    case PreparedConvNchwc::Kind::winograd:
-      kernels::cpu::conv2d_nchwc_winograd_f32(p, ready->winograd_tile, xp, ready->packed.get(), bp, yp, ep);
-      break;
-    case PreparedConvNchwc::Kind::depthwise:
-      kernels::cpu::depthwise_conv2d_nchwc_f32(p, xp, ready->packed.get(), bp, yp, ep);
-      break;
-    case PreparedConvNchwc::Kind::blocked:
-      kernels::cpu::conv2d_nchwc_f32(p, xp, ready->packed.get(), bp, yp, ep, ready->input, ready->plan.get());
-      break;
-  }
-  if (!y.is_same(out)) kernels::cpu::copy_into(out, y);
+  write_output(out, [&](float* yp) {
+    switch (ready->kind) {
+      case PreparedConvNchwc::Kind::winograd:
+        kernels::cpu::conv2d_nchwc_winograd_f32(p, ready->winograd_tile, xp, ready->packed.get(), bp, yp, ep);
+        break;
+      case PreparedConvNchwc::Kind::depthwise:
+        kernels::cpu::depthwise_conv2d_nchwc_f32(p, xp, ready->packed.get(), bp, yp, ep);
+        break;
+      case PreparedConvNchwc::Kind::blocked:
+        kernels::cpu::conv2d_nchwc_f32(p, xp, ready->packed.get(), bp, yp, ep, ready->input, ready->plan.get());
+        break;
+    }
+  });
 }
 
 // max_pool2d_nchwc (max) and avg_pool2d_nchwc: the NCHW op's own shape rule on the unblocked shape.
@@ -295,10 +303,10 @@ void pool_nchwc_kernel(const KernelCall& k, bool max) {
   const Shape& xs = x.shape();
   auto p = defs::pool_params(max ? "max_pool2d_nchwc" : "avg_pool2d_nchwc", {xs[0], xs[1], xs[2], xs[3]}, k.attrs, max);
   p.ho = out.shape()[2], p.wo = out.shape()[3];
-  Tensor y = out.is_contiguous() ? out : empty(out.shape(), TensorOptions(DType::f32, out.device()));
-  (max ? kernels::cpu::max_pool2d_nchwc_f32 : kernels::cpu::avg_pool2d_nchwc_f32)(
-      p, static_cast<const float*>(x.data_ptr()), static_cast<float*>(y.data_ptr()));
-  if (!y.is_same(out)) kernels::cpu::copy_into(out, y);
+  write_output(out, [&](float* y) {
+    (max ? kernels::cpu::max_pool2d_nchwc_f32 : kernels::cpu::avg_pool2d_nchwc_f32)(
+        p, static_cast<const float*>(x.data_ptr()), y);
+  });
 }
 
 // global_avg_pool_nchwc and global_norm_nchwc: [N, C/16, H, W, 16] -> [N, C/16, 1, 1, 16]; a mean
@@ -318,10 +326,10 @@ void global_nchwc_kernel(const KernelCall& k) {
   if (out.numel() == 0) return;
   Tensor x = k.in(0).contiguous();
   const Shape& xs = x.shape();
-  Tensor y = out.is_contiguous() ? out : empty(out.shape(), TensorOptions(DType::f32, out.device()));
-  (kNorm ? kernels::cpu::global_norm_nchwc_f32 : kernels::cpu::global_avg_pool_nchwc_f32)(
-      xs[0] * xs[1], xs[2] * xs[3], static_cast<const float*>(x.data_ptr()), static_cast<float*>(y.data_ptr()));
-  if (!y.is_same(out)) kernels::cpu::copy_into(out, y);
+  write_output(out, [&](float* y) {
+    (kNorm ? kernels::cpu::global_norm_nchwc_f32 : kernels::cpu::global_avg_pool_nchwc_f32)(
+        xs[0] * xs[1], xs[2] * xs[3], static_cast<const float*>(x.data_ptr()), y);
+  });
 }
 
 std::vector<TensorMeta> infer_scale_shift_nchwc(const InferCtx& c) {
@@ -338,12 +346,12 @@ void scale_shift_nchwc_kernel(const KernelCall& k) {
   if (out.numel() == 0) return;
   Tensor x = k.in(0).contiguous(), scale = k.in(1).contiguous(), shift = k.in(2).contiguous();
   const Shape& xs = x.shape();
-  Tensor y = out.is_contiguous() ? out : empty(out.shape(), TensorOptions(DType::f32, out.device()));
-  kernels::cpu::scale_shift_nchwc_f32(xs[0], xs[1], xs[2] * xs[3], static_cast<const float*>(x.data_ptr()),
-                                      static_cast<const float*>(scale.data_ptr()),
-                                      static_cast<const float*>(shift.data_ptr()), static_cast<float*>(y.data_ptr()),
-                                      parse_activation(k.attrs.get_string("activation")));
-  if (!y.is_same(out)) kernels::cpu::copy_into(out, y);
+  write_output(out, [&](float* y) {
+    kernels::cpu::scale_shift_nchwc_f32(xs[0], xs[1], xs[2] * xs[3], static_cast<const float*>(x.data_ptr()),
+                                        static_cast<const float*>(scale.data_ptr()),
+                                        static_cast<const float*>(shift.data_ptr()), y,
+                                        parse_activation(k.attrs.get_string("activation")));
+  });
 }
 
 std::vector<TensorMeta> infer_layer_norm_nchwc(const InferCtx& c) {
@@ -362,14 +370,13 @@ void layer_norm_nchwc_kernel(const KernelCall& k) {
   if (out.numel() == 0) return;
   Tensor x = k.in(0).contiguous(), w = k.in(1).contiguous(), b = k.in(2).contiguous();
   const Shape& xs = x.shape();
-  Tensor y = out.is_contiguous() ? out : empty(out.shape(), TensorOptions(DType::f32, out.device()));
-  kernels::cpu::layer_norm_channels_nchwc_f32(xs[0], xs[1], xs[2] * xs[3], k.attrs.get_int("channels"),
-                                              static_cast<const float*>(x.data_ptr()),
-                                              static_cast<const float*>(w.data_ptr()),
-                                              static_cast<const float*>(b.data_ptr()),
-                                              static_cast<float>(k.attrs.get_float("eps")),
-                                              static_cast<float*>(y.data_ptr()));
-  if (!y.is_same(out)) kernels::cpu::copy_into(out, y);
+  write_output(out, [&](float* y) {
+    kernels::cpu::layer_norm_channels_nchwc_f32(xs[0], xs[1], xs[2] * xs[3], k.attrs.get_int("channels"),
+                                                static_cast<const float*>(x.data_ptr()),
+                                                static_cast<const float*>(w.data_ptr()),
+                                                static_cast<const float*>(b.data_ptr()),
+                                                static_cast<float>(k.attrs.get_float("eps")), y);
+  });
 }
 
 constexpr const char* kNoVjp = "compiler-emitted inference op: differentiate the unblocked graph";
